@@ -1,0 +1,802 @@
+//! Role definitions: parsing a role file (Markdown with YAML frontmatter) into a `RoleDefinition`.
+//!
+//! The frontmatter holds the role's settings, the Markdown body is its system prompt. Files written
+//! for Claude Code agents read unchanged: keys Mew does not use are kept in `extra`. Problems that
+//! make a role unusable are a `RoleError`; values that fall back to a default are `RoleWarning`s
+//! returned next to the definition. Nothing here reads files or prints.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_yaml_ng::{Mapping, Value};
+
+/// Turns a role runs when its `maxTurns` is 0 (unset).
+pub const DEFAULT_MAX_TURNS: u32 = 25;
+
+/// Longest accepted role name, in characters.
+const MAX_NAME_LEN: usize = 32;
+
+/// Longest accepted concrete model id, in characters.
+const MAX_MODEL_LEN: usize = 128;
+
+/// Frontmatter keys this parser reads; every other key goes to `RoleDefinition::extra`.
+const KNOWN_KEYS: [&str; 16] = [
+    "name",
+    "description",
+    "tools",
+    "disallowedTools",
+    "model",
+    "maxTurns",
+    "permissionMode",
+    "background",
+    "tags",
+    "examples",
+    "publish",
+    "command",
+    "cwd",
+    "env",
+    "timeout",
+    "input",
+];
+
+/// Keys that only mean something next to `command`.
+const COMMAND_KEYS: [&str; 4] = ["cwd", "env", "timeout", "input"];
+
+/// A parsed role: its settings and system prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleDefinition {
+    /// Unique role name, checked by [`is_valid_role_name`].
+    pub name: String,
+    /// What the role is for (trimmed, never empty).
+    pub description: String,
+    /// Tool allowlist; empty means no narrowing.
+    pub tools: Vec<String>,
+    /// Tool denylist (`disallowedTools`).
+    pub disallowed_tools: Vec<String>,
+    /// Model to run the role with.
+    pub model: ModelChoice,
+    /// Turn limit; 0 means [`DEFAULT_MAX_TURNS`].
+    pub max_turns: u32,
+    /// Permission mode the role runs in.
+    pub permission_mode: PermissionMode,
+    /// Whether the role runs in the background.
+    pub background: bool,
+    /// Free-form tags (Mew).
+    pub tags: Vec<String>,
+    /// Example requests (Mew).
+    pub examples: Vec<String>,
+    /// Whether the role is advertised to peers (Mew, default true).
+    pub publish: bool,
+    /// Program that serves the role instead of a model (Mew).
+    pub command: Option<CommandSpec>,
+    /// The Markdown body, trimmed, with CRLF turned into LF.
+    pub system_prompt: String,
+    /// Where the role was found.
+    pub source: RoleSource,
+    /// Display path of the role file.
+    pub path: String,
+    /// Frontmatter keys Mew does not read (`color`, `skills`, `hooks`...), as JSON.
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl RoleDefinition {
+    /// True when a program, not a model, serves this role.
+    pub fn is_command(&self) -> bool {
+        self.command.is_some()
+    }
+
+    /// The turn limit to enforce: `max_turns`, or [`DEFAULT_MAX_TURNS`] when it is 0.
+    pub fn effective_max_turns(&self) -> u32 {
+        if self.max_turns == 0 {
+            DEFAULT_MAX_TURNS
+        } else {
+            self.max_turns
+        }
+    }
+}
+
+/// Where a role definition came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoleSource {
+    /// Compiled into Mew.
+    Builtin,
+    /// The user's Mew roles directory.
+    User,
+    /// The project's Mew roles directory.
+    Project,
+    /// The project's `.claude/agents`.
+    ClaudeProject,
+    /// The user's `~/.claude/agents`.
+    ClaudeUser,
+    /// Published by a peer node.
+    Peer,
+}
+
+impl RoleSource {
+    /// Lowercase name, as shown to users (`claude-project`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Builtin => "builtin",
+            Self::User => "user",
+            Self::Project => "project",
+            Self::ClaudeProject => "claude-project",
+            Self::ClaudeUser => "claude-user",
+            Self::Peer => "peer",
+        }
+    }
+}
+
+impl fmt::Display for RoleSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `model` field: an alias, or a concrete model id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ModelChoice {
+    /// Use the caller's model (`inherit`, empty or absent).
+    Inherit,
+    /// The `haiku` alias.
+    Haiku,
+    /// The `sonnet` alias.
+    Sonnet,
+    /// The `opus` alias.
+    Opus,
+    /// Any other model id, e.g. `claude-sonnet-4-5` or `gpt-4o`.
+    Id(String),
+}
+
+impl fmt::Display for ModelChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Inherit => "inherit",
+            Self::Haiku => "haiku",
+            Self::Sonnet => "sonnet",
+            Self::Opus => "opus",
+            Self::Id(id) => id,
+        })
+    }
+}
+
+/// The `permissionMode` field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PermissionMode {
+    /// `default`: ask as usual.
+    #[default]
+    Default,
+    /// `acceptEdits`: file edits need no approval.
+    AcceptEdits,
+    /// `plan`: read-only planning.
+    Plan,
+    /// `bypassPermissions`: nothing needs approval.
+    BypassPermissions,
+    /// `dontAsk`: never ask; what would need approval is refused.
+    DontAsk,
+}
+
+impl PermissionMode {
+    /// The name used in role files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Default => "default",
+            Self::AcceptEdits => "acceptEdits",
+            Self::Plan => "plan",
+            Self::BypassPermissions => "bypassPermissions",
+            Self::DontAsk => "dontAsk",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Self> {
+        [
+            Self::Default,
+            Self::AcceptEdits,
+            Self::Plan,
+            Self::BypassPermissions,
+            Self::DontAsk,
+        ]
+        .into_iter()
+        .find(|mode| mode.as_str() == name)
+    }
+}
+
+impl fmt::Display for PermissionMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a command-driven role runs its program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandSpec {
+    /// Program to run (first word of `command`).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Working directory (`cwd`), as written.
+    pub cwd: Option<String>,
+    /// Names of environment variables passed through to the program (`env`).
+    pub env: Vec<String>,
+    /// Time limit for one run (`timeout`).
+    pub timeout: Option<Duration>,
+    /// What the program gets on stdin (`input`).
+    pub input: CommandInput,
+}
+
+/// What a command-driven role's program reads on stdin.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommandInput {
+    /// `text`: the request's text.
+    #[default]
+    Text,
+    /// `message`: the full A2A Message as JSON.
+    Message,
+}
+
+/// A parsed role with the warnings met on the way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedRole {
+    /// The role.
+    pub definition: RoleDefinition,
+    /// Values that were replaced by defaults, or ignored.
+    pub warnings: Vec<RoleWarning>,
+}
+
+/// A problem that did not stop the role from loading.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct RoleWarning {
+    /// Display path of the role file.
+    pub path: String,
+    /// What was wrong and what was used instead.
+    pub message: String,
+}
+
+/// A role file that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {kind}")]
+pub struct RoleError {
+    /// Display path of the role file.
+    pub path: String,
+    /// What is wrong.
+    pub kind: RoleErrorKind,
+}
+
+/// Why a role file cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RoleErrorKind {
+    /// Missing or unclosed frontmatter.
+    #[error(transparent)]
+    Frontmatter(#[from] FrontmatterError),
+    /// The frontmatter is not valid YAML; `line` and `column` count in the whole file, from 1.
+    #[error("invalid YAML in frontmatter: {message}")]
+    Yaml {
+        /// The YAML parser's message, with file positions.
+        message: String,
+        /// Line of the error in the file.
+        line: Option<usize>,
+        /// Column of the error.
+        column: Option<usize>,
+    },
+    /// The frontmatter is YAML but not a mapping.
+    #[error("frontmatter must be a YAML mapping of keys to values, got {0}")]
+    NotAMapping(String),
+    /// A required field is absent or empty.
+    #[error("{0} is required")]
+    Missing(&'static str),
+    /// A field has the wrong YAML type.
+    #[error("{field} must be {expected}, got {found}")]
+    WrongType {
+        /// The frontmatter key.
+        field: &'static str,
+        /// What it must be.
+        expected: &'static str,
+        /// What it was.
+        found: String,
+    },
+    /// The name breaks the naming rule.
+    #[error(
+        "name {0:?} is invalid: must start with a letter and contain only letters, digits, \
+         '-' or '_' (at most 32 characters)"
+    )]
+    InvalidName(String),
+    /// A field has the right type but an unusable value.
+    #[error("{field} is invalid: {reason}")]
+    Invalid {
+        /// The frontmatter key.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Why a file's frontmatter could not be found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FrontmatterError {
+    /// The first line is not `---`.
+    #[error("no YAML frontmatter: the file must start with a line `---`")]
+    Missing,
+    /// No `---` line closes the frontmatter.
+    #[error("frontmatter is not closed: no line `---` after the opening one")]
+    Unclosed,
+}
+
+/// Splits a Markdown file into its YAML frontmatter and its body.
+///
+/// Shared by role files and skill files (`SKILL.md`). A leading UTF-8 BOM is skipped. The first
+/// line must be `---` (no leading whitespace; trailing spaces, tabs and `\r` are allowed); the
+/// next such line closes the frontmatter, and may end the file without a newline. The returned
+/// YAML starts on line 2 of the file; the body is everything after the closing line, untouched.
+///
+/// Known limitation: a YAML multi-line string containing a line `---` closes the frontmatter
+/// early, as in the system Mew grows from.
+pub fn split_frontmatter(text: &str) -> Result<(&str, &str), FrontmatterError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut lines = text.split_inclusive('\n');
+    match lines.next() {
+        Some(first) if is_delimiter(first) => {
+            let start = first.len();
+            let mut end = start;
+            for line in lines {
+                if is_delimiter(line) {
+                    return Ok((&text[start..end], &text[end + line.len()..]));
+                }
+                end += line.len();
+            }
+            Err(FrontmatterError::Unclosed)
+        }
+        _ => Err(FrontmatterError::Missing),
+    }
+}
+
+fn is_delimiter(line: &str) -> bool {
+    line.trim_end_matches(['\n', '\r', ' ', '\t']) == "---"
+}
+
+/// True when `name` matches `^[A-Za-z][A-Za-z0-9_-]{0,31}$`.
+pub fn is_valid_role_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= MAX_NAME_LEN
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// Parses a role file's text; `path` is only used in messages and kept in the definition.
+pub fn parse_role(text: &str, path: &str, source: RoleSource) -> Result<ParsedRole, RoleError> {
+    let mut warnings = Vec::new();
+    let definition = parse(text, path, source, &mut warnings).map_err(|kind| RoleError {
+        path: path.to_owned(),
+        kind,
+    })?;
+    let warnings = warnings
+        .into_iter()
+        .map(|message| RoleWarning {
+            path: path.to_owned(),
+            message,
+        })
+        .collect();
+    Ok(ParsedRole {
+        definition,
+        warnings,
+    })
+}
+
+fn parse(
+    text: &str,
+    path: &str,
+    source: RoleSource,
+    warnings: &mut Vec<String>,
+) -> Result<RoleDefinition, RoleErrorKind> {
+    let (yaml, body) = split_frontmatter(text)?;
+    let map = parse_mapping(yaml)?;
+    let get = |key: &str| map.get(key).filter(|value| !value.is_null());
+
+    let name = required_string(get("name"), "name")?;
+    if !is_valid_role_name(&name) {
+        return Err(RoleErrorKind::InvalidName(name));
+    }
+    let description = required_string(get("description"), "description")?
+        .trim()
+        .to_owned();
+    if description.is_empty() {
+        return Err(RoleErrorKind::Missing("description"));
+    }
+
+    let command = match get("command") {
+        Some(value) => Some(command_spec(value, &get)?),
+        None => {
+            for key in COMMAND_KEYS.iter().filter(|key| get(key).is_some()) {
+                warnings.push(format!("{key} is ignored: the role has no command"));
+            }
+            None
+        }
+    };
+
+    Ok(RoleDefinition {
+        name,
+        description,
+        tools: string_list(get("tools"), "tools")?,
+        disallowed_tools: string_list(get("disallowedTools"), "disallowedTools")?,
+        model: model(get("model"), warnings),
+        max_turns: max_turns(get("maxTurns"), warnings),
+        permission_mode: permission_mode(get("permissionMode"), warnings),
+        background: bool_field(get("background"), "background", false)?,
+        tags: string_list(get("tags"), "tags")?,
+        examples: examples(get("examples"))?,
+        publish: bool_field(get("publish"), "publish", true)?,
+        command,
+        system_prompt: body.trim().replace("\r\n", "\n"),
+        source,
+        path: path.to_owned(),
+        extra: extra(&map, warnings),
+    })
+}
+
+/// Parses the frontmatter YAML into a mapping; an empty frontmatter is an empty mapping.
+fn parse_mapping(yaml: &str) -> Result<Mapping, RoleErrorKind> {
+    // The leading newline stands for the opening `---` line, so that the parser's line numbers,
+    // in `location()` and in its message, are line numbers in the file.
+    let mut value = serde_yaml_ng::from_str::<Value>(&format!("\n{yaml}"))
+        .and_then(|mut value| value.apply_merge().map(|()| value))
+        .map_err(|err| RoleErrorKind::Yaml {
+            message: err.to_string(),
+            line: err.location().map(|at| at.line()),
+            column: err.location().map(|at| at.column()),
+        })?;
+    match value {
+        Value::Mapping(ref mut map) => Ok(std::mem::take(map)),
+        Value::Null => Ok(Mapping::new()),
+        other => Err(RoleErrorKind::NotAMapping(describe(&other))),
+    }
+}
+
+/// Short description of a YAML value for messages.
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "nothing".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) if s.chars().count() > 40 => {
+            format!("{:?}...", s.chars().take(40).collect::<String>())
+        }
+        Value::String(s) => format!("{s:?}"),
+        Value::Sequence(_) => "a list".to_owned(),
+        Value::Mapping(_) => "a mapping".to_owned(),
+        Value::Tagged(tagged) => format!("a value tagged {}", tagged.tag),
+    }
+}
+
+fn wrong_type(field: &'static str, expected: &'static str, found: &Value) -> RoleErrorKind {
+    RoleErrorKind::WrongType {
+        field,
+        expected,
+        found: describe(found),
+    }
+}
+
+fn required_string(value: Option<&Value>, field: &'static str) -> Result<String, RoleErrorKind> {
+    match value {
+        None => Err(RoleErrorKind::Missing(field)),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(other) => Err(wrong_type(field, "a string", other)),
+    }
+}
+
+fn optional_string(
+    value: Option<&Value>,
+    field: &'static str,
+) -> Result<Option<String>, RoleErrorKind> {
+    value.map(|v| required_string(Some(v), field)).transpose()
+}
+
+fn bool_field(
+    value: Option<&Value>,
+    field: &'static str,
+    default: bool,
+) -> Result<bool, RoleErrorKind> {
+    match value {
+        None => Ok(default),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(wrong_type(field, "true or false", other)),
+    }
+}
+
+/// A YAML list of strings, or one comma-separated string; items trimmed, empty ones dropped.
+/// Commas inside parentheses do not split, so `Bash(a, b)` stays one tool pattern.
+fn string_list(value: Option<&Value>, field: &'static str) -> Result<Vec<String>, RoleErrorKind> {
+    const EXPECTED: &str = "a list of strings or a comma-separated string";
+    let items: Vec<&str> = match value {
+        None => Vec::new(),
+        Some(Value::String(s)) => split_commas(s),
+        Some(Value::Sequence(items)) => items
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .ok_or_else(|| wrong_type(field, EXPECTED, item))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => return Err(wrong_type(field, EXPECTED, other)),
+    };
+    Ok(items
+        .into_iter()
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+fn split_commas(s: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                items.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&s[start..]);
+    items
+}
+
+/// `examples`: a list of strings, or a single string as one example.
+fn examples(value: Option<&Value>) -> Result<Vec<String>, RoleErrorKind> {
+    const EXPECTED: &str = "a list of strings";
+    let items: Vec<&str> = match value {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s],
+        Some(Value::Sequence(items)) => items
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .ok_or_else(|| wrong_type("examples", EXPECTED, item))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => return Err(wrong_type("examples", EXPECTED, other)),
+    };
+    Ok(items
+        .into_iter()
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// `model`: an alias (any letter case), or a concrete id; unusable values fall back to inherit.
+fn model(value: Option<&Value>, warnings: &mut Vec<String>) -> ModelChoice {
+    let Some(value) = value else {
+        return ModelChoice::Inherit;
+    };
+    let Some(text) = value.as_str().map(str::trim) else {
+        warnings.push(format!(
+            "model must be a string, got {}; using inherit",
+            describe(value)
+        ));
+        return ModelChoice::Inherit;
+    };
+    match text.to_ascii_lowercase().as_str() {
+        "" | "inherit" => return ModelChoice::Inherit,
+        "haiku" => return ModelChoice::Haiku,
+        "sonnet" => return ModelChoice::Sonnet,
+        "opus" => return ModelChoice::Opus,
+        _ => {}
+    }
+    let problem = if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some("contains whitespace or control characters")
+    } else if text.chars().count() > MAX_MODEL_LEN {
+        Some("is longer than 128 characters")
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => {
+            warnings.push(format!(
+                "model {} is invalid ({problem}); using inherit",
+                describe(value)
+            ));
+            ModelChoice::Inherit
+        }
+        None => ModelChoice::Id(text.to_owned()),
+    }
+}
+
+/// `maxTurns`: an integer; negatives become 0, anything else is 0 with a warning.
+fn max_turns(value: Option<&Value>, warnings: &mut Vec<String>) -> u32 {
+    let Some(value) = value else {
+        return 0;
+    };
+    if let Some(n) = value.as_u64() {
+        return u32::try_from(n).unwrap_or(u32::MAX);
+    }
+    if value.as_i64().is_some() {
+        warnings.push(format!(
+            "maxTurns {} is negative; using the default ({DEFAULT_MAX_TURNS})",
+            describe(value)
+        ));
+    } else {
+        warnings.push(format!(
+            "maxTurns must be an integer, got {}; using the default ({DEFAULT_MAX_TURNS})",
+            describe(value)
+        ));
+    }
+    0
+}
+
+fn permission_mode(value: Option<&Value>, warnings: &mut Vec<String>) -> PermissionMode {
+    let Some(value) = value else {
+        return PermissionMode::Default;
+    };
+    value
+        .as_str()
+        .and_then(|name| PermissionMode::from_name(name.trim()))
+        .unwrap_or_else(|| {
+            warnings.push(format!(
+                "permissionMode {} is invalid (expected default, acceptEdits, plan, \
+                 bypassPermissions or dontAsk); using default",
+                describe(value)
+            ));
+            PermissionMode::Default
+        })
+}
+
+/// `command` and its sibling keys `cwd`, `env`, `timeout` and `input`.
+fn command_spec<'a>(
+    value: &Value,
+    get: &impl Fn(&str) -> Option<&'a Value>,
+) -> Result<CommandSpec, RoleErrorKind> {
+    const EXPECTED: &str = "a command line or a list of strings";
+    let words = match value {
+        Value::String(line) => {
+            split_command_line(line).map_err(|reason| RoleErrorKind::Invalid {
+                field: "command",
+                reason,
+            })?
+        }
+        Value::Sequence(items) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(s) => Ok(s.clone()),
+                Value::Number(n) => Ok(n.to_string()),
+                Value::Bool(b) => Ok(b.to_string()),
+                other => Err(wrong_type("command", EXPECTED, other)),
+            })
+            .collect::<Result<_, _>>()?,
+        other => return Err(wrong_type("command", EXPECTED, other)),
+    };
+    let mut words = words.into_iter();
+    let program = words
+        .next()
+        .filter(|program| !program.is_empty())
+        .ok_or_else(|| RoleErrorKind::Invalid {
+            field: "command",
+            reason: "no program to run".to_owned(),
+        })?;
+
+    let env = string_list(get("env"), "env")?;
+    if let Some(bad) = env.iter().find(|name| !is_env_name(name)) {
+        return Err(RoleErrorKind::Invalid {
+            field: "env",
+            reason: format!("{bad:?} is not an environment variable name"),
+        });
+    }
+    let input = match get("input") {
+        None => CommandInput::Text,
+        Some(Value::String(s)) if s == "text" => CommandInput::Text,
+        Some(Value::String(s)) if s == "message" => CommandInput::Message,
+        Some(other) => return Err(wrong_type("input", "\"text\" or \"message\"", other)),
+    };
+    Ok(CommandSpec {
+        program,
+        args: words.collect(),
+        cwd: optional_string(get("cwd"), "cwd")?,
+        env,
+        timeout: get("timeout").map(timeout).transpose()?,
+        input,
+    })
+}
+
+/// Splits a program line on whitespace. Single and double quotes group words (and may be empty);
+/// nothing else is special: no escapes, no variables, no globbing.
+fn split_command_line(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut quote = None;
+    for c in line.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => word.push(c),
+            None if c == '\'' || c == '"' => {
+                quote = Some(c);
+                in_word = true;
+            }
+            None if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            None => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if let Some(q) = quote {
+        return Err(format!("unclosed {q} quote in {line:?}"));
+    }
+    if in_word {
+        words.push(word);
+    }
+    Ok(words)
+}
+
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `timeout`: whole seconds, or a string like `500ms`, `30s`, `5m`, `1h` (a bare number is
+/// seconds). Zero is refused.
+fn timeout(value: &Value) -> Result<Duration, RoleErrorKind> {
+    let duration = match value {
+        Value::Number(n) => n.as_u64().map(Duration::from_secs),
+        Value::String(s) => parse_duration(s.trim()),
+        _ => None,
+    };
+    duration.filter(|d| !d.is_zero()).ok_or_else(|| {
+        wrong_type(
+            "timeout",
+            "a positive duration like 500ms, 30s, 5m, 1h or a number of seconds",
+            value,
+        )
+    })
+}
+
+fn parse_duration(s: &str) -> Option<Duration> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits.parse().ok()?;
+    match unit {
+        "ms" => Some(Duration::from_millis(n)),
+        "" | "s" => Some(Duration::from_secs(n)),
+        "m" => n.checked_mul(60).map(Duration::from_secs),
+        "h" => n.checked_mul(3600).map(Duration::from_secs),
+        _ => None,
+    }
+}
+
+/// Frontmatter keys Mew does not read, converted to JSON.
+fn extra(map: &Mapping, warnings: &mut Vec<String>) -> serde_json::Map<String, serde_json::Value> {
+    let mut extra = serde_json::Map::new();
+    for (key, value) in map {
+        let Some(key) = key.as_str() else {
+            warnings.push(format!(
+                "key {} is ignored: keys must be strings",
+                describe(key)
+            ));
+            continue;
+        };
+        if KNOWN_KEYS.contains(&key) {
+            continue;
+        }
+        match serde_json::to_value(value) {
+            Ok(json) => {
+                extra.insert(key.to_owned(), json);
+            }
+            Err(err) => warnings.push(format!("{key} is ignored: {err}")),
+        }
+    }
+    extra
+}

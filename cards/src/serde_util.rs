@@ -1,0 +1,142 @@
+//! Serde helpers for the ProtoJSON conventions: omitted defaults, empty-as-absent, enums by name or number.
+
+use serde::{Deserialize, Deserializer};
+
+/// True for a type's default value, which ProtoJSON leaves out of the output.
+pub(crate) fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+/// Reads an optional string-like field where `""` means absent, as in proto3.
+pub(crate) fn empty_as_none<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: From<String>,
+{
+    let value = Option::<String>::deserialize(deserializer)?;
+    Ok(value.filter(|v| !v.is_empty()).map(T::from))
+}
+
+/// Reads a `google.protobuf.Value` field: JSON `null` is a present null value, not an absent field.
+pub(crate) fn present_value<'de, D>(deserializer: D) -> Result<Option<serde_json::Value>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    serde_json::Value::deserialize(deserializer).map(Some)
+}
+
+/// Reads a field that is `null` as its default, as ProtoJSON parsers do.
+pub(crate) fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// Declares a proto enum that serializes as its name and accepts the name or the number.
+macro_rules! proto_enum {
+    (
+        $(#[$doc:meta])*
+        pub enum $name:ident : $what:literal {
+            $( $(#[$vdoc:meta])* $variant:ident = $num:literal => $wire:literal, )+
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            #[default]
+            $( $(#[$vdoc])* $variant, )+
+        }
+
+        impl $name {
+            /// Every value, in proto number order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The proto enum name, as it travels in JSON.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $wire,)+ }
+            }
+
+            /// The proto enum number.
+            pub fn number(self) -> i32 {
+                match self { $($name::$variant => $num,)+ }
+            }
+
+            /// Looks a value up by its proto name.
+            pub fn from_name(name: &str) -> Option<Self> {
+                match name { $($wire => Some($name::$variant),)+ _ => None }
+            }
+
+            /// Looks a value up by its proto number.
+            pub fn from_number(number: i64) -> Option<Self> {
+                match number { $($num => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Visitor;
+                impl serde::de::Visitor<'_> for Visitor {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        write!(f, "a {} name or number", $what)
+                    }
+                    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<$name, E> {
+                        $name::from_name(v).ok_or_else(|| E::custom(format!("unknown {} {:?}", $what, v)))
+                    }
+                    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<$name, E> {
+                        $name::from_number(v).ok_or_else(|| E::custom(format!("unknown {} number {}", $what, v)))
+                    }
+                    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<$name, E> {
+                        let n = i64::try_from(v).map_err(|_| E::custom(format!("unknown {} number {}", $what, v)))?;
+                        self.visit_i64(n)
+                    }
+                    fn visit_unit<E: serde::de::Error>(self) -> Result<$name, E> {
+                        Ok($name::default())
+                    }
+                }
+                deserializer.deserialize_any(Visitor)
+            }
+        }
+    };
+}
+
+pub(crate) use proto_enum;
+
+/// Reads an optional int32 given as a JSON number or a decimal string, as ProtoJSON allows.
+pub(crate) fn lenient_i32<'de, D>(deserializer: D) -> Result<Option<i32>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    use serde::de::Error;
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Int {
+        Number(i64),
+        Text(String),
+    }
+    let value = match Option::<Int>::deserialize(deserializer)? {
+        None => return Ok(None),
+        Some(Int::Number(n)) => n,
+        Some(Int::Text(text)) => text
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| D::Error::custom(format!("expected an integer, found {text:?}")))?,
+    };
+    i32::try_from(value)
+        .map(Some)
+        .map_err(|_| D::Error::custom(format!("{value} is out of range for int32")))
+}

@@ -1,0 +1,3 @@
+//! The `mew` binary: parses the command line and hands over to the library.
+
+fn main() {}
