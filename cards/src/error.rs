@@ -90,7 +90,7 @@ impl ErrorKind {
             Self::InvalidRequest => "INVALID_REQUEST",
             Self::MethodNotFound => "METHOD_NOT_FOUND",
             Self::InvalidParams => "INVALID_PARAMS",
-            Self::Internal => "INTERNAL",
+            Self::Internal => "INTERNAL_ERROR",
         }
     }
 

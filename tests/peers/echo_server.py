@@ -75,7 +75,8 @@ class EchoExecutor(AgentExecutor):
             return
         if task is None:
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
-        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        # A follow-up naming only the taskId gets a fresh contextId from the SDK: keep the task's.
+        updater = TaskUpdater(event_queue, context.task_id, task.context_id if task else context.context_id)
         if task is not None and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             texts = get_text_parts(context.message.parts)
             await updater.add_artifact([new_text_part(f'got {texts[0] if texts else ""}')], name='echo')

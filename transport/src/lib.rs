@@ -1,1 +1,17 @@
 //! AgentTransport: the A2A 1.0 operations as one trait, its HTTP server and its HTTP client.
+//!
+//! [`AgentTransport`] is both sides: [`router`] serves any implementation over
+//! the JSON-RPC and HTTP+JSON bindings, and [`RemoteAgent`] implements it over
+//! HTTP, so a node can serve a local role, call a remote one, or relay one to
+//! the other with the same code. This crate alone knows envelopes, wire codes
+//! and HTTP; it knows nothing of models, tools or roles.
+
+mod agent;
+mod server;
+mod wire;
+
+pub use agent::{AgentTransport, CallContext, Error, EventStream, collect_send};
+pub use server::{ServerOptions, router, router_with};
+pub use wire::{
+    A2A_JSON, EXTENSIONS_HEADER, VERSION_HEADER, http_status, jsonrpc_code, kind_from_jsonrpc_code,
+};

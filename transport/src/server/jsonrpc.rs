@@ -1,0 +1,252 @@
+//! The JSON-RPC 2.0 binding: one `POST` endpoint, blocking methods as JSON, streaming methods as SSE.
+
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, Response, StatusCode};
+use mew_cards::{A2aError, ErrorKind, StreamResponse};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+
+use super::{
+    Shared, call_context, check_version, content_type_is, json_response, read_body, sse_response,
+};
+use crate::wire::{A2A_JSON, jsonrpc_error_object};
+
+/// The envelope fields, with `params` kept raw so it is parsed once, into its own type.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<&'a str>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+}
+
+/// A request id as it came: a string, a number or null, echoed back verbatim.
+type Id = Box<RawValue>;
+
+fn null_id() -> Id {
+    RawValue::from_string("null".to_owned()).unwrap_or_else(|_| unreachable_null())
+}
+
+#[allow(clippy::unwrap_used)] // "null" is valid JSON: this cannot fail
+fn unreachable_null() -> Id {
+    RawValue::from_string("null".to_owned()).unwrap()
+}
+
+/// Renders a JSON-RPC success or error response.
+fn render<T: serde::Serialize>(id: &RawValue, outcome: Result<&T, &A2aError>) -> String {
+    #[derive(serde::Serialize)]
+    struct Success<'a, T> {
+        jsonrpc: &'static str,
+        id: &'a RawValue,
+        result: T,
+    }
+    #[derive(serde::Serialize)]
+    struct Failure<'a> {
+        jsonrpc: &'static str,
+        id: &'a RawValue,
+        error: serde_json::Value,
+    }
+    let rendered = match outcome {
+        Ok(result) => serde_json::to_string(&Success {
+            jsonrpc: "2.0",
+            id,
+            result,
+        }),
+        Err(error) => serde_json::to_string(&Failure {
+            jsonrpc: "2.0",
+            id,
+            error: jsonrpc_error_object(error),
+        }),
+    };
+    rendered.unwrap_or_else(|e| {
+        let error = A2aError::internal(format!("cannot serialize the response: {e}"));
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{},"error":{}}}"#,
+            id.get(),
+            jsonrpc_error_object(&error)
+        )
+    })
+}
+
+fn respond(status: StatusCode, body: String) -> Response<Body> {
+    json_response(status, "application/json", body.into_bytes())
+}
+
+fn error_response(status: StatusCode, id: &RawValue, error: &A2aError) -> Response<Body> {
+    respond(status, render::<()>(id, Err(error)))
+}
+
+fn params<T: DeserializeOwned + Default>(raw: Option<&RawValue>) -> Result<T, A2aError> {
+    match raw {
+        None => Ok(T::default()),
+        Some(raw) => serde_json::from_str(raw.get())
+            .map_err(|e| A2aError::invalid_params(format!("invalid params: {e}"))),
+    }
+}
+
+/// `POST /`: one JSON-RPC request.
+pub(crate) async fn handle(
+    State(shared): State<Shared>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response<Body> {
+    let null = null_id();
+    if !content_type_is(&headers, &["application/json", A2A_JSON]) {
+        let error = A2aError::new(
+            ErrorKind::InvalidRequest,
+            "JSON-RPC requests must have Content-Type: application/json",
+        );
+        return error_response(StatusCode::UNSUPPORTED_MEDIA_TYPE, &null, &error);
+    }
+    let bytes = match read_body(body, shared.options.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            let (status, error) = error.into_a2a();
+            return error_response(status, &null, &error);
+        }
+    };
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(text) => text,
+        Err(_) => {
+            let error = A2aError::new(ErrorKind::ParseError, "the request body is not UTF-8");
+            return error_response(StatusCode::OK, &null, &error);
+        }
+    };
+    let envelope: Envelope<'_> = match serde_json::from_str(text) {
+        Ok(envelope) => envelope,
+        Err(e) if e.is_syntax() || e.is_eof() => {
+            let error = A2aError::new(ErrorKind::ParseError, format!("invalid JSON: {e}"));
+            return error_response(StatusCode::OK, &null, &error);
+        }
+        Err(e) => {
+            let error = A2aError::new(
+                ErrorKind::InvalidRequest,
+                format!("not a JSON-RPC 2.0 request: {e}"),
+            );
+            return error_response(StatusCode::OK, &null, &error);
+        }
+    };
+    let id: &RawValue = match envelope.id {
+        Some(id)
+            if matches!(
+                id.get().as_bytes().first(),
+                Some(b'"' | b'-' | b'0'..=b'9' | b'n')
+            ) =>
+        {
+            id
+        }
+        _ => {
+            let error = A2aError::new(
+                ErrorKind::InvalidRequest,
+                "a request needs an id (string or number)",
+            );
+            return error_response(StatusCode::OK, &null, &error);
+        }
+    };
+    let method = match (envelope.jsonrpc, envelope.method.as_deref()) {
+        (Some("2.0"), Some(method)) => method,
+        (Some("2.0"), None) => {
+            let error = A2aError::new(ErrorKind::InvalidRequest, "the request has no method");
+            return error_response(StatusCode::OK, id, &error);
+        }
+        _ => {
+            let error = A2aError::new(ErrorKind::InvalidRequest, "jsonrpc must be \"2.0\"");
+            return error_response(StatusCode::OK, id, &error);
+        }
+    };
+    if !is_known(method) {
+        let error = A2aError::new(ErrorKind::MethodNotFound, format!("no method {method:?}"));
+        return error_response(StatusCode::OK, id, &error);
+    }
+    if let Err(error) = check_version(&headers, query.as_deref()) {
+        return error_response(StatusCode::OK, id, &error);
+    }
+    let ctx = call_context(&headers);
+    let agent = &shared.agent;
+    let raw = envelope.params;
+    macro_rules! call {
+        ($method:ident) => {
+            match params(raw) {
+                Ok(request) => agent
+                    .$method(&ctx, request)
+                    .await
+                    .map_err(crate::Error::into_a2a),
+                Err(error) => Err(error),
+            }
+        };
+    }
+    macro_rules! unary {
+        ($method:ident) => {{
+            let outcome = call!($method);
+            respond(StatusCode::OK, render(id, outcome.as_ref()))
+        }};
+    }
+    match method {
+        "SendMessage" => unary!(send_message),
+        "GetTask" => unary!(get_task),
+        "ListTasks" => unary!(list_tasks),
+        "CancelTask" => unary!(cancel_task),
+        "CreateTaskPushNotificationConfig" => unary!(create_task_push_notification_config),
+        "GetTaskPushNotificationConfig" => unary!(get_task_push_notification_config),
+        "ListTaskPushNotificationConfigs" => unary!(list_task_push_notification_configs),
+        "DeleteTaskPushNotificationConfig" => {
+            let outcome = call!(delete_task_push_notification_config);
+            respond(
+                StatusCode::OK,
+                render(id, outcome.as_ref().map(|()| &serde_json::Value::Null)),
+            )
+        }
+        "GetExtendedAgentCard" => unary!(get_extended_agent_card),
+        "SendStreamingMessage" => stream(&shared, id, call!(send_streaming_message)),
+        "SubscribeToTask" => stream(&shared, id, call!(subscribe_to_task)),
+        _ => {
+            let error = A2aError::new(ErrorKind::MethodNotFound, format!("no method {method:?}"));
+            error_response(StatusCode::OK, id, &error)
+        }
+    }
+}
+
+const METHODS: &[&str] = &[
+    "SendMessage",
+    "SendStreamingMessage",
+    "GetTask",
+    "ListTasks",
+    "CancelTask",
+    "SubscribeToTask",
+    "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig",
+    "GetExtendedAgentCard",
+];
+
+fn is_known(method: &str) -> bool {
+    METHODS.contains(&method)
+}
+
+/// A streaming method's answer: an SSE stream of JSON-RPC responses with the request's id,
+/// or a plain error response when the stream could not start.
+fn stream(
+    shared: &Shared,
+    id: &RawValue,
+    outcome: Result<crate::EventStream, A2aError>,
+) -> Response<Body> {
+    match outcome {
+        Err(error) => error_response(StatusCode::OK, id, &error),
+        Ok(events) => {
+            let id: Id = id.to_owned();
+            sse_response(
+                events,
+                shared.options.keep_alive,
+                move |item: Result<StreamResponse, A2aError>| render(&id, item.as_ref()),
+            )
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! The HTTP+JSON binding: resource paths, query parameters for reads, SSE for streams.
+
+use std::collections::HashMap;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, Method, Response, StatusCode};
+use axum::routing::{get, post};
+use mew_cards::{
+    A2aError, CancelTaskRequest, ContextId, ErrorKind, GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest,
+    ListTasksRequest, SendMessageRequest, StreamResponse, SubscribeToTaskRequest, TaskId,
+    TaskPushNotificationConfig, TaskState, Timestamp,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{
+    Shared, call_context, check_version, content_type_is, json_response, read_body, sse_response,
+};
+use crate::agent::CallContext;
+use crate::wire::{A2A_JSON, rest_error_body};
+
+/// The binding's routes, relative to the interface URL (tenant paths nest these).
+pub(crate) fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/message:send", post(send))
+        .route("/message:stream", post(stream))
+        .route("/tasks", get(list))
+        .route("/tasks/{task}", get(task_get).post(task_post))
+        .route(
+            "/tasks/{task}/pushNotificationConfigs",
+            get(push_list).post(push_create),
+        )
+        .route(
+            "/tasks/{task}/pushNotificationConfigs/{config}",
+            get(push_get).delete(push_delete),
+        )
+        .route("/extendedAgentCard", get(extended_card))
+}
+
+type Params = Path<HashMap<String, String>>;
+
+fn error(error: &A2aError) -> Response<Body> {
+    error_with(None, error)
+}
+
+fn error_with(status: Option<StatusCode>, error: &A2aError) -> Response<Body> {
+    let (default_status, body) = rest_error_body(error);
+    json_response(
+        status.unwrap_or(default_status),
+        "application/json",
+        body.to_string().into_bytes(),
+    )
+}
+
+fn ok<T: Serialize>(value: &T) -> Response<Body> {
+    match serde_json::to_vec(value) {
+        Ok(body) => json_response(StatusCode::OK, A2A_JSON, body),
+        Err(e) => error(&A2aError::internal(format!(
+            "cannot serialize the response: {e}"
+        ))),
+    }
+}
+
+fn reply<T: Serialize>(outcome: Result<T, crate::Error>) -> Response<Body> {
+    match outcome {
+        Ok(value) => ok(&value),
+        Err(e) => error(&e.into_a2a()),
+    }
+}
+
+/// Fallback for paths that are not part of the binding.
+pub(crate) async fn not_found(method: Method, uri: axum::http::Uri) -> Response<Body> {
+    error(&A2aError::new(
+        ErrorKind::MethodNotFound,
+        format!("no route for {method} {}", uri.path()),
+    ))
+}
+
+/// The checks every operation shares: protocol version, then the caller's context.
+fn begin(headers: &HeaderMap, query: Option<&str>) -> Result<CallContext, Response<Body>> {
+    check_version(headers, query).map_err(|e| error(&e))?;
+    Ok(call_context(headers))
+}
+
+/// Reads a JSON body into `T`; an empty body is `T::default()`.
+async fn json_body<T: DeserializeOwned + Default>(
+    shared: &Shared,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, Response<Body>> {
+    let bytes = read_body(body, shared.options.max_body_bytes)
+        .await
+        .map_err(|e| {
+            let (status, e) = e.into_a2a();
+            error_with(Some(status), &e)
+        })?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    if !content_type_is(headers, &[A2A_JSON, "application/json"]) {
+        let e = A2aError::new(
+            ErrorKind::InvalidRequest,
+            "HTTP+JSON bodies must have Content-Type: application/a2a+json or application/json",
+        );
+        return Err(error_with(Some(StatusCode::UNSUPPORTED_MEDIA_TYPE), &e));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| {
+        let kind = if e.is_syntax() || e.is_eof() {
+            ErrorKind::ParseError
+        } else {
+            ErrorKind::InvalidParams
+        };
+        error(&A2aError::new(kind, format!("invalid request body: {e}")))
+    })
+}
+
+fn tenant(params: &HashMap<String, String>) -> String {
+    params.get("tenant").cloned().unwrap_or_default()
+}
+
+fn param(params: &HashMap<String, String>, name: &str) -> String {
+    params.get(name).cloned().unwrap_or_default()
+}
+
+async fn send(
+    State(shared): State<Shared>,
+    Path(params): Params,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response<Body> {
+    let ctx = match begin(&headers, query.as_deref()) {
+        Ok(ctx) => ctx,
+        Err(response) => return response,
+    };
+    let mut request: SendMessageRequest = match json_body(&shared, &headers, body).await {
+        Ok(request) => request,
+        Err(response) => return response,
+    };
+    if params.contains_key("tenant") {
+        request.tenant = tenant(&params);
+    }
+    reply(shared.agent.send_message(&ctx, request).await)
+}
+
+async fn stream(
+    State(shared): State<Shared>,
+    Path(params): Params,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response<Body> {
+    let ctx = match begin(&headers, query.as_deref()) {
+        Ok(ctx) => ctx,
+        Err(response) => return response,
+    };
+    let mut request: SendMessageRequest = match json_body(&shared, &headers, body).await {
+        Ok(request) => request,
+        Err(response) => return response,
+    };
+    if params.contains_key("tenant") {
+        request.tenant = tenant(&params);
+    }
+    events(
+        &shared,
+        shared.agent.send_streaming_message(&ctx, request).await,
+    )
+}
+
+fn events(shared: &Shared, outcome: Result<crate::EventStream, crate::Error>) -> Response<Body> {
+    match outcome {
+        Err(e) => error(&e.into_a2a()),
+        Ok(stream) => sse_response(stream, shared.options.keep_alive, render_event),
+    }
+}
+
+fn render_event(item: Result<StreamResponse, A2aError>) -> String {
+    let rendered = match &item {
+        Ok(event) => serde_json::to_string(event),
+        Err(e) => Ok(rest_error_body(e).1.to_string()),
+    };
+    rendered.unwrap_or_else(|e| {
+        rest_error_body(&A2aError::internal(format!(
+            "cannot serialize an event: {e}"
+        )))
+        .1
+        .to_string()
+    })
+}
+
+/// Query parameters of a read; repeated keys keep the last value.
+fn query_map(query: Option<&str>) -> Result<HashMap<String, String>, A2aError> {
+    serde_urlencoded_pairs(query.unwrap_or(""))
+        .map(|pairs| pairs.into_iter().collect())
+        .map_err(|e| A2aError::invalid_params(format!("invalid query string: {e}")))
+}
+
+fn serde_urlencoded_pairs(query: &str) -> Result<Vec<(String, String)>, String> {
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(
+        &format!("/?{query}").parse().map_err(|e| format!("{e}"))?,
+    )
+    .map(|q| q.0)
+    .map_err(|e| e.body_text())
+}
+
+fn int_param(map: &HashMap<String, String>, name: &str) -> Result<Option<i32>, A2aError> {
+    map.get(name)
+        .map(|v| {
+            v.parse::<i32>().map_err(|_| {
+                A2aError::invalid_params(format!("{name} must be an integer, not {v:?}"))
+            })
+        })
+        .transpose()
+}
+
+fn bool_param(map: &HashMap<String, String>, name: &str) -> Result<Option<bool>, A2aError> {
+    map.get(name)
+        .map(|v| match v.as_str() {
+            "true" | "1" => Ok(true),
+            "false" | "0" => Ok(false),
+            _ => Err(A2aError::invalid_params(format!(
+                "{name} must be true or false, not {v:?}"
+            ))),
+        })
+        .transpose()
+}
+
+fn list_request(tenant: String, query: Option<&str>) -> Result<ListTasksRequest, A2aError> {
+    let map = query_map(query)?;
+    let status = match map.get("status") {
+        None => TaskState::Unspecified,
+        Some(v) => TaskState::from_name(v)
+            .or_else(|| v.parse::<i64>().ok().and_then(TaskState::from_number))
+            .ok_or_else(|| A2aError::invalid_params(format!("unknown task state {v:?}")))?,
+    };
+    let status_timestamp_after = map
+        .get("statusTimestampAfter")
+        .map(|v| {
+            v.parse::<Timestamp>()
+                .map_err(|e| A2aError::invalid_params(e.to_string()))
+        })
+        .transpose()?;
+    Ok(ListTasksRequest {
+        tenant,
+        context_id: ContextId::from(map.get("contextId").cloned().unwrap_or_default()),
+        status,
+        page_size: int_param(&map, "pageSize")?,
+        page_token: map.get("pageToken").cloned().unwrap_or_default(),
+        history_length: int_param(&map, "historyLength")?,
+        status_timestamp_after,
+        include_artifacts: bool_param(&map, "includeArtifacts")?,
+    })
+}
+
+async fn list(
+    State(shared): State<Shared>,
+    Path(params): Params,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response<Body> {
+    let ctx = match begin(&headers, query.as_deref()) {
+        Ok(ctx) => ctx,
+        Err(response) => return response,
+    };
+    match list_request(tenant(&params), query.as_deref()) {
+        Ok(request) => reply(shared.agent.list_tasks(&ctx, request).await),
+        Err(e) => error(&e),
+    }
+}
+
+/// Splits `id:action` (the action may be absent).
+fn split_action(segment: &str) -> (&str, Option<&str>) {
+    match segment.rsplit_once(':') {
+        Some((id, action @ ("cancel" | "subscribe"))) => (id, Some(action)),
+        _ => (segment, None),
+    }
+}
+
+async fn task_get(
+    State(shared): State<Shared>,
+    Path(params): Params,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response<Body> {
+    let ctx = match begin(&headers, query.as_deref()) {
+        Ok(ctx) => ctx,
+        Err(response) => return response,
+    };
+    let segment = param(&params, "task");
+    match split_action(&segment) {
+        (id, None) => {
+            let history_length =
+                match query_map(query.as_deref()).and_then(|m| int_param(&m, "historyLength")) {
+                    Ok(n) => n,
+                    Err(e) => return error(&e),
+                };
+            let request = GetTaskRequest {
+                tenant: tenant(&params),
+                id: TaskId::from(id),
+                history_length,
+            };
+            reply(shared.agent.get_task(&ctx, request).await)
+        }
+        (id, Some("subscribe")) => {
+            let request = SubscribeToTaskRequest {
+                tenant: tenant(&params),
+                id: TaskId::from(id),
+            };
+            events(&shared, shared.agent.subscribe_to_task(&ctx, request).await)
+        }
+        (_, Some(action)) => error_with(
+            Some(StatusCode::METHOD_NOT_ALLOWED),
+            &A2aError::new(ErrorKind::MethodNotFound, format!(":{action} needs POST")),
+        ),
+    }
+}
+
+async fn task_post(
+    State(shared): State<Shared>,
+    Path(params): Params,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response<Body> {
+    let ctx = match begin(&headers, query.as_deref()) {
+        Ok(ctx) => ctx,
+        Err(response) => return response,
+    };
+    let segment = param(&params, "task");
+    let (id, action) = split_action(&segment);
+    let id = TaskId::from(id);
+    match action {
+        Some("cancel") => {
+            let mut request: CancelTaskRequest = match json_body(&shared, &headers, body).await {
+                Ok(request) => request,
+                Err(response) => return response,
+            };
+            request.id = id;
+            request.tenant = tenant(&params);
+            reply(shared.agent.cancel_task(&ctx, request).await)
+        }
+        Some("subscribe") => {
+            let request = SubscribeToTaskRequest {
+                tenant: tenant(&params),
+                id,
+            };
+            events(&shared, shared.agent.subscribe_to_task(&ctx, request).await)
+        }
+        _ => error_with(
+            Some(StatusCode::METHOD_NOT_ALLOWED),
+            &A2aError::new(
+                ErrorKind::MethodNotFound,
+                "POST on a task needs :cancel or :subscribe",
+            ),
+        ),
+    }
+}
+
+async fn push_create(
+    State(shared): State<Shared>,
+    Path(params): Params,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response<Body> {
+    let ctx = match begin(&headers, query.as_deref()) {
+        Ok(ctx) => ctx,
+        Err(response) => return response,
+    };
+    let mut config: TaskPushNotificationConfig = match json_body(&shared, &headers, body).await {
+        Ok(config) => config,
+        Err(response) => return response,
+    };
+    config.task_id = TaskId::from(param(&params, "task"));
+    config.tenant = tenant(&params);
+    reply(
+        shared
+            .agent
+            .create_task_push_notification_config(&ctx, config)
+            .await,
+    )
+}
+
+async fn push_list(
+    State(shared): State<Shared>,
+    Path(params): Params,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response<Body> {
+    let ctx = match begin(&headers, query.as_deref()) {
+        Ok(ctx) => ctx,
+        Err(response) => return response,
+    };
+    let map = match query_map(query.as_deref()) {
+        Ok(map) => map,
+        Err(e) => return error(&e),
+    };
+    let page_size = match int_param(&map, "pageSize") {
+        Ok(n) => n.unwrap_or(0),
+        Err(e) => return error(&e),
+    };
+    let request = ListTaskPushNotificationConfigsRequest {
+        tenant: tenant(&params),
+        task_id: TaskId::from(param(&params, "task")),
+        page_size,
+        page_token: map.get("pageToken").cloned().unwrap_or_default(),
+    };
+    reply(
+        shared
+            .agent
+            .list_task_push_notification_configs(&ctx, request)
+            .await,
+    )
+}
+
+fn config_request(params: &HashMap<String, String>) -> GetTaskPushNotificationConfigRequest {
+    GetTaskPushNotificationConfigRequest {
+        tenant: tenant(params),
+        task_id: TaskId::from(param(params, "task")),
+        id: param(params, "config"),
+    }
+}
+
+async fn push_get(
+    State(shared): State<Shared>,
+    Path(params): Params,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response<Body> {
+    match begin(&headers, query.as_deref()) {
+        Ok(ctx) => reply(
+            shared
+                .agent
+                .get_task_push_notification_config(&ctx, config_request(&params))
+                .await,
+        ),
+        Err(response) => response,
+    }
+}
+
+async fn push_delete(
+    State(shared): State<Shared>,
+    Path(params): Params,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response<Body> {
+    match begin(&headers, query.as_deref()) {
+        Ok(ctx) => {
+            let outcome = shared
+                .agent
+                .delete_task_push_notification_config(&ctx, config_request(&params))
+                .await;
+            reply(outcome.map(|()| serde_json::json!({})))
+        }
+        Err(response) => response,
+    }
+}
+
+async fn extended_card(
+    State(shared): State<Shared>,
+    Path(params): Params,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response<Body> {
+    match begin(&headers, query.as_deref()) {
+        Ok(ctx) => {
+            let request = GetExtendedAgentCardRequest {
+                tenant: tenant(&params),
+            };
+            reply(shared.agent.get_extended_agent_card(&ctx, request).await)
+        }
+        Err(response) => response,
+    }
+}
