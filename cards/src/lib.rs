@@ -5,6 +5,7 @@
 //! omitted, unknown fields ignored, and oneofs as Rust enums that reject two
 //! members at once. This crate does no I/O and has no async runtime.
 
+mod build;
 mod card;
 mod error;
 mod ids;
@@ -15,6 +16,7 @@ mod serde_util;
 mod task;
 mod time;
 
+pub use build::{CardOptions, front_card, role_base_url, role_card};
 pub use card::{
     AgentCapabilities, AgentCard, AgentCardSignature, AgentExtension, AgentInterface,
     AgentProvider, AgentSkill, ApiKeySecurityScheme, HttpAuthSecurityScheme,

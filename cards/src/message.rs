@@ -187,7 +187,11 @@ impl<'de> Deserialize<'de> for Part {
 #[serde(rename_all = "camelCase")]
 pub struct Message {
     /// Set by the message's author.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub message_id: MessageId,
     /// The conversation this message belongs to.
     #[serde(
@@ -204,7 +208,11 @@ pub struct Message {
     )]
     pub task_id: Option<TaskId>,
     /// Who sent it.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub role: Role,
     /// The content.
     #[serde(
@@ -276,7 +284,11 @@ pub fn join_text(parts: &[Part]) -> String {
 #[serde(rename_all = "camelCase")]
 pub struct Artifact {
     /// Unique within its task.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub artifact_id: ArtifactId,
     /// A human-readable name.
     #[serde(

@@ -94,7 +94,11 @@ pub struct GetTaskRequest {
     )]
     pub tenant: String,
     /// The task.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub id: TaskId,
     /// At most this many history messages.
     #[serde(
@@ -198,7 +202,11 @@ pub struct CancelTaskRequest {
     )]
     pub tenant: String,
     /// The task.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub id: TaskId,
     /// Free-form metadata.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -217,7 +225,11 @@ pub struct SubscribeToTaskRequest {
     )]
     pub tenant: String,
     /// The task.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub id: TaskId,
 }
 
@@ -297,10 +309,18 @@ pub struct GetTaskPushNotificationConfigRequest {
     )]
     pub tenant: String,
     /// The task.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub task_id: TaskId,
     /// The config.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub id: String,
 }
 
@@ -319,7 +339,11 @@ pub struct ListTaskPushNotificationConfigsRequest {
     )]
     pub tenant: String,
     /// The task.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub task_id: TaskId,
     /// Page size (0: server default).
     #[serde(

@@ -74,7 +74,11 @@ impl TaskState {
 #[serde(rename_all = "camelCase")]
 pub struct TaskStatus {
     /// The state.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub state: TaskState,
     /// An agent message that explains the state (a question, an error, a result summary).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -109,7 +113,11 @@ impl TaskStatus {
 #[serde(rename_all = "camelCase")]
 pub struct Task {
     /// Set by the server.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub id: TaskId,
     /// The conversation the task belongs to.
     #[serde(
@@ -161,14 +169,13 @@ impl Task {
         match event {
             StreamResponse::Task(task) => *self = task.clone(),
             StreamResponse::StatusUpdate(update) if update.task_id == self.id => {
-                if let Some(message) = &update.status.message {
-                    if !self
+                if let Some(message) = &update.status.message
+                    && !self
                         .history
                         .iter()
                         .any(|m| m.message_id == message.message_id)
-                    {
-                        self.history.push(message.clone());
-                    }
+                {
+                    self.history.push(message.clone());
                 }
                 self.status = update.status.clone();
             }
@@ -196,10 +203,18 @@ impl Task {
 #[serde(rename_all = "camelCase")]
 pub struct TaskStatusUpdateEvent {
     /// The task.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub task_id: TaskId,
     /// The task's context.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub context_id: ContextId,
     /// The new status.
     #[serde(default, deserialize_with = "null_as_default")]
@@ -214,10 +229,18 @@ pub struct TaskStatusUpdateEvent {
 #[serde(rename_all = "camelCase")]
 pub struct TaskArtifactUpdateEvent {
     /// The task.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub task_id: TaskId,
     /// The task's context.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub context_id: ContextId,
     /// The artifact or chunk.
     #[serde(default, deserialize_with = "null_as_default")]
@@ -241,8 +264,9 @@ pub struct TaskArtifactUpdateEvent {
     pub metadata: Option<Metadata>,
 }
 
-/// Declares a proto oneof wrapper: serializes as `{"member": value}` and
-/// rejects objects that set two members, while ignoring unknown fields.
+/// Declares a proto oneof wrapper: serializes as `{"member": value}` (the member's proto JSON
+/// name, as written in the declaration) and rejects objects that set two members, while
+/// ignoring unknown fields.
 macro_rules! oneof {
     (
         $(#[$doc:meta])*
@@ -251,10 +275,22 @@ macro_rules! oneof {
         }
     ) => {
         $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq, serde::Serialize)]
-        #[serde(rename_all = "camelCase")]
+        #[derive(Clone, Debug, PartialEq)]
         pub enum $name {
             $( $(#[$vdoc])* $variant($ty), )+
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeMap as _;
+                // The key is the proto member name, which need not match the variant's name
+                // (`ApiKey` travels as `apiKeySecurityScheme`).
+                let mut map = serializer.serialize_map(Some(1))?;
+                match self {
+                    $( $name::$variant(value) => map.serialize_entry(stringify!($field), value)?, )+
+                }
+                map.end()
+            }
         }
 
         impl<'de> serde::Deserialize<'de> for $name {

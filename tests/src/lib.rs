@@ -1,1 +1,7 @@
 //! Shared support for the end-to-end tests: reference agents, peers and process helpers.
+
+pub mod process;
+pub mod python;
+
+mod echo;
+pub use echo::EchoAgent;

@@ -235,10 +235,10 @@ pub async fn collect_send(
                 ));
             }
         }
-        if let Some(current) = &task {
-            if return_immediately || current.status.state.ends_stream() {
-                break;
-            }
+        if let Some(current) = &task
+            && (return_immediately || current.status.state.ends_stream())
+        {
+            break;
         }
     }
     task.map(SendMessageResponse::Task).ok_or_else(|| {

@@ -7,10 +7,12 @@
 //! and HTTP; it knows nothing of models, tools or roles.
 
 mod agent;
+mod client;
 mod server;
 mod wire;
 
 pub use agent::{AgentTransport, CallContext, Error, EventStream, collect_send};
+pub use client::{Binding, ClientOptions, RemoteAgent, fetch_card};
 pub use server::{ServerOptions, router, router_with};
 pub use wire::{
     A2A_JSON, EXTENSIONS_HEADER, VERSION_HEADER, http_status, jsonrpc_code, kind_from_jsonrpc_code,

@@ -6,6 +6,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, Response, StatusCode};
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use mew_cards::{
     A2aError, CancelTaskRequest, ContextId, ErrorKind, GetExtendedAgentCardRequest,
@@ -42,46 +43,56 @@ pub(crate) fn routes() -> Router<Shared> {
 
 type Params = Path<HashMap<String, String>>;
 
-fn error(error: &A2aError) -> Response<Body> {
-    error_with(None, error)
+/// A request the binding refuses: an A2A error, with an HTTP status when the
+/// kind's usual one does not fit (415, 413, 405).
+pub(crate) struct Rejection {
+    status: Option<StatusCode>,
+    error: A2aError,
 }
 
-fn error_with(status: Option<StatusCode>, error: &A2aError) -> Response<Body> {
-    let (default_status, body) = rest_error_body(error);
-    json_response(
-        status.unwrap_or(default_status),
-        "application/json",
-        body.to_string().into_bytes(),
-    )
-}
-
-fn ok<T: Serialize>(value: &T) -> Response<Body> {
-    match serde_json::to_vec(value) {
-        Ok(body) => json_response(StatusCode::OK, A2A_JSON, body),
-        Err(e) => error(&A2aError::internal(format!(
-            "cannot serialize the response: {e}"
-        ))),
+impl From<A2aError> for Rejection {
+    fn from(error: A2aError) -> Self {
+        Self {
+            status: None,
+            error,
+        }
     }
 }
 
-fn reply<T: Serialize>(outcome: Result<T, crate::Error>) -> Response<Body> {
-    match outcome {
-        Ok(value) => ok(&value),
-        Err(e) => error(&e.into_a2a()),
+impl From<crate::Error> for Rejection {
+    fn from(error: crate::Error) -> Self {
+        error.into_a2a().into()
     }
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response<Body> {
+        let (default_status, body) = rest_error_body(&self.error);
+        let status = self.status.unwrap_or(default_status);
+        json_response(status, "application/json", body.to_string().into_bytes())
+    }
+}
+
+type Answer = Result<Response<Body>, Rejection>;
+
+fn ok<T: Serialize>(value: &T) -> Answer {
+    serde_json::to_vec(value)
+        .map(|body| json_response(StatusCode::OK, A2A_JSON, body))
+        .map_err(|e| A2aError::internal(format!("cannot serialize the response: {e}")).into())
 }
 
 /// Fallback for paths that are not part of the binding.
-pub(crate) async fn not_found(method: Method, uri: axum::http::Uri) -> Response<Body> {
-    error(&A2aError::new(
+pub(crate) async fn not_found(method: Method, uri: axum::http::Uri) -> Rejection {
+    A2aError::new(
         ErrorKind::MethodNotFound,
         format!("no route for {method} {}", uri.path()),
-    ))
+    )
+    .into()
 }
 
 /// The checks every operation shares: protocol version, then the caller's context.
-fn begin(headers: &HeaderMap, query: Option<&str>) -> Result<CallContext, Response<Body>> {
-    check_version(headers, query).map_err(|e| error(&e))?;
+fn begin(headers: &HeaderMap, query: Option<&str>) -> Result<CallContext, Rejection> {
+    check_version(headers, query)?;
     Ok(call_context(headers))
 }
 
@@ -90,22 +101,28 @@ async fn json_body<T: DeserializeOwned + Default>(
     shared: &Shared,
     headers: &HeaderMap,
     body: Body,
-) -> Result<T, Response<Body>> {
+) -> Result<T, Rejection> {
     let bytes = read_body(body, shared.options.max_body_bytes)
         .await
         .map_err(|e| {
-            let (status, e) = e.into_a2a();
-            error_with(Some(status), &e)
+            let (status, error) = e.into_a2a();
+            Rejection {
+                status: Some(status),
+                error,
+            }
         })?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
     if !content_type_is(headers, &[A2A_JSON, "application/json"]) {
-        let e = A2aError::new(
+        let error = A2aError::new(
             ErrorKind::InvalidRequest,
             "HTTP+JSON bodies must have Content-Type: application/a2a+json or application/json",
         );
-        return Err(error_with(Some(StatusCode::UNSUPPORTED_MEDIA_TYPE), &e));
+        return Err(Rejection {
+            status: Some(StatusCode::UNSUPPORTED_MEDIA_TYPE),
+            error,
+        });
     }
     serde_json::from_slice(&bytes).map_err(|e| {
         let kind = if e.is_syntax() || e.is_eof() {
@@ -113,7 +130,7 @@ async fn json_body<T: DeserializeOwned + Default>(
         } else {
             ErrorKind::InvalidParams
         };
-        error(&A2aError::new(kind, format!("invalid request body: {e}")))
+        A2aError::new(kind, format!("invalid request body: {e}")).into()
     })
 }
 
@@ -131,19 +148,13 @@ async fn send(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
-) -> Response<Body> {
-    let ctx = match begin(&headers, query.as_deref()) {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
-    let mut request: SendMessageRequest = match json_body(&shared, &headers, body).await {
-        Ok(request) => request,
-        Err(response) => return response,
-    };
+) -> Answer {
+    let ctx = begin(&headers, query.as_deref())?;
+    let mut request: SendMessageRequest = json_body(&shared, &headers, body).await?;
     if params.contains_key("tenant") {
         request.tenant = tenant(&params);
     }
-    reply(shared.agent.send_message(&ctx, request).await)
+    ok(&shared.agent.send_message(&ctx, request).await?)
 }
 
 async fn stream(
@@ -152,29 +163,18 @@ async fn stream(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
-) -> Response<Body> {
-    let ctx = match begin(&headers, query.as_deref()) {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
-    let mut request: SendMessageRequest = match json_body(&shared, &headers, body).await {
-        Ok(request) => request,
-        Err(response) => return response,
-    };
+) -> Answer {
+    let ctx = begin(&headers, query.as_deref())?;
+    let mut request: SendMessageRequest = json_body(&shared, &headers, body).await?;
     if params.contains_key("tenant") {
         request.tenant = tenant(&params);
     }
-    events(
-        &shared,
-        shared.agent.send_streaming_message(&ctx, request).await,
-    )
-}
-
-fn events(shared: &Shared, outcome: Result<crate::EventStream, crate::Error>) -> Response<Body> {
-    match outcome {
-        Err(e) => error(&e.into_a2a()),
-        Ok(stream) => sse_response(stream, shared.options.keep_alive, render_event),
-    }
+    let events = shared.agent.send_streaming_message(&ctx, request).await?;
+    Ok(sse_response(
+        events,
+        shared.options.keep_alive,
+        render_event,
+    ))
 }
 
 fn render_event(item: Result<StreamResponse, A2aError>) -> String {
@@ -183,27 +183,19 @@ fn render_event(item: Result<StreamResponse, A2aError>) -> String {
         Err(e) => Ok(rest_error_body(e).1.to_string()),
     };
     rendered.unwrap_or_else(|e| {
-        rest_error_body(&A2aError::internal(format!(
-            "cannot serialize an event: {e}"
-        )))
-        .1
-        .to_string()
+        let error = A2aError::internal(format!("cannot serialize an event: {e}"));
+        rest_error_body(&error).1.to_string()
     })
 }
 
 /// Query parameters of a read; repeated keys keep the last value.
 fn query_map(query: Option<&str>) -> Result<HashMap<String, String>, A2aError> {
-    serde_urlencoded_pairs(query.unwrap_or(""))
-        .map(|pairs| pairs.into_iter().collect())
-        .map_err(|e| A2aError::invalid_params(format!("invalid query string: {e}")))
-}
-
-fn serde_urlencoded_pairs(query: &str) -> Result<Vec<(String, String)>, String> {
-    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(
-        &format!("/?{query}").parse().map_err(|e| format!("{e}"))?,
-    )
-    .map(|q| q.0)
-    .map_err(|e| e.body_text())
+    let uri: axum::http::Uri = format!("/?{}", query.unwrap_or(""))
+        .parse()
+        .map_err(|e| A2aError::invalid_params(format!("invalid query string: {e}")))?;
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
+        .map(|q| q.0.into_iter().collect())
+        .map_err(|e| A2aError::invalid_params(format!("invalid query string: {}", e.body_text())))
 }
 
 fn int_param(map: &HashMap<String, String>, name: &str) -> Result<Option<i32>, A2aError> {
@@ -260,15 +252,10 @@ async fn list(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Response<Body> {
-    let ctx = match begin(&headers, query.as_deref()) {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
-    match list_request(tenant(&params), query.as_deref()) {
-        Ok(request) => reply(shared.agent.list_tasks(&ctx, request).await),
-        Err(e) => error(&e),
-    }
+) -> Answer {
+    let ctx = begin(&headers, query.as_deref())?;
+    let request = list_request(tenant(&params), query.as_deref())?;
+    ok(&shared.agent.list_tasks(&ctx, request).await?)
 }
 
 /// Splits `id:action` (the action may be absent).
@@ -279,42 +266,45 @@ fn split_action(segment: &str) -> (&str, Option<&str>) {
     }
 }
 
+fn wrong_method(message: &str) -> Rejection {
+    let error = A2aError::new(ErrorKind::MethodNotFound, message);
+    Rejection {
+        status: Some(StatusCode::METHOD_NOT_ALLOWED),
+        error,
+    }
+}
+
 async fn task_get(
     State(shared): State<Shared>,
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Response<Body> {
-    let ctx = match begin(&headers, query.as_deref()) {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
+) -> Answer {
+    let ctx = begin(&headers, query.as_deref())?;
     let segment = param(&params, "task");
     match split_action(&segment) {
         (id, None) => {
-            let history_length =
-                match query_map(query.as_deref()).and_then(|m| int_param(&m, "historyLength")) {
-                    Ok(n) => n,
-                    Err(e) => return error(&e),
-                };
+            let history_length = int_param(&query_map(query.as_deref())?, "historyLength")?;
             let request = GetTaskRequest {
                 tenant: tenant(&params),
                 id: TaskId::from(id),
                 history_length,
             };
-            reply(shared.agent.get_task(&ctx, request).await)
+            ok(&shared.agent.get_task(&ctx, request).await?)
         }
         (id, Some("subscribe")) => {
             let request = SubscribeToTaskRequest {
                 tenant: tenant(&params),
                 id: TaskId::from(id),
             };
-            events(&shared, shared.agent.subscribe_to_task(&ctx, request).await)
+            let events = shared.agent.subscribe_to_task(&ctx, request).await?;
+            Ok(sse_response(
+                events,
+                shared.options.keep_alive,
+                render_event,
+            ))
         }
-        (_, Some(action)) => error_with(
-            Some(StatusCode::METHOD_NOT_ALLOWED),
-            &A2aError::new(ErrorKind::MethodNotFound, format!(":{action} needs POST")),
-        ),
+        (_, Some(_)) => Err(wrong_method(":cancel needs POST")),
     }
 }
 
@@ -324,38 +314,31 @@ async fn task_post(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
-) -> Response<Body> {
-    let ctx = match begin(&headers, query.as_deref()) {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
+) -> Answer {
+    let ctx = begin(&headers, query.as_deref())?;
     let segment = param(&params, "task");
     let (id, action) = split_action(&segment);
     let id = TaskId::from(id);
     match action {
         Some("cancel") => {
-            let mut request: CancelTaskRequest = match json_body(&shared, &headers, body).await {
-                Ok(request) => request,
-                Err(response) => return response,
-            };
+            let mut request: CancelTaskRequest = json_body(&shared, &headers, body).await?;
             request.id = id;
             request.tenant = tenant(&params);
-            reply(shared.agent.cancel_task(&ctx, request).await)
+            ok(&shared.agent.cancel_task(&ctx, request).await?)
         }
         Some("subscribe") => {
             let request = SubscribeToTaskRequest {
                 tenant: tenant(&params),
                 id,
             };
-            events(&shared, shared.agent.subscribe_to_task(&ctx, request).await)
+            let events = shared.agent.subscribe_to_task(&ctx, request).await?;
+            Ok(sse_response(
+                events,
+                shared.options.keep_alive,
+                render_event,
+            ))
         }
-        _ => error_with(
-            Some(StatusCode::METHOD_NOT_ALLOWED),
-            &A2aError::new(
-                ErrorKind::MethodNotFound,
-                "POST on a task needs :cancel or :subscribe",
-            ),
-        ),
+        _ => Err(wrong_method("POST on a task needs :cancel or :subscribe")),
     }
 }
 
@@ -365,23 +348,15 @@ async fn push_create(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
-) -> Response<Body> {
-    let ctx = match begin(&headers, query.as_deref()) {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
-    let mut config: TaskPushNotificationConfig = match json_body(&shared, &headers, body).await {
-        Ok(config) => config,
-        Err(response) => return response,
-    };
+) -> Answer {
+    let ctx = begin(&headers, query.as_deref())?;
+    let mut config: TaskPushNotificationConfig = json_body(&shared, &headers, body).await?;
     config.task_id = TaskId::from(param(&params, "task"));
     config.tenant = tenant(&params);
-    reply(
-        shared
-            .agent
-            .create_task_push_notification_config(&ctx, config)
-            .await,
-    )
+    ok(&shared
+        .agent
+        .create_task_push_notification_config(&ctx, config)
+        .await?)
 }
 
 async fn push_list(
@@ -389,31 +364,19 @@ async fn push_list(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Response<Body> {
-    let ctx = match begin(&headers, query.as_deref()) {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
-    let map = match query_map(query.as_deref()) {
-        Ok(map) => map,
-        Err(e) => return error(&e),
-    };
-    let page_size = match int_param(&map, "pageSize") {
-        Ok(n) => n.unwrap_or(0),
-        Err(e) => return error(&e),
-    };
+) -> Answer {
+    let ctx = begin(&headers, query.as_deref())?;
+    let map = query_map(query.as_deref())?;
     let request = ListTaskPushNotificationConfigsRequest {
         tenant: tenant(&params),
         task_id: TaskId::from(param(&params, "task")),
-        page_size,
+        page_size: int_param(&map, "pageSize")?.unwrap_or(0),
         page_token: map.get("pageToken").cloned().unwrap_or_default(),
     };
-    reply(
-        shared
-            .agent
-            .list_task_push_notification_configs(&ctx, request)
-            .await,
-    )
+    ok(&shared
+        .agent
+        .list_task_push_notification_configs(&ctx, request)
+        .await?)
 }
 
 fn config_request(params: &HashMap<String, String>) -> GetTaskPushNotificationConfigRequest {
@@ -429,16 +392,12 @@ async fn push_get(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Response<Body> {
-    match begin(&headers, query.as_deref()) {
-        Ok(ctx) => reply(
-            shared
-                .agent
-                .get_task_push_notification_config(&ctx, config_request(&params))
-                .await,
-        ),
-        Err(response) => response,
-    }
+) -> Answer {
+    let ctx = begin(&headers, query.as_deref())?;
+    ok(&shared
+        .agent
+        .get_task_push_notification_config(&ctx, config_request(&params))
+        .await?)
 }
 
 async fn push_delete(
@@ -446,17 +405,13 @@ async fn push_delete(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Response<Body> {
-    match begin(&headers, query.as_deref()) {
-        Ok(ctx) => {
-            let outcome = shared
-                .agent
-                .delete_task_push_notification_config(&ctx, config_request(&params))
-                .await;
-            reply(outcome.map(|()| serde_json::json!({})))
-        }
-        Err(response) => response,
-    }
+) -> Answer {
+    let ctx = begin(&headers, query.as_deref())?;
+    shared
+        .agent
+        .delete_task_push_notification_config(&ctx, config_request(&params))
+        .await?;
+    ok(&serde_json::json!({}))
 }
 
 async fn extended_card(
@@ -464,14 +419,10 @@ async fn extended_card(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Response<Body> {
-    match begin(&headers, query.as_deref()) {
-        Ok(ctx) => {
-            let request = GetExtendedAgentCardRequest {
-                tenant: tenant(&params),
-            };
-            reply(shared.agent.get_extended_agent_card(&ctx, request).await)
-        }
-        Err(response) => response,
-    }
+) -> Answer {
+    let ctx = begin(&headers, query.as_deref())?;
+    let request = GetExtendedAgentCardRequest {
+        tenant: tenant(&params),
+    };
+    ok(&shared.agent.get_extended_agent_card(&ctx, request).await?)
 }

@@ -1,0 +1,112 @@
+//! The backends the conformance suite runs against: in-process, Mew over HTTP, the Python SDK server.
+
+use std::sync::Arc;
+
+use mew_tests::EchoAgent;
+use mew_tests::python::PythonEchoServer;
+use mew_transport::{AgentTransport, Binding, ClientOptions, RemoteAgent};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// Where the agent under test lives and how it is reached.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    /// The `EchoAgent` object itself.
+    InProcess,
+    /// `EchoAgent` behind `mew_transport::router`, reached by `RemoteAgent` over JSON-RPC.
+    MewJsonRpc,
+    /// The same over HTTP+JSON.
+    MewRest,
+    /// The Python SDK's echo server, reached by `RemoteAgent` over JSON-RPC.
+    PythonJsonRpc,
+    /// The same over HTTP+JSON.
+    PythonRest,
+}
+
+/// An agent under test, with whatever keeps it alive.
+pub struct Backend {
+    pub agent: Arc<dyn AgentTransport>,
+    _server: Option<ServerGuard>,
+    _python: Option<PythonEchoServer>,
+}
+
+/// A Mew server task, aborted on drop.
+pub struct ServerGuard(JoinHandle<()>);
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Serves `agent` (built for its base URL) on a free loopback port.
+pub async fn serve<F>(make: F) -> anyhow::Result<(String, ServerGuard)>
+where
+    F: FnOnce(&str) -> Arc<dyn AgentTransport>,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let base_url = format!("http://{}", listener.local_addr()?);
+    let router = mew_transport::router(make(&base_url));
+    let handle = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok((base_url, ServerGuard(handle)))
+}
+
+fn options(binding: Binding) -> ClientOptions {
+    ClientOptions {
+        binding: Some(binding),
+        ..ClientOptions::default()
+    }
+}
+
+impl Backend {
+    pub async fn start(kind: Kind) -> anyhow::Result<Self> {
+        let remote = |agent: RemoteAgent| Arc::new(agent) as Arc<dyn AgentTransport>;
+        Ok(match kind {
+            Kind::InProcess => Self {
+                agent: Arc::new(EchoAgent::new("http://127.0.0.1:1")),
+                _server: None,
+                _python: None,
+            },
+            Kind::MewJsonRpc | Kind::MewRest => {
+                let (url, guard) = serve(|url| Arc::new(EchoAgent::new(url))).await?;
+                let binding = if matches!(kind, Kind::MewJsonRpc) {
+                    Binding::JsonRpc
+                } else {
+                    Binding::HttpJson
+                };
+                let agent = RemoteAgent::resolve_with(&url, options(binding)).await?;
+                anyhow::ensure!(
+                    agent.binding() == binding,
+                    "the client picked {:?}",
+                    agent.binding()
+                );
+                Self {
+                    agent: remote(agent),
+                    _server: Some(guard),
+                    _python: None,
+                }
+            }
+            Kind::PythonJsonRpc | Kind::PythonRest => {
+                let server = PythonEchoServer::start().await?;
+                let binding = if matches!(kind, Kind::PythonJsonRpc) {
+                    Binding::JsonRpc
+                } else {
+                    Binding::HttpJson
+                };
+                let agent = RemoteAgent::resolve_with(&server.base_url, options(binding)).await?;
+                anyhow::ensure!(
+                    agent.binding() == binding,
+                    "the client picked {:?}",
+                    agent.binding()
+                );
+                Self {
+                    agent: remote(agent),
+                    _server: None,
+                    _python: Some(server),
+                }
+            }
+        })
+    }
+}

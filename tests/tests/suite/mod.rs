@@ -1,0 +1,6 @@
+//! The end-to-end test modules.
+
+mod backends;
+mod conformance;
+mod python_client;
+mod server_errors;

@@ -1,0 +1,150 @@
+//! The Python SDK's client against Mew's server: discovery, every operation, both bindings.
+
+use std::sync::Arc;
+
+use anyhow::ensure;
+use mew_tests::EchoAgent;
+use mew_tests::python::run_driver;
+
+use super::backends::serve;
+
+const STEPS: [&str; 11] = [
+    "card",
+    "send echo",
+    "stream",
+    "send wait",
+    "cancel",
+    "subscribe",
+    "send ask",
+    "continue ask",
+    "send message",
+    "send fail",
+    "list",
+];
+
+async fn roundtrip(binding: &str) -> anyhow::Result<()> {
+    let (url, _server) = serve(|url| Arc::new(EchoAgent::new(url))).await?;
+    let out = run_driver(&url, binding, &["roundtrip"]).await?;
+    ensure!(
+        out.code == 0,
+        "the Python client failed ({}): {}",
+        out.code,
+        out.stderr
+    );
+    let steps: Vec<&str> = out
+        .lines
+        .iter()
+        .filter_map(|l| l["step"].as_str())
+        .collect();
+    ensure!(
+        steps[..STEPS.len()] == STEPS && steps.last() == Some(&"get"),
+        "steps {steps:?}"
+    );
+    let card = &out.lines[0]["result"];
+    ensure!(card["name"] == "echo", "the SDK read the card as {card}");
+    let canceled = &out.lines[4]["result"];
+    ensure!(
+        canceled["status"]["state"] == "TASK_STATE_CANCELED",
+        "cancel answered {canceled}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn sdk_client_roundtrip_over_jsonrpc() -> anyhow::Result<()> {
+    roundtrip("jsonrpc").await
+}
+
+#[tokio::test]
+async fn sdk_client_roundtrip_over_rest() -> anyhow::Result<()> {
+    roundtrip("rest").await
+}
+
+#[tokio::test]
+async fn sdk_client_sees_typed_errors() -> anyhow::Result<()> {
+    let (url, _server) = serve(|url| Arc::new(EchoAgent::new(url))).await?;
+    for binding in ["jsonrpc", "rest"] {
+        let out = run_driver(&url, binding, &["get", "no-such-task"]).await?;
+        ensure!(
+            out.code == 3,
+            "{binding}: exit {} ({})",
+            out.code,
+            out.stderr
+        );
+        ensure!(
+            out.stderr.contains("TASK_NOT_FOUND") || out.stderr.contains("-32001"),
+            "{binding}: {}",
+            out.stderr
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn sdk_client_streams_and_pages() -> anyhow::Result<()> {
+    let (url, _server) = serve(|url| Arc::new(EchoAgent::new(url))).await?;
+    for binding in ["jsonrpc", "rest"] {
+        let out = run_driver(&url, binding, &["stream", "stream", "2"]).await?;
+        ensure!(out.code == 0, "{binding}: {}", out.stderr);
+        ensure!(
+            out.lines.first().is_some_and(|l| l.get("task").is_some()),
+            "{binding}: first event {:?}",
+            out.lines.first()
+        );
+        let last = out
+            .lines
+            .last()
+            .map(|l| l["statusUpdate"]["status"]["state"].clone());
+        ensure!(
+            last == Some("TASK_STATE_COMPLETED".into()),
+            "{binding}: last {last:?}"
+        );
+    }
+    let context = mew_cards::ContextId::generate().to_string();
+    for i in 0..3 {
+        let out = run_driver(
+            &url,
+            "jsonrpc",
+            &["send", "--context", &context, "echo", &i.to_string()],
+        )
+        .await?;
+        ensure!(out.code == 0, "send {i}: {}", out.stderr);
+    }
+    let out = run_driver(
+        &url,
+        "rest",
+        &["list", "--context", &context, "--page-size", "2"],
+    )
+    .await?;
+    ensure!(out.code == 0, "list: {}", out.stderr);
+    let page = &out.lines[0];
+    ensure!(
+        page["tasks"].as_array().map(Vec::len) == Some(2) && page["totalSize"] == 3,
+        "page {page}"
+    );
+    let token = page["nextPageToken"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    ensure!(!token.is_empty(), "no next page token");
+    let out = run_driver(
+        &url,
+        "jsonrpc",
+        &[
+            "list",
+            "--context",
+            &context,
+            "--page-size",
+            "2",
+            "--page-token",
+            &token,
+        ],
+    )
+    .await?;
+    ensure!(
+        out.lines[0]["tasks"].as_array().map(Vec::len) == Some(1),
+        "second page {}",
+        out.lines[0]
+    );
+    Ok(())
+}

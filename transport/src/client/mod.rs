@@ -1,0 +1,729 @@
+//! `RemoteAgent`: `AgentTransport` over HTTP, speaking JSON-RPC or HTTP+JSON as the card offers.
+
+mod sse;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use mew_cards::{
+    AgentCard, AgentInterface, CancelTaskRequest, GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse, ListTasksRequest, ListTasksResponse, PROTOCOL_VERSION,
+    SendMessageRequest, SendMessageResponse, StreamResponse, SubscribeToTaskRequest, Task,
+    TaskPushNotificationConfig, WELL_KNOWN_CARD_PATH, binding,
+};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use self::sse::{SseDecoder, SseEvent};
+use crate::agent::{AgentTransport, CallContext, Error, EventStream};
+use crate::wire::{
+    A2A_JSON, EXTENSIONS_HEADER, VERSION_HEADER, parse_jsonrpc_error, parse_rest_error,
+};
+
+/// The protocol bindings the client speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binding {
+    /// JSON-RPC 2.0.
+    JsonRpc,
+    /// HTTP+JSON.
+    HttpJson,
+}
+
+impl Binding {
+    /// The card's name of this binding.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::JsonRpc => binding::JSONRPC,
+            Self::HttpJson => binding::HTTP_JSON,
+        }
+    }
+
+    fn from_card(name: &str) -> Option<Self> {
+        match name {
+            binding::JSONRPC => Some(Self::JsonRpc),
+            binding::HTTP_JSON => Some(Self::HttpJson),
+            _ => None,
+        }
+    }
+}
+
+/// How a [`RemoteAgent`] connects.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Use this binding instead of the card's first supported one.
+    pub binding: Option<Binding>,
+    /// Time allowed to open a connection.
+    pub connect_timeout: Duration,
+    /// Time allowed for a whole non-streaming call (a blocking send waits for the task).
+    pub request_timeout: Duration,
+    /// Time a stream may stay silent (servers send keep-alives) before it is abandoned.
+    pub idle_timeout: Duration,
+    /// Headers sent with every request (credentials, for instance).
+    pub headers: HeaderMap,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            binding: None,
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(120),
+            headers: HeaderMap::new(),
+        }
+    }
+}
+
+/// An agent reached over HTTP.
+#[derive(Clone, Debug)]
+pub struct RemoteAgent {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    http: reqwest::Client,
+    card: AgentCard,
+    binding: Binding,
+    /// The interface URL without a trailing slash.
+    url: String,
+    tenant: String,
+    request_timeout: Duration,
+}
+
+fn transport_error(what: &str, error: reqwest::Error) -> Error {
+    Error::Transport {
+        message: format!("{what}: {error}"),
+        source: Some(Box::new(error)),
+    }
+}
+
+/// Builds the HTTP client every call of one agent shares.
+fn http_client(options: &ClientOptions) -> Result<reqwest::Client, Error> {
+    let mut headers = options.headers.clone();
+    headers.insert(
+        HeaderName::from_static("a2a-version"),
+        HeaderValue::from_static(PROTOCOL_VERSION),
+    );
+    reqwest::Client::builder()
+        .connect_timeout(options.connect_timeout)
+        .read_timeout(options.idle_timeout)
+        .default_headers(headers)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| transport_error("cannot build the HTTP client", e))
+}
+
+/// Fetches and parses the card published under `base_url`.
+pub async fn fetch_card(http: &reqwest::Client, base_url: &str) -> Result<AgentCard, Error> {
+    let url = if base_url.ends_with(".json") {
+        base_url.to_owned()
+    } else {
+        format!("{}/{WELL_KNOWN_CARD_PATH}", base_url.trim_end_matches('/'))
+    };
+    let response = http
+        .get(&url)
+        .header(VERSION_HEADER, PROTOCOL_VERSION)
+        .send()
+        .await
+        .map_err(|e| transport_error(&format!("cannot fetch the card at {url}"), e))?;
+    let status = response.status();
+    let body = response
+        .bytes()
+        .await
+        .map_err(|e| transport_error("cannot read the card", e))?;
+    if !status.is_success() {
+        return Err(Error::transport(format!(
+            "fetching the card at {url} answered HTTP {status}"
+        )));
+    }
+    serde_json::from_slice(&body)
+        .map_err(|e| Error::decode(format!("the card at {url} is not a valid agent card: {e}")))
+}
+
+/// The first interface of the card that speaks A2A 1.x over a binding we speak
+/// (the forced one, when given).
+fn pick_interface(
+    card: &AgentCard,
+    forced: Option<Binding>,
+) -> Result<(Binding, &AgentInterface), Error> {
+    card.supported_interfaces
+        .iter()
+        .filter(|i| i.protocol_version.split('.').next() == Some("1"))
+        .find_map(|i| {
+            let binding = Binding::from_card(&i.protocol_binding)?;
+            (forced.is_none() || forced == Some(binding)).then_some((binding, i))
+        })
+        .ok_or_else(|| {
+            let offered: Vec<String> = card
+                .supported_interfaces
+                .iter()
+                .map(|i| {
+                    format!(
+                        "{} {} (A2A {})",
+                        i.protocol_binding, i.url, i.protocol_version
+                    )
+                })
+                .collect();
+            let wanted =
+                forced.map_or("JSONRPC or HTTP+JSON".to_owned(), |b| b.as_str().to_owned());
+            Error::transport(format!(
+                "agent {:?} offers no {wanted} interface for A2A 1.0; it offers: {}",
+                card.name,
+                if offered.is_empty() {
+                    "none".to_owned()
+                } else {
+                    offered.join(", ")
+                }
+            ))
+        })
+}
+
+impl RemoteAgent {
+    /// Fetches the card under `base_url` and connects with default options.
+    pub async fn resolve(base_url: &str) -> Result<Self, Error> {
+        Self::resolve_with(base_url, ClientOptions::default()).await
+    }
+
+    /// Fetches the card under `base_url` (or at a URL ending in `.json`) and connects.
+    pub async fn resolve_with(base_url: &str, options: ClientOptions) -> Result<Self, Error> {
+        let http = http_client(&options)?;
+        let card = fetch_card(&http, base_url).await?;
+        Self::build(http, card, &options)
+    }
+
+    /// Connects to the agent a card describes.
+    pub fn from_card(card: AgentCard, options: ClientOptions) -> Result<Self, Error> {
+        let http = http_client(&options)?;
+        Self::build(http, card, &options)
+    }
+
+    fn build(
+        http: reqwest::Client,
+        card: AgentCard,
+        options: &ClientOptions,
+    ) -> Result<Self, Error> {
+        let (binding, interface) = pick_interface(&card, options.binding)?;
+        let url = interface.url.trim_end_matches('/').to_owned();
+        let tenant = interface.tenant.clone();
+        let request_timeout = options.request_timeout;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                http,
+                card,
+                binding,
+                url,
+                tenant,
+                request_timeout,
+            }),
+        })
+    }
+
+    /// The binding in use.
+    pub fn binding(&self) -> Binding {
+        self.inner.binding
+    }
+
+    /// The interface URL in use.
+    pub fn url(&self) -> &str {
+        &self.inner.url
+    }
+
+    /// The card this client was built from.
+    pub fn agent_card(&self) -> &AgentCard {
+        &self.inner.card
+    }
+}
+
+/// A request under way: method, path (HTTP+JSON) or method name (JSON-RPC), and body.
+struct Call<'a> {
+    jsonrpc_method: &'static str,
+    rest_method: Method,
+    rest_path: String,
+    rest_query: Vec<(&'static str, String)>,
+    body: Option<&'a (dyn erased::Body + Sync)>,
+}
+
+/// Object-safe serialization of request bodies.
+mod erased {
+    pub(crate) trait Body {
+        fn to_json(&self) -> Result<Vec<u8>, serde_json::Error>;
+    }
+
+    impl<T: serde::Serialize> Body for T {
+        fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+            serde_json::to_vec(self)
+        }
+    }
+}
+
+impl Inner {
+    fn tenant_prefix(&self, tenant: &str) -> String {
+        let tenant = if tenant.is_empty() {
+            &self.tenant
+        } else {
+            tenant
+        };
+        if tenant.is_empty() {
+            String::new()
+        } else {
+            format!("/{tenant}")
+        }
+    }
+
+    fn request(
+        &self,
+        ctx: &CallContext,
+        call: &Call<'_>,
+        streaming: bool,
+    ) -> Result<reqwest::RequestBuilder, Error> {
+        let builder = match self.binding {
+            Binding::JsonRpc => {
+                let params: Box<RawValue> = match call.body {
+                    Some(body) => body
+                        .to_json()
+                        .ok()
+                        .and_then(|b| RawValue::from_string(String::from_utf8(b).ok()?).ok()),
+                    None => RawValue::from_string("{}".to_owned()).ok(),
+                }
+                .ok_or_else(|| Error::decode("cannot serialize the request"))?;
+                let envelope = Envelope {
+                    jsonrpc: "2.0",
+                    id: uuid_like_id(),
+                    method: call.jsonrpc_method,
+                    params: &params,
+                };
+                let body = serde_json::to_vec(&envelope)
+                    .map_err(|e| Error::decode(format!("cannot serialize the request: {e}")))?;
+                self.http
+                    .post(&self.url)
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body)
+            }
+            Binding::HttpJson => {
+                let url = format!("{}{}", self.url, call.rest_path);
+                let mut builder = self
+                    .http
+                    .request(call.rest_method.clone(), url)
+                    .query(&call.rest_query);
+                if let Some(body) = call.body {
+                    let bytes = body
+                        .to_json()
+                        .map_err(|e| Error::decode(format!("cannot serialize the request: {e}")))?;
+                    builder = builder.header(CONTENT_TYPE, A2A_JSON).body(bytes);
+                }
+                builder
+            }
+        };
+        let builder = if ctx.extensions.is_empty() {
+            builder
+        } else {
+            builder.header(EXTENSIONS_HEADER, ctx.extensions.join(","))
+        };
+        Ok(if streaming {
+            builder.header(ACCEPT, "text/event-stream")
+        } else {
+            builder.timeout(self.request_timeout)
+        })
+    }
+
+    async fn unary<T: DeserializeOwned>(
+        &self,
+        ctx: &CallContext,
+        call: Call<'_>,
+    ) -> Result<T, Error> {
+        let response = self
+            .request(ctx, &call, false)?
+            .send()
+            .await
+            .map_err(|e| transport_error(&format!("{} failed", call.jsonrpc_method), e))?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|e| {
+            transport_error(
+                &format!("{} failed while reading the answer", call.jsonrpc_method),
+                e,
+            )
+        })?;
+        match self.binding {
+            Binding::JsonRpc => decode_jsonrpc(status, &body),
+            Binding::HttpJson if status.is_success() => serde_json::from_slice(&body)
+                .map_err(|e| Error::decode(format!("{}: {e}", call.jsonrpc_method))),
+            Binding::HttpJson => Err(Error::Protocol(parse_rest_error(status, &body))),
+        }
+    }
+
+    async fn stream(&self, ctx: &CallContext, call: Call<'_>) -> Result<EventStream, Error> {
+        let response = self
+            .request(ctx, &call, true)?
+            .send()
+            .await
+            .map_err(|e| transport_error(&format!("{} failed", call.jsonrpc_method), e))?;
+        let status = response.status();
+        let is_sse = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !is_sse || !status.is_success() {
+            // An error (or a single answer) before the stream started.
+            let body = response
+                .bytes()
+                .await
+                .map_err(|e| transport_error("cannot read the answer", e))?;
+            let single: StreamResponse = match self.binding {
+                Binding::JsonRpc => decode_jsonrpc(status, &body)?,
+                Binding::HttpJson if status.is_success() => serde_json::from_slice(&body)
+                    .map_err(|e| Error::decode(format!("{}: {e}", call.jsonrpc_method)))?,
+                Binding::HttpJson => return Err(Error::Protocol(parse_rest_error(status, &body))),
+            };
+            return Ok(Box::pin(futures_util::stream::iter([Ok(single)])));
+        }
+        let binding = self.binding;
+        let bytes = response.bytes_stream();
+        let state = (bytes, SseDecoder::default(), false);
+        Ok(Box::pin(futures_util::stream::unfold(
+            state,
+            move |(mut bytes, mut decoder, done)| async move {
+                if done {
+                    return None;
+                }
+                loop {
+                    match decoder.next_event() {
+                        Ok(Some(event)) => {
+                            let item = decode_event(binding, &event);
+                            let last = item.as_ref().map_or(true, StreamResponse::ends_stream);
+                            return Some((item, (bytes, decoder, last)));
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            let error =
+                                Error::decode(format!("the event stream is malformed: {e:?}"));
+                            return Some((Err(error), (bytes, decoder, true)));
+                        }
+                    }
+                    match bytes.next().await {
+                        Some(Ok(chunk)) => decoder.push(&chunk),
+                        Some(Err(e)) => {
+                            return Some((
+                                Err(transport_error("the event stream broke", e)),
+                                (bytes, decoder, true),
+                            ));
+                        }
+                        None => return None,
+                    }
+                }
+            },
+        )))
+    }
+}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    jsonrpc: &'static str,
+    id: String,
+    method: &'static str,
+    params: &'a RawValue,
+}
+
+/// A request id unique within this process.
+fn uuid_like_id() -> String {
+    mew_cards::MessageId::generate().to_string()
+}
+
+fn decode_jsonrpc<T: DeserializeOwned>(status: StatusCode, body: &[u8]) -> Result<T, Error> {
+    /// `result` is kept raw so that a present `null` (a delete's answer) differs from an absent one.
+    #[derive(serde::Deserialize)]
+    struct Response<'a> {
+        #[serde(borrow, default, deserialize_with = "present")]
+        result: Option<&'a RawValue>,
+        #[serde(default)]
+        error: Option<Value>,
+    }
+    fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+        <&RawValue as serde::Deserialize>::deserialize(d).map(Some)
+    }
+    let response: Response<'_> = serde_json::from_slice(body).map_err(|e| {
+        if status.is_success() {
+            Error::decode(format!("not a JSON-RPC response: {e}"))
+        } else {
+            let shown = String::from_utf8_lossy(&body[..body.len().min(200)]);
+            Error::transport(format!("HTTP {status}: {shown}"))
+        }
+    })?;
+    match (response.result, response.error) {
+        (_, Some(error)) => Err(Error::Protocol(parse_jsonrpc_error(&error))),
+        (Some(result), None) => serde_json::from_str(result.get())
+            .map_err(|e| Error::decode(format!("unexpected JSON-RPC result: {e}"))),
+        (None, None) => Err(Error::decode(
+            "a JSON-RPC response with neither result nor error",
+        )),
+    }
+}
+
+fn decode_event(binding: Binding, event: &SseEvent) -> Result<StreamResponse, Error> {
+    match binding {
+        Binding::JsonRpc => decode_jsonrpc(StatusCode::OK, event.data.as_bytes()),
+        Binding::HttpJson => {
+            let value: Value = serde_json::from_str(&event.data)
+                .map_err(|e| Error::decode(format!("an event is not JSON: {e}")))?;
+            if event.event == "error" || value.get("error").is_some() {
+                let status = value
+                    .pointer("/error/code")
+                    .and_then(Value::as_u64)
+                    .and_then(|c| StatusCode::from_u16(u16::try_from(c).ok()?).ok())
+                    .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                return Err(Error::Protocol(parse_rest_error(
+                    status,
+                    event.data.as_bytes(),
+                )));
+            }
+            serde_json::from_value(value)
+                .map_err(|e| Error::decode(format!("an event is not a StreamResponse: {e}")))
+        }
+    }
+}
+
+fn rest_task_path(prefix: &str, id: &str, suffix: &str) -> String {
+    format!("{prefix}/tasks/{}{suffix}", urlencode(id))
+}
+
+/// Percent-encodes a path segment.
+fn urlencode(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for byte in segment.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+fn history_query(n: Option<i32>) -> Vec<(&'static str, String)> {
+    n.map(|n| vec![("historyLength", n.to_string())])
+        .unwrap_or_default()
+}
+
+#[async_trait]
+impl AgentTransport for RemoteAgent {
+    async fn card(&self) -> Result<AgentCard, Error> {
+        Ok(self.inner.card.clone())
+    }
+
+    async fn send_message(
+        &self,
+        ctx: &CallContext,
+        request: SendMessageRequest,
+    ) -> Result<SendMessageResponse, Error> {
+        let prefix = self.inner.tenant_prefix(&request.tenant);
+        let call = Call {
+            jsonrpc_method: "SendMessage",
+            rest_method: Method::POST,
+            rest_path: format!("{prefix}/message:send"),
+            rest_query: Vec::new(),
+            body: Some(&request),
+        };
+        self.inner.unary(ctx, call).await
+    }
+
+    async fn send_streaming_message(
+        &self,
+        ctx: &CallContext,
+        request: SendMessageRequest,
+    ) -> Result<EventStream, Error> {
+        let prefix = self.inner.tenant_prefix(&request.tenant);
+        let call = Call {
+            jsonrpc_method: "SendStreamingMessage",
+            rest_method: Method::POST,
+            rest_path: format!("{prefix}/message:stream"),
+            rest_query: Vec::new(),
+            body: Some(&request),
+        };
+        self.inner.stream(ctx, call).await
+    }
+
+    async fn get_task(&self, ctx: &CallContext, request: GetTaskRequest) -> Result<Task, Error> {
+        let prefix = self.inner.tenant_prefix(&request.tenant);
+        let call = Call {
+            jsonrpc_method: "GetTask",
+            rest_method: Method::GET,
+            rest_path: rest_task_path(&prefix, request.id.as_str(), ""),
+            rest_query: history_query(request.history_length),
+            body: (self.inner.binding == Binding::JsonRpc).then_some(&request as _),
+        };
+        self.inner.unary(ctx, call).await
+    }
+
+    async fn list_tasks(
+        &self,
+        ctx: &CallContext,
+        request: ListTasksRequest,
+    ) -> Result<ListTasksResponse, Error> {
+        let prefix = self.inner.tenant_prefix(&request.tenant);
+        let mut query = history_query(request.history_length);
+        if !request.context_id.is_empty() {
+            query.push(("contextId", request.context_id.to_string()));
+        }
+        if request.status != mew_cards::TaskState::Unspecified {
+            query.push(("status", request.status.as_str().to_owned()));
+        }
+        if let Some(n) = request.page_size {
+            query.push(("pageSize", n.to_string()));
+        }
+        if !request.page_token.is_empty() {
+            query.push(("pageToken", request.page_token.clone()));
+        }
+        if let Some(ts) = request.status_timestamp_after {
+            query.push(("statusTimestampAfter", ts.to_string()));
+        }
+        if let Some(include) = request.include_artifacts {
+            query.push(("includeArtifacts", include.to_string()));
+        }
+        let call = Call {
+            jsonrpc_method: "ListTasks",
+            rest_method: Method::GET,
+            rest_path: format!("{prefix}/tasks"),
+            rest_query: query,
+            body: (self.inner.binding == Binding::JsonRpc).then_some(&request as _),
+        };
+        self.inner.unary(ctx, call).await
+    }
+
+    async fn cancel_task(
+        &self,
+        ctx: &CallContext,
+        request: CancelTaskRequest,
+    ) -> Result<Task, Error> {
+        let prefix = self.inner.tenant_prefix(&request.tenant);
+        let call = Call {
+            jsonrpc_method: "CancelTask",
+            rest_method: Method::POST,
+            rest_path: rest_task_path(&prefix, request.id.as_str(), ":cancel"),
+            rest_query: Vec::new(),
+            body: Some(&request),
+        };
+        self.inner.unary(ctx, call).await
+    }
+
+    async fn subscribe_to_task(
+        &self,
+        ctx: &CallContext,
+        request: SubscribeToTaskRequest,
+    ) -> Result<EventStream, Error> {
+        let prefix = self.inner.tenant_prefix(&request.tenant);
+        let call = Call {
+            jsonrpc_method: "SubscribeToTask",
+            rest_method: Method::POST,
+            rest_path: rest_task_path(&prefix, request.id.as_str(), ":subscribe"),
+            rest_query: Vec::new(),
+            body: (self.inner.binding == Binding::JsonRpc).then_some(&request as _),
+        };
+        self.inner.stream(ctx, call).await
+    }
+
+    async fn create_task_push_notification_config(
+        &self,
+        ctx: &CallContext,
+        request: TaskPushNotificationConfig,
+    ) -> Result<TaskPushNotificationConfig, Error> {
+        let prefix = self.inner.tenant_prefix(&request.tenant);
+        let call = Call {
+            jsonrpc_method: "CreateTaskPushNotificationConfig",
+            rest_method: Method::POST,
+            rest_path: rest_task_path(
+                &prefix,
+                request.task_id.as_str(),
+                "/pushNotificationConfigs",
+            ),
+            rest_query: Vec::new(),
+            body: Some(&request),
+        };
+        self.inner.unary(ctx, call).await
+    }
+
+    async fn get_task_push_notification_config(
+        &self,
+        ctx: &CallContext,
+        request: GetTaskPushNotificationConfigRequest,
+    ) -> Result<TaskPushNotificationConfig, Error> {
+        let prefix = self.inner.tenant_prefix(&request.tenant);
+        let suffix = format!("/pushNotificationConfigs/{}", urlencode(&request.id));
+        let call = Call {
+            jsonrpc_method: "GetTaskPushNotificationConfig",
+            rest_method: Method::GET,
+            rest_path: rest_task_path(&prefix, request.task_id.as_str(), &suffix),
+            rest_query: Vec::new(),
+            body: (self.inner.binding == Binding::JsonRpc).then_some(&request as _),
+        };
+        self.inner.unary(ctx, call).await
+    }
+
+    async fn list_task_push_notification_configs(
+        &self,
+        ctx: &CallContext,
+        request: ListTaskPushNotificationConfigsRequest,
+    ) -> Result<ListTaskPushNotificationConfigsResponse, Error> {
+        let prefix = self.inner.tenant_prefix(&request.tenant);
+        let mut query = Vec::new();
+        if request.page_size != 0 {
+            query.push(("pageSize", request.page_size.to_string()));
+        }
+        if !request.page_token.is_empty() {
+            query.push(("pageToken", request.page_token.clone()));
+        }
+        let call = Call {
+            jsonrpc_method: "ListTaskPushNotificationConfigs",
+            rest_method: Method::GET,
+            rest_path: rest_task_path(
+                &prefix,
+                request.task_id.as_str(),
+                "/pushNotificationConfigs",
+            ),
+            rest_query: query,
+            body: (self.inner.binding == Binding::JsonRpc).then_some(&request as _),
+        };
+        self.inner.unary(ctx, call).await
+    }
+
+    async fn delete_task_push_notification_config(
+        &self,
+        ctx: &CallContext,
+        request: GetTaskPushNotificationConfigRequest,
+    ) -> Result<(), Error> {
+        let prefix = self.inner.tenant_prefix(&request.tenant);
+        let suffix = format!("/pushNotificationConfigs/{}", urlencode(&request.id));
+        let call = Call {
+            jsonrpc_method: "DeleteTaskPushNotificationConfig",
+            rest_method: Method::DELETE,
+            rest_path: rest_task_path(&prefix, request.task_id.as_str(), &suffix),
+            rest_query: Vec::new(),
+            body: (self.inner.binding == Binding::JsonRpc).then_some(&request as _),
+        };
+        let _: Value = self.inner.unary(ctx, call).await?;
+        Ok(())
+    }
+
+    async fn get_extended_agent_card(
+        &self,
+        ctx: &CallContext,
+        request: GetExtendedAgentCardRequest,
+    ) -> Result<AgentCard, Error> {
+        let prefix = self.inner.tenant_prefix(&request.tenant);
+        let call = Call {
+            jsonrpc_method: "GetExtendedAgentCard",
+            rest_method: Method::GET,
+            rest_path: format!("{prefix}/extendedAgentCard"),
+            rest_query: Vec::new(),
+            body: (self.inner.binding == Binding::JsonRpc).then_some(&request as _),
+        };
+        self.inner.unary(ctx, call).await
+    }
+}
