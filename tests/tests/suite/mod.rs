@@ -2,5 +2,6 @@
 
 mod backends;
 mod conformance;
+mod error_kinds;
 mod python_client;
 mod server_errors;
