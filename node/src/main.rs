@@ -1,3 +1,5 @@
 //! The `mew` binary: parses the command line and hands over to the library.
 
-fn main() {}
+fn main() -> std::process::ExitCode {
+    mew_node::cli::main()
+}

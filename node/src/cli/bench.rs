@@ -1,0 +1,97 @@
+//! `mew bench <URL>`: load any A2A agent and report requests per second and latency percentiles.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use mew_transport::Binding;
+
+use super::Context;
+use crate::bench::{BenchOptions, run};
+
+/// A protocol binding, as the command line names it.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum BindingArg {
+    /// JSON-RPC 2.0.
+    Jsonrpc,
+    /// HTTP+JSON.
+    Rest,
+}
+
+impl From<BindingArg> for Binding {
+    fn from(value: BindingArg) -> Self {
+        match value {
+            BindingArg::Jsonrpc => Binding::JsonRpc,
+            BindingArg::Rest => Binding::HttpJson,
+        }
+    }
+}
+
+/// `mew bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// The agent's base URL (where /.well-known/agent-card.json is)
+    pub(crate) url: String,
+    /// Requests in flight at once
+    #[arg(short, long, default_value_t = 32)]
+    pub(crate) concurrency: usize,
+    /// How long to run, like 10s or 1m (the default when --count is not given: 10s)
+    #[arg(short, long, value_parser = duration)]
+    pub(crate) duration: Option<Duration>,
+    /// Stop after this many requests
+    #[arg(short = 'n', long)]
+    pub(crate) count: Option<u64>,
+    /// Streaming sends instead of blocking ones
+    #[arg(long)]
+    pub(crate) stream: bool,
+    /// The binding to use [default: the card's first]
+    #[arg(long, value_enum)]
+    pub(crate) binding: Option<BindingArg>,
+    /// The text of every message
+    #[arg(long, default_value = "echo hello")]
+    pub(crate) text: String,
+    /// Requests sent first and not measured
+    #[arg(long, default_value_t = 100)]
+    pub(crate) warmup: u64,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    crate::config::duration::parse(text)
+}
+
+/// Runs the benchmark and prints the report (JSON with `--json`).
+pub(crate) async fn bench(args: BenchArgs, context: &Context) -> anyhow::Result<()> {
+    let duration = match (args.duration, args.count) {
+        (None, None) => Some(Duration::from_secs(10)),
+        (duration, _) => duration,
+    };
+    let options = BenchOptions {
+        url: args.url,
+        binding: args.binding.map(Binding::from),
+        concurrency: args.concurrency,
+        duration,
+        count: args.count,
+        streaming: args.stream,
+        text: args.text,
+        warmup: args.warmup,
+    };
+    let report = run(&options, |elapsed, done, failed| {
+        let rate = done as f64 / elapsed.as_secs_f64().max(f64::EPSILON);
+        eprintln!(
+            "  {:>5.1}s  {done} requests  {rate:.0} req/s  {failed} errors",
+            elapsed.as_secs_f64()
+        );
+    })
+    .await?;
+    let mut out = std::io::stdout().lock();
+    if context.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "{report}")?;
+    }
+    if report.requests == 0 {
+        anyhow::bail!("no request succeeded");
+    }
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! The `mew` command line: global flags, one enum of subcommands, one dispatch.
+//!
+//! Adding a subcommand: a module here with its `Args` and a `run` function, a variant of
+//! `Command`, and an arm in `run`. Every subcommand gets a `Context` with the resolved
+//! configuration; subcommands that take the `node:` override flags say so in
+//! `Command::node_args`.
+
+mod bench;
+mod config;
+mod logging;
+mod up;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Config, FlagOverrides, LoadedConfig, LogFormat, Sources};
+
+pub use logging::init_logging;
+
+/// Runs the `mew` command line with the process's arguments and environment, and returns its
+/// exit status: 0 on success, 1 for a runtime error, 2 for a usage or configuration error.
+/// Errors are printed to stderr as `mew: <message>: <cause>: ...`.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            // Help and version go to stdout with status 0, usage errors to stderr with 2.
+            let _ = error.print();
+            return ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2));
+        }
+    };
+    match execute(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("mew: {:#}", failure.error());
+            ExitCode::from(failure.exit_code())
+        }
+    }
+}
+
+/// `mew`: a multi-agent node that publishes roles as A2A agents.
+#[derive(Debug, Parser)]
+#[command(name = "mew", version, about, propagate_version = true)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Flags every subcommand takes.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Global options")]
+pub(crate) struct GlobalArgs {
+    /// Read this configuration file too, above the user's and the project's
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// The project directory, whose .mew/ holds configuration and roles [default: the current
+    /// directory]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub(crate) project: Option<PathBuf>,
+    /// Log filter directive, such as `debug` or `info,mew_node=trace` [config: log.level, env:
+    /// MEW_LOG_LEVEL]
+    #[arg(long, global = true, value_name = "DIRECTIVE")]
+    pub(crate) log_level: Option<String>,
+    /// Log format, `text` or `json` [config: log.format, env: MEW_LOG_FORMAT]
+    #[arg(long, global = true, value_name = "FORMAT")]
+    pub(crate) log_format: Option<LogFormat>,
+    /// Print data as JSON, for programs
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+}
+
+/// Flags that override the `node:` settings, for the subcommands that use them.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct NodeArgs {
+    /// Address to listen on [config: node.host, env: MEW_HOST]
+    #[arg(long, value_name = "HOST")]
+    pub(crate) host: Option<String>,
+    /// Port to listen on, 0 for any free one [config: node.port, env: MEW_PORT]
+    #[arg(long, value_name = "PORT")]
+    pub(crate) port: Option<u16>,
+    /// Directory for the node's state [config: node.data_dir, env: MEW_DATA_DIR]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) data_dir: Option<PathBuf>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run the node: serve every known role as an A2A agent
+    Up(up::UpArgs),
+    /// Inspect the configuration
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
+    /// Load an A2A agent and report requests per second and latency
+    Bench(bench::BenchArgs),
+}
+
+impl Command {
+    /// The `node:` override flags this subcommand takes, if any.
+    fn node_args(&self) -> Option<&NodeArgs> {
+        match self {
+            Command::Up(args) => Some(&args.node),
+            Command::Config(config::ConfigCommand::Show(args)) => Some(&args.node),
+            Command::Bench(_) => None,
+        }
+    }
+}
+
+/// What every subcommand runs with.
+#[derive(Debug)]
+pub(crate) struct Context {
+    /// The resolved configuration.
+    pub(crate) config: Config,
+    /// The merged layers behind it, with the origin of every key.
+    pub(crate) loaded: LoadedConfig,
+    /// `--json`: print data as JSON.
+    pub(crate) json: bool,
+}
+
+/// Why a command failed, which decides the exit status.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// A bad command line or configuration: exit status 2.
+    Usage(anyhow::Error),
+    /// The command ran and failed: exit status 1.
+    Runtime(anyhow::Error),
+}
+
+impl Failure {
+    fn error(&self) -> &anyhow::Error {
+        match self {
+            Failure::Usage(error) | Failure::Runtime(error) => error,
+        }
+    }
+
+    fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Usage(_) => 2,
+            Failure::Runtime(_) => 1,
+        }
+    }
+}
+
+impl Cli {
+    /// The configuration sources for this command line: `--project` (default: the current
+    /// directory) and `--config` made absolute, the given environment and home, the flags.
+    fn sources(
+        &self,
+        env: HashMap<String, String>,
+        home: Option<PathBuf>,
+    ) -> anyhow::Result<Sources> {
+        let project = self.global.project.as_deref().unwrap_or(Path::new("."));
+        let project = std::path::absolute(project)
+            .with_context(|| format!("resolving the project directory {}", project.display()))?;
+        let config_file = match &self.global.config {
+            Some(file) => Some(
+                std::path::absolute(file)
+                    .with_context(|| format!("resolving the config file {}", file.display()))?,
+            ),
+            None => None,
+        };
+        Ok(Sources {
+            home,
+            project,
+            config_file,
+            env,
+            flags: self.flag_overrides(),
+        })
+    }
+
+    fn flag_overrides(&self) -> FlagOverrides {
+        let node = self.command.node_args().cloned().unwrap_or_default();
+        FlagOverrides {
+            host: node.host,
+            port: node.port,
+            data_dir: node.data_dir,
+            log_level: self.global.log_level.clone(),
+            log_format: self.global.log_format,
+        }
+    }
+}
+
+/// Loads the configuration, starts logging and the tokio runtime, and runs the subcommand.
+fn execute(cli: Cli) -> Result<(), Failure> {
+    let sources = cli
+        .sources(mew_env(), std::env::home_dir())
+        .map_err(Failure::Usage)?;
+    let loaded = Config::load(&sources).map_err(|error| Failure::Usage(error.into()))?;
+    let config = loaded
+        .resolve()
+        .map_err(|error| Failure::Usage(error.into()))?;
+    init_logging(&config.log.level, config.log.format).map_err(Failure::Runtime)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")
+        .map_err(Failure::Runtime)?;
+    let context = Context {
+        config,
+        loaded,
+        json: cli.global.json,
+    };
+    runtime.block_on(run(cli.command, context))
+}
+
+/// Runs one subcommand.
+async fn run(command: Command, context: Context) -> Result<(), Failure> {
+    match command {
+        Command::Up(_) => up::up(context.config).await.map_err(Failure::Runtime),
+        Command::Config(command) => {
+            config::run(&command, &context, &mut std::io::stdout().lock()).map_err(Failure::Runtime)
+        }
+        Command::Bench(args) => bench::bench(args, &context).await.map_err(Failure::Runtime),
+    }
+}
+
+/// The process's `MEW_*` environment variables (others are not passed on, so that secrets in
+/// the environment never reach debug output).
+fn mew_env() -> HashMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .filter(|(name, _)| name.starts_with("MEW_"))
+        .collect()
+}

@@ -1,0 +1,267 @@
+//! Loading: read the configuration files, the environment and the flags, check each layer, and merge them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde_yaml_ng::Value;
+
+use super::check::check_layer;
+use super::merge::{merge, singleton};
+use super::schema::Settings;
+use super::{Config, ConfigError, LogFormat, Origin};
+
+/// Everything the configuration is loaded from. The process environment is passed in as a map,
+/// so tests and embedders never touch the real one.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// The user's home directory: `~/.mew/config.yaml` is read from it and `~` expands to it.
+    pub home: Option<PathBuf>,
+    /// The project directory: `.mew/config.yaml` is read from it and relative paths are
+    /// resolved against it. Should be absolute (it is made absolute against the current
+    /// directory when resolving).
+    pub project: PathBuf,
+    /// An explicit configuration file (`--config`), one more layer above the project's. Unlike
+    /// the user and project files, it must exist.
+    pub config_file: Option<PathBuf>,
+    /// Environment variables; only `MEW_HOST`, `MEW_PORT`, `MEW_DATA_DIR`,
+    /// `MEW_LOG_LEVEL` and `MEW_LOG_FORMAT` are read (an empty value counts as unset).
+    pub env: HashMap<String, String>,
+    /// Command-line flags, the highest layer.
+    pub flags: FlagOverrides,
+}
+
+impl Sources {
+    /// Sources with only a project directory: no home, no `--config`, no environment, no flags.
+    pub fn new(project: impl Into<PathBuf>) -> Self {
+        Self {
+            project: project.into(),
+            ..Self::default()
+        }
+    }
+
+    /// The user's configuration file, `~/.mew/config.yaml`, if there is a home directory.
+    pub fn user_file(&self) -> Option<PathBuf> {
+        self.home
+            .as_ref()
+            .map(|home| home.join(".mew").join("config.yaml"))
+    }
+
+    /// The project's configuration file, `<project>/.mew/config.yaml`.
+    pub fn project_file(&self) -> PathBuf {
+        self.project.join(".mew").join("config.yaml")
+    }
+}
+
+/// Settings given as command-line flags; `None` leaves the lower layers in charge.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FlagOverrides {
+    /// `--host`: `node.host`.
+    pub host: Option<String>,
+    /// `--port`: `node.port`.
+    pub port: Option<u16>,
+    /// `--data-dir`: `node.data_dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--log-level`: `log.level`.
+    pub log_level: Option<String>,
+    /// `--log-format`: `log.format`.
+    pub log_format: Option<LogFormat>,
+}
+
+/// The environment variables that set configuration keys: name, dotted key, and whether the
+/// value is an integer (otherwise it is taken as a string). An empty value counts as unset.
+pub(crate) const ENV_VARS: &[(&str, &str, EnvKind)] = &[
+    ("MEW_HOST", "node.host", EnvKind::String),
+    ("MEW_PORT", "node.port", EnvKind::Integer),
+    ("MEW_DATA_DIR", "node.data_dir", EnvKind::String),
+    ("MEW_LOG_LEVEL", "log.level", EnvKind::String),
+    ("MEW_LOG_FORMAT", "log.format", EnvKind::String),
+];
+
+/// How an environment variable's text becomes a configuration value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EnvKind {
+    /// Taken as it is.
+    String,
+    /// A decimal integer.
+    Integer,
+}
+
+/// The merged configuration before resolution: the merged tree, where each key came from, and
+/// the typed (unresolved) settings. Produced by [`Config::load`]; [`LoadedConfig::resolve`]
+/// turns it into a [`Config`].
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    pub(super) tree: Value,
+    pub(super) origins: BTreeMap<String, Origin>,
+    pub(super) settings: Settings,
+    pub(super) home: Option<PathBuf>,
+    pub(super) project: PathBuf,
+}
+
+impl LoadedConfig {
+    /// The merged tree of every layer, as YAML values (before resolution: `data_dir` may be
+    /// null, paths may be relative).
+    pub fn merged(&self) -> &Value {
+        &self.tree
+    }
+
+    /// Where the value of a dotted leaf key (`node.port`) came from.
+    pub fn origin(&self, key: &str) -> Option<&Origin> {
+        self.origins.get(key)
+    }
+
+    /// Every leaf key with its origin, sorted by key.
+    pub fn origins(&self) -> &BTreeMap<String, Origin> {
+        &self.origins
+    }
+}
+
+impl Config {
+    /// Reads and merges the layers, lowest first: built-in defaults, `~/.mew/config.yaml`,
+    /// `<project>/.mew/config.yaml`, `sources.config_file`, the `MEW_*` environment variables,
+    /// the flags. Missing user and project files are skipped. Each layer is checked on its own,
+    /// so errors name the file (and line), variable or flag, and the key.
+    ///
+    /// The only I/O is reading the files; call [`LoadedConfig::resolve`] next.
+    pub fn load(sources: &Sources) -> Result<LoadedConfig, ConfigError> {
+        let defaults =
+            serde_yaml_ng::to_value(Settings::default()).map_err(|error| ConfigError::Merged {
+                message: format!("the built-in defaults do not serialize: {error}"),
+            })?;
+        let mut tree = Value::Mapping(Default::default());
+        let mut origins = BTreeMap::new();
+        merge(&mut tree, &mut origins, defaults.clone(), &Origin::Default);
+
+        let files = [
+            sources.user_file().map(|path| (path, false)),
+            Some((sources.project_file(), false)),
+            sources.config_file.clone().map(|path| (path, true)),
+        ];
+        for (path, required) in files.into_iter().flatten() {
+            if let Some(layer) = read_file_layer(&path, required, &defaults)? {
+                merge(&mut tree, &mut origins, layer, &Origin::File(path));
+            }
+        }
+        for (name, key, kind) in ENV_VARS {
+            let Some(text) = sources.env.get(*name).filter(|text| !text.is_empty()) else {
+                continue;
+            };
+            let origin = Origin::Env((*name).to_owned());
+            let value = match kind {
+                EnvKind::String => Value::String(text.clone()),
+                EnvKind::Integer => match text.trim().parse::<i64>() {
+                    Ok(number) => Value::Number(number.into()),
+                    Err(_) => {
+                        return Err(ConfigError::BadValue {
+                            origin,
+                            line: None,
+                            key: (*key).to_owned(),
+                            message: format!("expected an integer, found `{text}`"),
+                        });
+                    }
+                },
+            };
+            let layer = check_layer(leaf(key, value), &defaults, &origin, None)?;
+            merge(&mut tree, &mut origins, layer, &origin);
+        }
+        for (flag, key, value) in flag_values(&sources.flags)? {
+            let origin = Origin::Flag(flag.to_owned());
+            let layer = check_layer(leaf(key, value), &defaults, &origin, None)?;
+            merge(&mut tree, &mut origins, layer, &origin);
+        }
+
+        let settings =
+            serde_yaml_ng::from_value(tree.clone()).map_err(|error| ConfigError::Merged {
+                message: error.to_string(),
+            })?;
+        Ok(LoadedConfig {
+            tree,
+            origins,
+            settings,
+            home: sources.home.clone(),
+            project: sources.project.clone(),
+        })
+    }
+}
+
+/// Reads, parses and checks one configuration file; `Ok(None)` if it is missing and optional.
+fn read_file_layer(
+    path: &Path,
+    required: bool,
+    schema: &Value,
+) -> Result<Option<Value>, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && !required => {
+            return Ok(None);
+        }
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    let value: Value = serde_yaml_ng::from_str(&text).map_err(|error| ConfigError::Syntax {
+        path: path.to_owned(),
+        line: error.location().map(|location| location.line()),
+        message: error.to_string(),
+    })?;
+    let value = match value {
+        // An empty file, or one with only comments.
+        Value::Null => return Ok(None),
+        Value::Mapping(_) => value,
+        _ => {
+            return Err(ConfigError::NotAMapping {
+                path: path.to_owned(),
+            });
+        }
+    };
+    let origin = Origin::File(path.to_owned());
+    check_layer(value, schema, &origin, Some(&text)).map(Some)
+}
+
+/// The flags that are set, as (flag name, dotted key, value).
+fn flag_values(
+    flags: &FlagOverrides,
+) -> Result<Vec<(&'static str, &'static str, Value)>, ConfigError> {
+    let mut values = Vec::new();
+    if let Some(host) = &flags.host {
+        values.push(("--host", "node.host", Value::String(host.clone())));
+    }
+    if let Some(port) = flags.port {
+        values.push(("--port", "node.port", Value::Number(port.into())));
+    }
+    if let Some(data_dir) = &flags.data_dir {
+        let Some(text) = data_dir.to_str() else {
+            return Err(ConfigError::BadValue {
+                origin: Origin::Flag("--data-dir".to_owned()),
+                line: None,
+                key: "node.data_dir".to_owned(),
+                message: format!("`{}` is not valid UTF-8", data_dir.display()),
+            });
+        };
+        values.push((
+            "--data-dir",
+            "node.data_dir",
+            Value::String(text.to_owned()),
+        ));
+    }
+    if let Some(level) = &flags.log_level {
+        values.push(("--log-level", "log.level", Value::String(level.clone())));
+    }
+    if let Some(format) = flags.log_format {
+        values.push((
+            "--log-format",
+            "log.format",
+            Value::String(format.to_string()),
+        ));
+    }
+    Ok(values)
+}
+
+/// A layer that sets only the dotted `key`.
+fn leaf(key: &str, value: Value) -> Value {
+    let path: Vec<String> = key.split('.').map(str::to_owned).collect();
+    singleton(&path, value)
+}

@@ -1,0 +1,231 @@
+//! The one merge of configuration layers, remembering for every leaf key which layer set it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+use serde_yaml_ng::{Mapping, Value};
+
+/// Where a configuration value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// The built-in default.
+    Default,
+    /// A configuration file (user, project, or `--config`).
+    File(PathBuf),
+    /// An environment variable, by name (`MEW_PORT`).
+    Env(String),
+    /// A command-line flag, by name (`--port`).
+    Flag(String),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Default => f.write_str("default"),
+            Origin::File(path) => write!(f, "file {}", path.display()),
+            Origin::Env(name) => write!(f, "env {name}"),
+            Origin::Flag(name) => write!(f, "flag {name}"),
+        }
+    }
+}
+
+/// Serialized as `{"kind": "default"}`, `{"kind": "file", "path": ...}`,
+/// `{"kind": "env", "name": ...}` or `{"kind": "flag", "name": ...}`.
+impl Serialize for Origin {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let (kind, field) = match self {
+            Origin::Default => ("default", None),
+            Origin::File(path) => ("file", Some(("path", path.to_string_lossy().into_owned()))),
+            Origin::Env(name) => ("env", Some(("name", name.clone()))),
+            Origin::Flag(name) => ("flag", Some(("name", name.clone()))),
+        };
+        let mut map = serializer.serialize_map(Some(1 + usize::from(field.is_some())))?;
+        map.serialize_entry("kind", kind)?;
+        if let Some((key, value)) = field {
+            map.serialize_entry(key, &value)?;
+        }
+        map.end()
+    }
+}
+
+/// Merges `layer` over `tree`: mappings merge key by key, anything else (scalars, sequences,
+/// null) replaces what was there. Every leaf the layer sets is recorded in `origins` under its
+/// dotted key, and the origins of anything it replaces below that key are dropped.
+pub(crate) fn merge(
+    tree: &mut Value,
+    origins: &mut BTreeMap<String, Origin>,
+    layer: Value,
+    origin: &Origin,
+) {
+    merge_at(tree, origins, layer, origin, "");
+}
+
+fn merge_at(
+    tree: &mut Value,
+    origins: &mut BTreeMap<String, Origin>,
+    layer: Value,
+    origin: &Origin,
+    prefix: &str,
+) {
+    match (tree, layer) {
+        (Value::Mapping(base), Value::Mapping(layer)) => {
+            for (key, value) in layer {
+                let path = join(prefix, &key_name(&key));
+                match base.get_mut(&key) {
+                    Some(slot) => merge_at(slot, origins, value, origin, &path),
+                    None => {
+                        record(origins, &path, &value, origin);
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (slot, layer) => {
+            let below = format!("{prefix}.");
+            origins.retain(|key, _| !key.starts_with(&below));
+            record(origins, prefix, &layer, origin);
+            *slot = layer;
+        }
+    }
+}
+
+/// Records `origin` for every leaf of `value`, which sits at `path`.
+fn record(origins: &mut BTreeMap<String, Origin>, path: &str, value: &Value, origin: &Origin) {
+    match value {
+        Value::Mapping(mapping) if !mapping.is_empty() => {
+            for (key, value) in mapping {
+                record(origins, &join(path, &key_name(key)), value, origin);
+            }
+        }
+        _ => {
+            origins.insert(path.to_owned(), origin.clone());
+        }
+    }
+}
+
+/// Every leaf of `value` (a value that is not a non-empty mapping) with its dotted key, in order.
+/// An empty tree has no leaves.
+pub(crate) fn leaves(value: &Value) -> Vec<(String, &Value)> {
+    fn walk<'v>(value: &'v Value, path: String, out: &mut Vec<(String, &'v Value)>) {
+        match value {
+            // The root is never a leaf, even when empty.
+            Value::Mapping(mapping) if !mapping.is_empty() || path.is_empty() => {
+                for (key, value) in mapping {
+                    walk(value, join(&path, &key_name(key)), out);
+                }
+            }
+            _ => out.push((path, value)),
+        }
+    }
+    let mut out = Vec::new();
+    walk(value, String::new(), &mut out);
+    out
+}
+
+/// A tree that holds `value` at `path` and nothing else.
+pub(crate) fn singleton(path: &[String], value: Value) -> Value {
+    path.iter().rev().fold(value, |inner, key| {
+        let mut mapping = Mapping::new();
+        mapping.insert(Value::String(key.clone()), inner);
+        Value::Mapping(mapping)
+    })
+}
+
+/// A mapping key as the user wrote it: strings as they are, other scalars in YAML form.
+pub(crate) fn key_name(key: &Value) -> String {
+    match key {
+        Value::String(text) => text.clone(),
+        Value::Number(number) => number.to_string(),
+        Value::Bool(flag) => flag.to_string(),
+        Value::Null => "null".to_owned(),
+        _ => "<complex key>".to_owned(),
+    }
+}
+
+fn join(prefix: &str, key: &str) -> String {
+    if prefix.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{prefix}.{key}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn yaml(text: &str) -> Value {
+        serde_yaml_ng::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn merges_mappings_key_by_key_and_records_each_leaf() {
+        let mut tree = yaml("a: {x: 1, y: 2}\nb: [1]\n");
+        let mut origins = BTreeMap::new();
+        merge(&mut tree, &mut origins, yaml("{}"), &Origin::Default);
+        assert!(origins.is_empty());
+        let base = tree.clone();
+        let mut tree = Value::Mapping(Mapping::new());
+        merge(&mut tree, &mut origins, base, &Origin::Default);
+        let env = Origin::Env("E".into());
+        merge(
+            &mut tree,
+            &mut origins,
+            yaml("a: {y: 3}\nb: [2, 3]\n"),
+            &env,
+        );
+        assert_eq!(tree, yaml("a: {x: 1, y: 3}\nb: [2, 3]\n"));
+        assert_eq!(origins.get("a.x"), Some(&Origin::Default));
+        assert_eq!(origins.get("a.y"), Some(&env));
+        assert_eq!(origins.get("b"), Some(&env));
+        assert_eq!(origins.len(), 3);
+    }
+
+    #[test]
+    fn a_scalar_replacing_a_mapping_drops_the_origins_below_it() {
+        let mut tree = Value::Mapping(Mapping::new());
+        let mut origins = BTreeMap::new();
+        merge(&mut tree, &mut origins, yaml("a: {x: 1}"), &Origin::Default);
+        merge(
+            &mut tree,
+            &mut origins,
+            yaml("a: 5"),
+            &Origin::Flag("--a".into()),
+        );
+        assert_eq!(origins.len(), 1);
+        assert_eq!(origins.get("a"), Some(&Origin::Flag("--a".into())));
+    }
+
+    #[test]
+    fn leaves_and_singletons_are_inverse() {
+        let tree = yaml("a: {x: 1, y: {}}\nb: null\n");
+        let keys: Vec<String> = leaves(&tree).into_iter().map(|(key, _)| key).collect();
+        assert_eq!(keys, ["a.x", "a.y", "b"]);
+        assert!(leaves(&yaml("{}")).is_empty());
+        let path = vec!["a".to_owned(), "x".to_owned()];
+        assert_eq!(singleton(&path, yaml("1")), yaml("a: {x: 1}"));
+    }
+
+    #[test]
+    fn origins_serialize_with_their_kind() {
+        let json = serde_json::to_value([
+            Origin::Default,
+            Origin::File("/p/c.yaml".into()),
+            Origin::Env("MEW_PORT".into()),
+            Origin::Flag("--port".into()),
+        ])
+        .unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!([
+                {"kind": "default"},
+                {"kind": "file", "path": "/p/c.yaml"},
+                {"kind": "env", "name": "MEW_PORT"},
+                {"kind": "flag", "name": "--port"},
+            ])
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! The node's configuration: one typed [`Config`], loaded from layered YAML files, `MEW_*`
+//! environment variables and flags.
+//!
+//! Two steps, as in ripgrep's low-level and high-level arguments:
+//!
+//! 1. [`Config::load`] reads the files and merges every layer (defaults, `~/.mew/config.yaml`,
+//!    `<project>/.mew/config.yaml`, `--config FILE`, environment, flags) into one tree,
+//!    remembering for each key which layer set it ([`Origin`]). Each layer is checked against
+//!    the schema on its own before merging, so an unknown key or a bad value is reported with
+//!    the file and line (or variable, or flag) that holds it.
+//! 2. [`LoadedConfig::resolve`] expands `~`, makes paths absolute against the project directory
+//!    and computes the defaults that depend on other values (`data_dir`, `public_url`).
+//!
+//! The configuration is passed around explicitly as `&Config`; nothing here reads the process
+//! environment (it comes in through [`Sources::env`]).
+
+mod check;
+pub(crate) mod duration;
+mod error;
+mod load;
+mod merge;
+mod resolve;
+mod schema;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::net::{Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use error::ConfigError;
+pub use load::{FlagOverrides, LoadedConfig, Sources};
+pub use merge::Origin;
+pub use resolve::Entry;
+
+/// The node's resolved configuration: every default computed, every path absolute.
+///
+/// Serializes to the same keys as the configuration file (`mew config show`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Config {
+    /// `node:` — where the node listens and how it presents itself.
+    pub node: NodeConfig,
+    /// `log:` — logging.
+    pub log: LogConfig,
+    /// `limits:` — concurrency, queueing, timeouts and sizes.
+    pub limits: LimitsConfig,
+    /// `roles:` — where role definitions are found.
+    pub roles: RolesConfig,
+    /// The project directory, absolute: `.mew/` under it holds the project's configuration and
+    /// roles.
+    #[serde(skip)]
+    pub project_dir: PathBuf,
+    /// The user's home directory, if known: `~/.mew/` holds the user's configuration and roles.
+    #[serde(skip)]
+    pub home_dir: Option<PathBuf>,
+}
+
+/// `node:` — where the node listens and how it presents itself.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeConfig {
+    /// The address to listen on (`MEW_HOST`, `--host`).
+    pub host: String,
+    /// The port to listen on; 0 picks a free one (`MEW_PORT`, `--port`).
+    pub port: u16,
+    /// The name of the node's front agent card.
+    pub name: String,
+    /// The base URL written in agent cards, without a trailing slash. Defaults to
+    /// `http://{host}:{port}`; see [`NodeConfig::bound_to`] for port 0.
+    pub public_url: String,
+    /// True when `public_url` was computed from `host` and `port` rather than configured.
+    #[serde(skip)]
+    pub public_url_is_default: bool,
+    /// The role that answers messages sent to the front card.
+    pub default_role: String,
+    /// Where the node keeps its state (`MEW_DATA_DIR`, `--data-dir`); defaults to
+    /// `~/.mew/data`.
+    pub data_dir: PathBuf,
+    /// How long running tasks get to finish after shutdown begins.
+    #[serde(serialize_with = "duration::serialize")]
+    pub shutdown_grace: Duration,
+}
+
+impl NodeConfig {
+    /// The address to bind, `host:port`, with an IPv6 host in brackets.
+    pub fn listen_address(&self) -> String {
+        format!("{}:{}", url_host(&self.host), self.port)
+    }
+
+    /// Records the address the listener actually bound: sets `port` to its port and, when
+    /// `public_url` is the computed default, recomputes it. Needed when `port` is 0.
+    pub fn bound_to(&mut self, address: SocketAddr) {
+        self.port = address.port();
+        if self.public_url_is_default {
+            self.public_url = default_public_url(&self.host, self.port);
+        }
+    }
+}
+
+/// `log:` — logging.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LogConfig {
+    /// A `tracing` `EnvFilter` directive, such as `info` or `info,mew_node=debug`
+    /// (`MEW_LOG_LEVEL`, `--log-level`). Checked when loading.
+    pub level: String,
+    /// Text or JSON lines on stderr (`MEW_LOG_FORMAT`, `--log-format`).
+    pub format: LogFormat,
+}
+
+/// `limits:` — concurrency, queueing, timeouts and sizes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LimitsConfig {
+    /// Tasks running at once (at least 1); more wait in `SUBMITTED`, in order.
+    pub max_running_tasks: usize,
+    /// Tasks waiting to run; beyond this, new tasks are rejected.
+    pub max_queued_tasks: usize,
+    /// The limit on one task turn; `None` (configured as 0) for no limit.
+    #[serde(serialize_with = "duration::serialize_optional")]
+    pub task_timeout: Option<Duration>,
+    /// Events buffered per subscriber (at least 1) before it is told it lagged.
+    pub event_buffer: usize,
+    /// The largest request body accepted, in bytes (at least 1).
+    pub max_body_bytes: usize,
+}
+
+/// `roles:` — where role definitions are found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RolesConfig {
+    /// Extra role directories, absolute, in the order configured. They take precedence over
+    /// the standard places (`~/.mew/roles`, the project's `.mew/roles`, ...).
+    pub dirs: Vec<PathBuf>,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        })
+    }
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            _ => Err(format!(
+                "unknown log format `{text}` (expected text or json)"
+            )),
+        }
+    }
+}
+
+/// `http://{host}:{port}`, with an IPv6 host in brackets.
+fn default_public_url(host: &str, port: u16) -> String {
+    format!("http://{}:{port}", url_host(host))
+}
+
+fn url_host(host: &str) -> String {
+    if host.parse::<Ipv6Addr>().is_ok() {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
+}

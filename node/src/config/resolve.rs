@@ -1,0 +1,153 @@
+//! Resolution: from the merged settings to the `Config` the node runs with (paths, computed defaults).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_yaml_ng::Value;
+
+use super::merge::leaves;
+use super::{
+    Config, ConfigError, LimitsConfig, LoadedConfig, LogConfig, NodeConfig, Origin, RolesConfig,
+    default_public_url,
+};
+
+/// One leaf of the resolved configuration, with the layer that set it (`mew config show
+/// --origins`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Entry {
+    /// The dotted key, such as `node.port`.
+    pub key: String,
+    /// The resolved value.
+    pub value: Value,
+    /// Where it came from; computed defaults (`data_dir`, `public_url`) have the origin of
+    /// the key they replace a null of, normally [`Origin::Default`].
+    pub origin: Origin,
+}
+
+impl LoadedConfig {
+    /// Resolves the merged settings: expands `~` (to [`Sources::home`](super::Sources::home)),
+    /// makes paths absolute against the project directory, and computes `node.data_dir`
+    /// (`~/.mew/data`) and `node.public_url` (`http://{host}:{port}`) when they are not set.
+    pub fn resolve(&self) -> Result<Config, ConfigError> {
+        let settings = &self.settings;
+        let project =
+            std::path::absolute(&self.project).map_err(|source| ConfigError::Resolve {
+                origin: Origin::Default,
+                key: "project directory".to_owned(),
+                message: format!(
+                    "`{}` cannot be made absolute: {source}",
+                    self.project.display()
+                ),
+            })?;
+        let home = self.home.as_deref();
+
+        let data_dir = match &settings.node.data_dir {
+            Some(path) => self.path("node.data_dir", path, home, &project)?,
+            None => match home {
+                Some(home) => home.join(".mew").join("data"),
+                None => {
+                    return Err(ConfigError::Resolve {
+                        origin: self.origin_of("node.data_dir"),
+                        key: "node.data_dir".to_owned(),
+                        message: "no home directory is known to put the default ~/.mew/data \
+                                  under; set node.data_dir, MEW_DATA_DIR or --data-dir"
+                            .to_owned(),
+                    });
+                }
+            },
+        };
+        let (public_url, public_url_is_default) = match &settings.node.public_url {
+            Some(url) => (url.trim_end_matches('/').to_owned(), false),
+            None => (
+                default_public_url(&settings.node.host, settings.node.port),
+                true,
+            ),
+        };
+        let dirs = settings
+            .roles
+            .dirs
+            .iter()
+            .map(|dir| self.path("roles.dirs", dir, home, &project))
+            .collect::<Result<_, _>>()?;
+        let limits = &settings.limits;
+
+        Ok(Config {
+            node: NodeConfig {
+                host: settings.node.host.clone(),
+                port: settings.node.port,
+                name: settings.node.name.clone(),
+                public_url,
+                public_url_is_default,
+                default_role: settings.node.default_role.clone(),
+                data_dir,
+                shutdown_grace: settings.node.shutdown_grace,
+            },
+            log: LogConfig {
+                level: settings.log.level.clone(),
+                format: settings.log.format,
+            },
+            limits: LimitsConfig {
+                max_running_tasks: limits.max_running_tasks.get(),
+                max_queued_tasks: limits.max_queued_tasks,
+                task_timeout: Some(limits.task_timeout).filter(|timeout| !timeout.is_zero()),
+                event_buffer: limits.event_buffer.get(),
+                max_body_bytes: limits.max_body_bytes.get(),
+            },
+            roles: RolesConfig { dirs },
+            project_dir: project,
+            home_dir: self.home.clone(),
+        })
+    }
+
+    /// Every leaf of `config` (resolved from this) with its origin, in file order.
+    pub fn entries(&self, config: &Config) -> Result<Vec<Entry>, serde_yaml_ng::Error> {
+        let tree = serde_yaml_ng::to_value(config)?;
+        Ok(leaves(&tree)
+            .into_iter()
+            .map(|(key, value)| Entry {
+                origin: self.origin_of(&key),
+                value: value.clone(),
+                key,
+            })
+            .collect())
+    }
+
+    fn origin_of(&self, key: &str) -> Origin {
+        self.origins.get(key).cloned().unwrap_or(Origin::Default)
+    }
+
+    /// Expands a leading `~` and makes `path` absolute against the project directory.
+    fn path(
+        &self,
+        key: &str,
+        path: &Path,
+        home: Option<&Path>,
+        project: &Path,
+    ) -> Result<PathBuf, ConfigError> {
+        let expanded = match path.strip_prefix("~") {
+            Ok(rest) => {
+                let Some(home) = home else {
+                    return Err(ConfigError::Resolve {
+                        origin: self.origin_of(key),
+                        key: key.to_owned(),
+                        message: format!(
+                            "`{}` starts with ~ but no home directory is known",
+                            path.display()
+                        ),
+                    });
+                };
+                if rest.as_os_str().is_empty() {
+                    home.to_owned()
+                } else {
+                    home.join(rest)
+                }
+            }
+            Err(_) => path.to_owned(),
+        };
+        Ok(if expanded.is_absolute() {
+            expanded
+        } else {
+            project.join(expanded)
+        })
+    }
+}

@@ -1,0 +1,145 @@
+//! The configuration as written in files, with its built-in defaults: what each layer is checked against.
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::{LogFormat, duration};
+
+/// The whole configuration file. Every section and key is optional in a file (`serde(default)`),
+/// and unknown keys are errors (`deny_unknown_fields`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct Settings {
+    pub(crate) node: NodeSettings,
+    pub(crate) log: LogSettings,
+    pub(crate) limits: LimitsSettings,
+    pub(crate) roles: RolesSettings,
+}
+
+/// `node:` — where the node listens and how it presents itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct NodeSettings {
+    #[serde(deserialize_with = "non_empty")]
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    #[serde(deserialize_with = "non_empty")]
+    pub(crate) name: String,
+    #[serde(deserialize_with = "http_url")]
+    pub(crate) public_url: Option<String>,
+    #[serde(deserialize_with = "non_empty")]
+    pub(crate) default_role: String,
+    pub(crate) data_dir: Option<PathBuf>,
+    #[serde(with = "duration")]
+    pub(crate) shutdown_grace: Duration,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".to_owned(),
+            port: 7777,
+            name: "mew".to_owned(),
+            public_url: None,
+            default_role: "general-purpose".to_owned(),
+            data_dir: None,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `log:` — the tracing filter and output format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct LogSettings {
+    #[serde(deserialize_with = "filter_directive")]
+    pub(crate) level: String,
+    pub(crate) format: LogFormat,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            level: "info".to_owned(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// `limits:` — concurrency, queueing, timeouts and sizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct LimitsSettings {
+    pub(crate) max_running_tasks: NonZeroUsize,
+    pub(crate) max_queued_tasks: usize,
+    /// Zero means no timeout.
+    #[serde(with = "duration")]
+    pub(crate) task_timeout: Duration,
+    pub(crate) event_buffer: NonZeroUsize,
+    pub(crate) max_body_bytes: NonZeroUsize,
+}
+
+impl Default for LimitsSettings {
+    fn default() -> Self {
+        Self {
+            max_running_tasks: nonzero(16),
+            max_queued_tasks: 1024,
+            task_timeout: Duration::from_secs(30 * 60),
+            event_buffer: nonzero(256),
+            max_body_bytes: nonzero(10 * 1024 * 1024),
+        }
+    }
+}
+
+/// `roles:` — where role definitions are found besides the standard places.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RolesSettings {
+    pub(crate) dirs: Vec<PathBuf>,
+}
+
+/// A non-zero count from a literal (every caller passes a positive constant).
+const fn nonzero(n: usize) -> NonZeroUsize {
+    match NonZeroUsize::new(n) {
+        Some(n) => n,
+        None => NonZeroUsize::MIN,
+    }
+}
+
+fn non_empty<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    if text.trim().is_empty() {
+        return Err(serde::de::Error::custom("must not be empty"));
+    }
+    Ok(text)
+}
+
+fn http_url<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    let url = Option::<String>::deserialize(deserializer)?;
+    if let Some(url) = &url {
+        let rest = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"));
+        if rest.is_none_or(|rest| rest.is_empty() || rest.starts_with('/')) {
+            return Err(serde::de::Error::custom(format!(
+                "`{url}` is not an http:// or https:// URL with a host"
+            )));
+        }
+    }
+    Ok(url)
+}
+
+fn filter_directive<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let directive = String::deserialize(deserializer)?;
+    tracing_subscriber::EnvFilter::builder()
+        .parse(&directive)
+        .map_err(|error| {
+            serde::de::Error::custom(format!(
+                "`{directive}` is not a log filter directive: {error}"
+            ))
+        })?;
+    Ok(directive)
+}

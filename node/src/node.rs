@@ -1,0 +1,201 @@
+//! `mew up`: assembles the node (roles, task store, task manager, HTTP surface) and runs it until stopped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use async_trait::async_trait;
+use mew_cards::{CardOptions, RoleDefinition, front_card, role_base_url, role_card};
+use mew_transport::{AgentTransport, ServerOptions};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::roles::catalog::{Catalog, RoleDirs, Severity};
+use crate::roles::command::CommandExecutor;
+use crate::server::PublishedRole;
+use crate::server::agent::RoleAgent;
+use crate::tasks::executor::{EventSink, ExecError, Executor, Turn};
+use crate::tasks::manager::{Limits, Roles, TaskManager};
+use crate::tasks::sqlite::SqliteStore;
+
+/// The node's roles and what runs them.
+struct NodeRoles {
+    catalog: Catalog,
+    command: Arc<dyn Executor>,
+    model: Arc<dyn Executor>,
+}
+
+impl Roles for NodeRoles {
+    fn role(&self, name: &str) -> Option<Arc<RoleDefinition>> {
+        self.catalog.get(name)
+    }
+
+    fn executor(&self, role: &RoleDefinition) -> Arc<dyn Executor> {
+        if role.is_command() {
+            self.command.clone()
+        } else {
+            self.model.clone()
+        }
+    }
+}
+
+/// Runs model-driven roles while no model provider is configured: every turn
+/// fails and says why, and what to do instead. It never makes an answer up.
+struct NoModelProvider;
+
+#[async_trait]
+impl Executor for NoModelProvider {
+    async fn run(&self, turn: Turn, _sink: Arc<dyn EventSink>) -> Result<(), ExecError> {
+        Err(ExecError(format!(
+            "role {:?} is driven by a model, and this node has no model provider configured. \
+             Model providers (Anthropic Messages, OpenAI-compatible Chat Completions) are set up \
+             under `providers:` in .mew/config.yaml once the agent runtime is part of the node; \
+             until then, give the role a `command:` in its frontmatter to serve it with a program",
+            turn.role.name
+        )))
+    }
+}
+
+/// Loads the role catalog from the standard directories plus `roles.dirs`.
+pub(crate) fn load_catalog(config: &Config) -> Catalog {
+    let mut dirs = RoleDirs::standard(config.home_dir.as_deref(), &config.project_dir);
+    dirs.extra.extend(config.roles.dirs.iter().cloned());
+    Catalog::load(&dirs)
+}
+
+/// Starts the node and serves until Ctrl-C or SIGTERM.
+pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
+    let catalog = load_catalog(&config);
+    for problem in catalog.problems() {
+        match problem.severity {
+            Severity::Error => {
+                warn!(path = %problem.path, "skipped a role file: {}", problem.message)
+            }
+            Severity::Warning => warn!(path = %problem.path, "{}", problem.message),
+        }
+    }
+    let Some(default_role) = catalog.get(&config.node.default_role) else {
+        bail!(
+            "the default role {:?} is not a known role; known roles: {}",
+            config.node.default_role,
+            catalog
+                .roles()
+                .map(|r| r.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+
+    let listener = TcpListener::bind(config.node.listen_address())
+        .await
+        .with_context(|| format!("cannot listen on {}", config.node.listen_address()))?;
+    config.node.bound_to(listener.local_addr()?);
+    let base = config.node.public_url.clone();
+
+    let database = config.node.data_dir.join("tasks.db");
+    let store = SqliteStore::open(&database)
+        .with_context(|| format!("cannot open the task store at {}", database.display()))?;
+    let store = Arc::new(store);
+    let env: Arc<HashMap<String, String>> = Arc::new(std::env::vars().collect());
+    let limits = Limits {
+        max_running: config.limits.max_running_tasks,
+        max_queued: config.limits.max_queued_tasks,
+        task_timeout: config.limits.task_timeout,
+        event_buffer: config.limits.event_buffer,
+    };
+    let published: Vec<Arc<RoleDefinition>> = catalog.published().cloned().collect();
+    let problems: Vec<_> = catalog.problems().to_vec();
+    let roles = Arc::new(NodeRoles {
+        catalog,
+        command: Arc::new(CommandExecutor::new(env, config.limits.task_timeout)),
+        model: Arc::new(NoModelProvider),
+    });
+    let manager = TaskManager::start(store.clone(), roles, limits).await?;
+
+    let options = CardOptions {
+        node_name: config.node.name.clone(),
+        ..CardOptions::default()
+    };
+    let published_roles: Vec<PublishedRole> = published
+        .iter()
+        .map(|role| {
+            let card = role_card(role, &role_base_url(&base, &role.name), &options);
+            let agent: Arc<dyn AgentTransport> =
+                Arc::new(RoleAgent::role(manager.clone(), role.clone(), card.clone()));
+            PublishedRole {
+                name: role.name.clone(),
+                agent,
+                card,
+            }
+        })
+        .collect();
+    let refs: Vec<&RoleDefinition> = published.iter().map(AsRef::as_ref).collect();
+    let front = front_card(&refs, &base, &default_role.name, &options);
+    let front: Arc<dyn AgentTransport> =
+        Arc::new(RoleAgent::front(manager.clone(), default_role, front));
+    let status = json!({
+        "name": config.node.name,
+        "url": base,
+        "roles": published.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+        "problems": problems,
+    });
+    let server_options = ServerOptions {
+        max_body_bytes: config.limits.max_body_bytes,
+        ..ServerOptions::default()
+    };
+    let app = crate::server::app(front, &published_roles, status, &server_options);
+
+    println!("mew: listening on {base}");
+    println!(
+        "mew: {} roles: {}",
+        published.len(),
+        published
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if !problems.is_empty() {
+        println!(
+            "mew: {} problems in role files (see `mew agents`)",
+            problems.len()
+        );
+    }
+    println!("mew: tasks in {}", database.display());
+    info!(url = %base, roles = published.len(), "node started");
+
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("the HTTP server failed")?;
+    info!("shutting down");
+    manager.shutdown(config.node.shutdown_grace).await;
+    drop(manager);
+    if let Ok(store) = Arc::try_unwrap(store)
+        && let Err(e) = store.close().await
+    {
+        warn!(error = %e, "closing the task store failed");
+    }
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}

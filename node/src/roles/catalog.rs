@@ -1,0 +1,957 @@
+//! The role catalog: builtin, user, project and Claude Code agent files, later layers overriding earlier ones.
+//!
+//! [`Catalog::load`] reads the layers in this order, a role in a later layer replacing the role of
+//! the same name from an earlier one:
+//!
+//! 1. builtin: `Explore`, `Plan` and `general-purpose`, compiled in from `builtin/*.md`;
+//! 2. user: `~/.mew/agents/`;
+//! 3. claude-project: `<project>/.claude/agents/`, so Claude Code agent files work unchanged;
+//! 4. project: `<project>/.mew/agents/`, which wins over `.claude/agents/` of the same project;
+//! 5. extra directories, in the order given, each a layer of its own.
+//!
+//! Nothing in a role file can stop the node: a file that cannot be read or parsed becomes a
+//! [`Problem`] and is skipped, and the earlier layers' role of that name, if any, stays.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mew_cards::{RoleDefinition, RoleSource, RoleWarning, parse_role};
+use serde::Serialize;
+use serde_json::json;
+
+/// The builtin role files, as (display path, text). Their display paths are not file paths.
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+const BUILTIN_ROLES: [(&str, &str); 3] = [
+    ("builtin/explore.md", include_str!("builtin/explore.md")),
+    ("builtin/plan.md", include_str!("builtin/plan.md")),
+    (
+        "builtin/general-purpose.md",
+        include_str!("builtin/general-purpose.md"),
+    ),
+];
+
+/// Largest role file read, in bytes; a larger one is a problem, not a role.
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+const MAX_ROLE_FILE_BYTES: usize = 1024 * 1024;
+
+/// The directories roles are loaded from, besides the builtin ones. `None` skips a layer.
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RoleDirs {
+    /// The user's roles, `~/.mew/agents`.
+    pub(crate) user: Option<PathBuf>,
+    /// The project's roles, `<project>/.mew/agents`.
+    pub(crate) project: Option<PathBuf>,
+    /// The project's Claude Code agents, `<project>/.claude/agents`.
+    pub(crate) claude_project: Option<PathBuf>,
+    /// Further directories (from configuration or the command line), loaded last, in order, as
+    /// [`RoleSource::User`]: the user named them.
+    pub(crate) extra: Vec<PathBuf>,
+}
+
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+impl RoleDirs {
+    /// The standard directories for a home directory (if known) and a project root.
+    ///
+    /// When the project is the home directory, its `.mew/agents` is the user layer only, so the
+    /// same files are not loaded twice.
+    pub(crate) fn standard(home: Option<&Path>, project: &Path) -> Self {
+        let user = home.map(|home| home.join(".mew").join("agents"));
+        let project_dir = project.join(".mew").join("agents");
+        Self {
+            project: (user.as_ref() != Some(&project_dir)).then_some(project_dir),
+            user,
+            claude_project: Some(project.join(".claude").join("agents")),
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// How bad a [`Problem`] is.
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Severity {
+    /// The role loaded, with a value replaced by a default or ignored.
+    Warning,
+    /// The file, or the directory, was skipped.
+    Error,
+}
+
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+impl Severity {
+    /// Lowercase name, as shown to users.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Warning => "warning",
+            Self::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Something wrong with a role file or directory, met while loading the catalog.
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Problem {
+    /// Display path of the file or directory.
+    pub(crate) path: String,
+    /// Whether the file was skipped.
+    pub(crate) severity: Severity,
+    /// What is wrong.
+    pub(crate) message: String,
+}
+
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+impl Problem {
+    fn error(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            severity: Severity::Error,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<RoleWarning> for Problem {
+    fn from(warning: RoleWarning) -> Self {
+        Self {
+            path: warning.path,
+            severity: Severity::Warning,
+            message: warning.message,
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.severity, self.path, self.message)
+    }
+}
+
+/// Every role the node knows, by name, with what was shadowed and what went wrong on the way.
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Catalog {
+    roles: BTreeMap<String, Arc<RoleDefinition>>,
+    /// Per name, the (source, path) of each definition a later layer replaced, earliest first.
+    shadowed: BTreeMap<String, Vec<(RoleSource, String)>>,
+    problems: Vec<Problem>,
+}
+
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+impl Catalog {
+    /// Loads the builtin roles, then each directory of `dirs` (see the module docs for the
+    /// order). Never fails: what goes wrong is in [`Catalog::problems`].
+    ///
+    /// In each directory only `*.md` regular files (or symlinks to them) are read, in sorted
+    /// file-name order; dot-files and subdirectories are skipped, and a missing directory is
+    /// not a problem. When two files of one directory define the same name, the first wins.
+    pub(crate) fn load(dirs: &RoleDirs) -> Self {
+        let mut catalog = Self::default();
+        let builtin = BUILTIN_ROLES
+            .iter()
+            .map(|&(path, text)| (path.to_owned(), Ok(text.to_owned())))
+            .collect();
+        catalog.add_layer(RoleSource::Builtin, builtin);
+        let layers = [
+            (RoleSource::User, dirs.user.as_deref()),
+            (RoleSource::ClaudeProject, dirs.claude_project.as_deref()),
+            (RoleSource::Project, dirs.project.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(source, dir)| dir.map(|dir| (source, dir)))
+        .chain(
+            dirs.extra
+                .iter()
+                .map(|dir| (RoleSource::User, dir.as_path())),
+        );
+        for (source, dir) in layers {
+            let files = catalog.read_dir(dir);
+            catalog.add_layer(source, files);
+        }
+        catalog
+    }
+
+    /// The role called `name` (case-sensitive).
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<RoleDefinition>> {
+        self.roles.get(name).cloned()
+    }
+
+    /// Every role, sorted by name.
+    pub(crate) fn roles(&self) -> impl Iterator<Item = &Arc<RoleDefinition>> {
+        self.roles.values()
+    }
+
+    /// The roles advertised to peers (`publish: true`, the default), sorted by name.
+    pub(crate) fn published(&self) -> impl Iterator<Item = &Arc<RoleDefinition>> {
+        self.roles().filter(|role| role.publish)
+    }
+
+    /// What went wrong while loading, in the order met.
+    pub(crate) fn problems(&self) -> &[Problem] {
+        &self.problems
+    }
+
+    /// The (source, path) of each definition of `name` that a later layer replaced, earliest
+    /// first; empty when nothing was shadowed.
+    pub(crate) fn shadowed(&self, name: &str) -> &[(RoleSource, String)] {
+        self.shadowed.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    /// How many roles there are.
+    pub(crate) fn len(&self) -> usize {
+        self.roles.len()
+    }
+
+    /// Parses one layer's files, given as (display path, text or read error), into the catalog.
+    fn add_layer(&mut self, source: RoleSource, files: Vec<(String, Result<String, String>)>) {
+        // Name -> path of the file that defined it in this layer.
+        let mut in_layer: HashMap<String, String> = HashMap::new();
+        for (path, text) in files {
+            let text = match text {
+                Ok(text) => text,
+                Err(message) => {
+                    self.problems.push(Problem::error(path, message));
+                    continue;
+                }
+            };
+            let parsed = match parse_role(&text, &path, source) {
+                Ok(parsed) => parsed,
+                Err(err) => {
+                    self.problems
+                        .push(Problem::error(path, err.kind.to_string()));
+                    continue;
+                }
+            };
+            let role = parsed.definition;
+            if let Some(first) = in_layer.get(&role.name) {
+                self.problems.push(Problem::error(
+                    path,
+                    format!(
+                        "role {:?} is already defined by {first} in the same directory; \
+                         this file is skipped",
+                        role.name
+                    ),
+                ));
+                continue;
+            }
+            self.problems
+                .extend(parsed.warnings.into_iter().map(Problem::from));
+            in_layer.insert(role.name.clone(), path);
+            let name = role.name.clone();
+            if let Some(previous) = self.roles.insert(name.clone(), Arc::new(role)) {
+                self.shadowed
+                    .entry(name)
+                    .or_default()
+                    .push((previous.source, previous.path.clone()));
+            }
+        }
+    }
+
+    /// The role files of `dir`, in file-name order, as (display path, text or read error).
+    /// Problems with the directory itself are recorded here.
+    fn read_dir(&mut self, dir: &Path) -> Vec<(String, Result<String, String>)> {
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Vec::new(),
+            Err(err) => {
+                self.problems.push(Problem::error(
+                    dir.display().to_string(),
+                    format!("cannot read the directory: {err}"),
+                ));
+                return Vec::new();
+            }
+        };
+        let mut names: Vec<OsString> = Vec::new();
+        for entry in entries {
+            match entry {
+                Ok(entry) => names.push(entry.file_name()),
+                Err(err) => self.problems.push(Problem::error(
+                    dir.display().to_string(),
+                    format!("cannot list the directory: {err}"),
+                )),
+            }
+        }
+        names.retain(|name| is_role_file_name(name));
+        names.sort();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let path = dir.join(name);
+                let text = read_role_file(&path).transpose()?;
+                Some((path.display().to_string(), text))
+            })
+            .collect()
+    }
+}
+
+/// True for `*.md` names that do not start with a dot.
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+fn is_role_file_name(name: &OsStr) -> bool {
+    !name.as_encoded_bytes().starts_with(b".")
+        && Path::new(name).extension().is_some_and(|ext| ext == "md")
+}
+
+/// Reads a role file: `Ok(None)` when it is not a regular file (nor a symlink to one), an error
+/// message when it cannot be read, is too large or is not UTF-8.
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+fn read_role_file(path: &Path) -> Result<Option<String>, String> {
+    // Checked before opening: opening a FIFO would block.
+    let metadata = fs::metadata(path).map_err(|err| format!("cannot read the file: {err}"))?;
+    if !metadata.is_file() {
+        return Ok(None);
+    }
+    let too_large = || format!("the file is larger than {MAX_ROLE_FILE_BYTES} bytes");
+    if metadata.len() > MAX_ROLE_FILE_BYTES as u64 {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    fs::File::open(path)
+        .and_then(|file| {
+            file.take(MAX_ROLE_FILE_BYTES as u64 + 1)
+                .read_to_end(&mut bytes)
+        })
+        .map_err(|err| format!("cannot read the file: {err}"))?;
+    if bytes.len() > MAX_ROLE_FILE_BYTES {
+        return Err(too_large());
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|err| format!("the file is not UTF-8 text: {}", err.utf8_error()))
+}
+
+/// `llm` or `command`: what serves the role.
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+fn kind(role: &RoleDefinition) -> &'static str {
+    if role.is_command() { "command" } else { "llm" }
+}
+
+/// The output of `mew agents`, ending with a newline.
+///
+/// The human form has one line per role (name, kind, source, published, path), an indented
+/// line per definition it shadows, then a `problems:` section when there are any. The JSON form
+/// is `{"roles": [{"name", "kind", "source", "path", "published", "description", "shadowed":
+/// [{"source", "path"}]}], "problems": [{"path", "severity", "message"}]}`.
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+pub(crate) fn render_agents(catalog: &Catalog, json: bool) -> String {
+    if json {
+        render_json(catalog)
+    } else {
+        render_human(catalog)
+    }
+}
+
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+fn render_human(catalog: &Catalog) -> String {
+    const HEADER: [&str; 5] = ["NAME", "KIND", "SOURCE", "PUBLISHED", "PATH"];
+    let rows: Vec<[&str; 5]> = catalog
+        .roles()
+        .map(|role| {
+            [
+                role.name.as_str(),
+                kind(role),
+                role.source.as_str(),
+                if role.publish { "yes" } else { "no" },
+                role.path.as_str(),
+            ]
+        })
+        .collect();
+    let mut widths = HEADER.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[&str; 5]| {
+        let mut line = String::new();
+        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        line.push('\n');
+        line
+    };
+
+    let mut out = String::new();
+    if rows.is_empty() {
+        out.push_str("no roles\n");
+    } else {
+        out.push_str(&line(&HEADER));
+        for row in &rows {
+            out.push_str(&line(row));
+            for (source, path) in catalog.shadowed(row[0]) {
+                out.push_str(&format!("  shadows {source} {path}\n"));
+            }
+        }
+    }
+    if !catalog.problems().is_empty() {
+        out.push_str("\nproblems:\n");
+        for problem in catalog.problems() {
+            out.push_str(&format!("  {problem}\n"));
+        }
+    }
+    out
+}
+
+#[cfg_attr(not(test), allow(dead_code))] // wired by the node
+fn render_json(catalog: &Catalog) -> String {
+    let roles: Vec<serde_json::Value> = catalog
+        .roles()
+        .map(|role| {
+            let shadowed: Vec<serde_json::Value> = catalog
+                .shadowed(&role.name)
+                .iter()
+                .map(|(source, path)| json!({"source": source, "path": path}))
+                .collect();
+            json!({
+                "name": role.name,
+                "kind": kind(role),
+                "source": role.source,
+                "path": role.path,
+                "published": role.publish,
+                "description": role.description,
+                "shadowed": shadowed,
+            })
+        })
+        .collect();
+    let value = json!({"roles": roles, "problems": catalog.problems()});
+    format!("{value:#}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mew_cards::{ModelChoice, PermissionMode};
+
+    fn write(dir: &Path, file: &str, text: impl AsRef<[u8]>) -> PathBuf {
+        fs::create_dir_all(dir).unwrap();
+        let path = dir.join(file);
+        fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn role(name: &str, description: &str) -> String {
+        format!("---\nname: {name}\ndescription: {description}\n---\nYou are {name}.\n")
+    }
+
+    fn display(path: &Path) -> String {
+        path.display().to_string()
+    }
+
+    fn only(dir: &Path) -> RoleDirs {
+        RoleDirs {
+            project: Some(dir.to_path_buf()),
+            ..RoleDirs::default()
+        }
+    }
+
+    #[test]
+    fn builtin_files_parse_without_warnings() {
+        for (path, text) in BUILTIN_ROLES {
+            let parsed = parse_role(text, path, RoleSource::Builtin).unwrap();
+            assert_eq!(parsed.warnings, Vec::new(), "{path}");
+            assert!(parsed.definition.extra.is_empty(), "{path}");
+            assert!(!parsed.definition.tags.is_empty(), "{path}");
+            assert!(
+                (1..=2).contains(&parsed.definition.examples.len()),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn builtins_have_the_seed_fields() {
+        let catalog = Catalog::load(&RoleDirs::default());
+        assert_eq!(catalog.problems(), &[]);
+        assert_eq!(catalog.len(), 3);
+        let names: Vec<&str> = catalog.roles().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["Explore", "Plan", "general-purpose"]);
+
+        let explore = catalog.get("Explore").unwrap();
+        assert_eq!(explore.source, RoleSource::Builtin);
+        assert_eq!(explore.path, "builtin/explore.md");
+        assert_eq!(explore.model, ModelChoice::Haiku);
+        assert_eq!(explore.max_turns, 30);
+        assert_eq!(explore.disallowed_tools, ["write_file", "edit_file"]);
+        assert!(explore.tools.is_empty());
+        assert_eq!(explore.permission_mode, PermissionMode::Default);
+        assert_eq!(explore.tags, ["explore", "read-only", "search"]);
+        assert!(explore.system_prompt.contains("read-only task"));
+        assert!(explore.publish);
+        assert!(!explore.is_command());
+
+        let plan = catalog.get("Plan").unwrap();
+        assert_eq!(plan.max_turns, 15);
+        assert_eq!(plan.permission_mode, PermissionMode::Plan);
+        assert_eq!(plan.disallowed_tools, ["write_file", "edit_file", "Agent"]);
+        assert_eq!(plan.model, ModelChoice::Inherit);
+        assert_eq!(plan.tags, ["plan", "architecture", "read-only"]);
+        assert!(plan.system_prompt.contains("3 to 5 file paths"));
+
+        let general = catalog.get("general-purpose").unwrap();
+        assert_eq!(general.max_turns, 30);
+        assert!(general.tools.is_empty());
+        assert!(general.disallowed_tools.is_empty());
+        assert_eq!(general.permission_mode, PermissionMode::Default);
+        assert_eq!(general.tags, ["general"]);
+        assert_eq!(general.path, "builtin/general-purpose.md");
+    }
+
+    #[test]
+    fn get_is_case_sensitive() {
+        let catalog = Catalog::load(&RoleDirs::default());
+        assert!(catalog.get("Explore").is_some());
+        assert!(catalog.get("explore").is_none());
+        assert!(catalog.get("plan").is_none());
+    }
+
+    #[test]
+    fn later_layers_override_earlier_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        let project = tmp.path().join("project");
+        let extra = tmp.path().join("extra");
+        let user_dir = home.join(".mew/agents");
+        let claude_dir = project.join(".claude/agents");
+        let project_dir = project.join(".mew/agents");
+
+        let user_explore = write(&user_dir, "explore.md", role("Explore", "user explore"));
+        write(&user_dir, "mine.md", role("mine", "user only"));
+        let user_plan = write(&user_dir, "plan.md", role("Plan", "user plan"));
+        let claude_explore = write(&claude_dir, "explore.md", role("Explore", "claude"));
+        let project_explore = write(&project_dir, "explore.md", role("Explore", "project"));
+        let extra_general = write(&extra, "gp.md", role("general-purpose", "extra gp"));
+
+        let mut dirs = RoleDirs::standard(Some(&home), &project);
+        dirs.extra.push(extra.clone());
+        let catalog = Catalog::load(&dirs);
+        assert_eq!(catalog.problems(), &[]);
+        assert_eq!(catalog.len(), 4);
+
+        let explore = catalog.get("Explore").unwrap();
+        assert_eq!(explore.source, RoleSource::Project);
+        assert_eq!(explore.description, "project");
+        assert_eq!(explore.path, display(&project_explore));
+        assert_eq!(
+            catalog.shadowed("Explore"),
+            &[
+                (RoleSource::Builtin, "builtin/explore.md".to_owned()),
+                (RoleSource::User, display(&user_explore)),
+                (RoleSource::ClaudeProject, display(&claude_explore)),
+            ]
+        );
+
+        let plan = catalog.get("Plan").unwrap();
+        assert_eq!(plan.source, RoleSource::User);
+        assert_eq!(plan.description, "user plan");
+        assert_eq!(plan.path, display(&user_plan));
+        assert_eq!(
+            catalog.shadowed("Plan"),
+            &[(RoleSource::Builtin, "builtin/plan.md".to_owned())]
+        );
+
+        let general = catalog.get("general-purpose").unwrap();
+        assert_eq!(general.description, "extra gp");
+        assert_eq!(general.source, RoleSource::User);
+        assert_eq!(general.path, display(&extra_general));
+
+        let mine = catalog.get("mine").unwrap();
+        assert_eq!(mine.source, RoleSource::User);
+        assert_eq!(catalog.shadowed("mine"), &[]);
+    }
+
+    #[test]
+    fn user_explore_overrides_the_builtin_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs = RoleDirs {
+            user: Some(tmp.path().to_path_buf()),
+            ..RoleDirs::default()
+        };
+        write(
+            tmp.path(),
+            "Explore.md",
+            "---\nname: Explore\ndescription: mine\nmaxTurns: 5\n---\nCustom.\n",
+        );
+        let catalog = Catalog::load(&dirs);
+        let explore = catalog.get("Explore").unwrap();
+        assert_eq!(explore.source, RoleSource::User);
+        assert_eq!(explore.max_turns, 5);
+        assert_eq!(explore.model, ModelChoice::Inherit);
+        assert_eq!(explore.system_prompt, "Custom.");
+        assert_eq!(catalog.len(), 3);
+    }
+
+    #[test]
+    fn mew_agents_beat_claude_agents_in_the_same_project() {
+        let tmp = tempfile::tempdir().unwrap();
+        let project = tmp.path();
+        // Written in the opposite order to the layers, so file times cannot decide.
+        let mew = write(
+            &project.join(".mew/agents"),
+            "a.md",
+            role("reviewer", "mew"),
+        );
+        let claude = write(
+            &project.join(".claude/agents"),
+            "a.md",
+            role("reviewer", "cc"),
+        );
+        let catalog = Catalog::load(&RoleDirs::standard(None, project));
+        let reviewer = catalog.get("reviewer").unwrap();
+        assert_eq!(reviewer.source, RoleSource::Project);
+        assert_eq!(reviewer.description, "mew");
+        assert_eq!(reviewer.path, display(&mew));
+        assert_eq!(
+            catalog.shadowed("reviewer"),
+            &[(RoleSource::ClaudeProject, display(&claude))]
+        );
+    }
+
+    #[test]
+    fn standard_dirs() {
+        let dirs = RoleDirs::standard(Some(Path::new("/home/u")), Path::new("/src/app"));
+        assert_eq!(dirs.user, Some(PathBuf::from("/home/u/.mew/agents")));
+        assert_eq!(dirs.project, Some(PathBuf::from("/src/app/.mew/agents")));
+        assert_eq!(
+            dirs.claude_project,
+            Some(PathBuf::from("/src/app/.claude/agents"))
+        );
+        assert!(dirs.extra.is_empty());
+
+        let no_home = RoleDirs::standard(None, Path::new("/src/app"));
+        assert_eq!(no_home.user, None);
+        assert_eq!(no_home.project, Some(PathBuf::from("/src/app/.mew/agents")));
+
+        let at_home = RoleDirs::standard(Some(Path::new("/home/u")), Path::new("/home/u"));
+        assert_eq!(at_home.user, Some(PathBuf::from("/home/u/.mew/agents")));
+        assert_eq!(at_home.project, None);
+        assert_eq!(
+            at_home.claude_project,
+            Some(PathBuf::from("/home/u/.claude/agents"))
+        );
+    }
+
+    #[test]
+    fn broken_files_are_problems_and_the_rest_load() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let yaml = write(dir, "a.md", "---\nname: [unclosed\n---\nbody\n");
+        let no_desc = write(dir, "b.md", "---\nname: nodesc\n---\nbody\n");
+        let no_front = write(dir, "c.md", "just text\n");
+        let binary = write(dir, "d.md", b"---\nname: bin\xff\xfe\n---\n");
+        write(dir, "e.md", role("good", "works"));
+        let catalog = Catalog::load(&only(dir));
+
+        let problems = catalog.problems();
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(problems.iter().all(|p| p.severity == Severity::Error));
+        assert_eq!(problems[0].path, display(&yaml));
+        assert!(
+            problems[0]
+                .message
+                .starts_with("invalid YAML in frontmatter"),
+            "{}",
+            problems[0].message
+        );
+        assert_eq!(problems[1].path, display(&no_desc));
+        assert_eq!(problems[1].message, "description is required");
+        assert_eq!(problems[2].path, display(&no_front));
+        assert!(problems[2].message.contains("no YAML frontmatter"));
+        assert_eq!(problems[3].path, display(&binary));
+        assert!(
+            problems[3]
+                .message
+                .starts_with("the file is not UTF-8 text"),
+            "{}",
+            problems[3].message
+        );
+
+        assert_eq!(catalog.get("good").unwrap().description, "works");
+        assert!(catalog.get("nodesc").is_none());
+        assert_eq!(catalog.len(), 4);
+    }
+
+    #[test]
+    fn a_broken_override_keeps_the_earlier_role() {
+        let tmp = tempfile::tempdir().unwrap();
+        write(
+            tmp.path(),
+            "plan.md",
+            "---\nname: Plan\n---\nno description\n",
+        );
+        let catalog = Catalog::load(&only(tmp.path()));
+        let plan = catalog.get("Plan").unwrap();
+        assert_eq!(plan.source, RoleSource::Builtin);
+        assert_eq!(catalog.problems().len(), 1);
+        assert_eq!(catalog.shadowed("Plan"), &[]);
+    }
+
+    #[test]
+    fn duplicate_name_in_one_layer_is_a_problem() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = write(tmp.path(), "a.md", role("twin", "first"));
+        let second = write(tmp.path(), "b.md", role("twin", "second"));
+        let catalog = Catalog::load(&only(tmp.path()));
+        assert_eq!(catalog.get("twin").unwrap().description, "first");
+        assert_eq!(catalog.shadowed("twin"), &[]);
+        assert_eq!(
+            catalog.problems(),
+            &[Problem {
+                path: display(&second),
+                severity: Severity::Error,
+                message: format!(
+                    "role \"twin\" is already defined by {} in the same directory; \
+                     this file is skipped",
+                    display(&first)
+                ),
+            }]
+        );
+    }
+
+    #[test]
+    fn bad_name_is_a_problem() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bad = write(tmp.path(), "bad.md", role("9lives", "cat"));
+        let slash = write(tmp.path(), "slash.md", role("a/b", "path"));
+        let catalog = Catalog::load(&only(tmp.path()));
+        assert_eq!(catalog.len(), 3);
+        let problems = catalog.problems();
+        assert_eq!(problems.len(), 2);
+        assert_eq!(problems[0].path, display(&bad));
+        assert!(
+            problems[0]
+                .message
+                .starts_with("name \"9lives\" is invalid")
+        );
+        assert_eq!(problems[1].path, display(&slash));
+        assert!(problems[1].message.starts_with("name \"a/b\" is invalid"));
+    }
+
+    #[test]
+    fn only_md_regular_files_are_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        write(dir, "good.md", role("good", "yes"));
+        write(dir, ".hidden.md", role("hidden", "no"));
+        write(dir, ".md", role("dotmd", "no"));
+        write(dir, "notes.txt", role("txt", "no"));
+        write(dir, "README", role("readme", "no"));
+        write(dir, "good.md.bak", role("bak", "no"));
+        write(dir, "upper.MD", role("upper", "no"));
+        write(&dir.join("sub.md"), "inner.md", role("inner", "no"));
+        write(&dir.join("nested"), "deep.md", role("deep", "no"));
+        let catalog = Catalog::load(&only(dir));
+        assert_eq!(catalog.problems(), &[]);
+        let names: Vec<&str> = catalog.roles().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["Explore", "Plan", "general-purpose", "good"]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinks_are_followed_and_dangling_ones_reported() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("agents");
+        let target = write(tmp.path(), "elsewhere.txt", role("linked", "via link"));
+        fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(&target, dir.join("linked.md")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("gone"), dir.join("dangling.md")).unwrap();
+        let catalog = Catalog::load(&only(&dir));
+        assert_eq!(catalog.get("linked").unwrap().description, "via link");
+        let problems = catalog.problems();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].path, display(&dir.join("dangling.md")));
+        assert!(problems[0].message.starts_with("cannot read the file"));
+    }
+
+    #[test]
+    fn oversized_file_is_a_problem() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut text = role("big", "huge");
+        text.push_str(&"x".repeat(1024 * 1024));
+        let big = write(tmp.path(), "big.md", text);
+        let catalog = Catalog::load(&only(tmp.path()));
+        assert!(catalog.get("big").is_none());
+        assert_eq!(
+            catalog.problems(),
+            &[Problem::error(
+                display(&big),
+                "the file is larger than 1048576 bytes"
+            )]
+        );
+    }
+
+    #[test]
+    fn missing_dirs_are_fine_and_a_file_as_dir_is_a_problem() {
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = RoleDirs::standard(Some(&tmp.path().join("nohome")), tmp.path());
+        let catalog = Catalog::load(&missing);
+        assert_eq!(catalog.problems(), &[]);
+        assert_eq!(catalog.len(), 3);
+
+        let file = write(tmp.path(), "agents", "not a directory");
+        let catalog = Catalog::load(&only(&file));
+        assert_eq!(catalog.len(), 3);
+        assert_eq!(catalog.problems().len(), 1);
+        assert_eq!(catalog.problems()[0].path, display(&file));
+        assert!(
+            catalog.problems()[0]
+                .message
+                .starts_with("cannot read the directory")
+        );
+    }
+
+    #[test]
+    fn claude_code_agent_file_loads_unchanged() {
+        let tmp = tempfile::tempdir().unwrap();
+        let claude_dir = tmp.path().join(".claude/agents");
+        write(
+            &claude_dir,
+            "code-reviewer.md",
+            "---\nname: code-reviewer\ndescription: Reviews code for quality\n\
+             tools: Read, Grep\nmodel: sonnet\ncolor: blue\n---\n\
+             You are a senior code reviewer.\n",
+        );
+        let catalog = Catalog::load(&RoleDirs::standard(None, tmp.path()));
+        assert_eq!(catalog.problems(), &[]);
+        let reviewer = catalog.get("code-reviewer").unwrap();
+        assert_eq!(reviewer.source, RoleSource::ClaudeProject);
+        assert_eq!(reviewer.tools, ["Read", "Grep"]);
+        assert_eq!(reviewer.model, ModelChoice::Sonnet);
+        assert_eq!(reviewer.extra.get("color"), Some(&json!("blue")));
+        assert_eq!(reviewer.system_prompt, "You are a senior code reviewer.");
+        assert!(reviewer.publish);
+    }
+
+    #[test]
+    fn parser_warnings_are_warning_problems() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = write(
+            tmp.path(),
+            "w.md",
+            "---\nname: warned\ndescription: d\nmaxTurns: -3\n---\n",
+        );
+        let catalog = Catalog::load(&only(tmp.path()));
+        assert_eq!(catalog.get("warned").unwrap().max_turns, 0);
+        assert_eq!(
+            catalog.problems(),
+            &[Problem {
+                path: display(&path),
+                severity: Severity::Warning,
+                message: "maxTurns -3 is negative; using the default (25)".to_owned(),
+            }]
+        );
+    }
+
+    #[test]
+    fn published_leaves_out_unpublished_roles() {
+        let tmp = tempfile::tempdir().unwrap();
+        write(
+            tmp.path(),
+            "secret.md",
+            "---\nname: secret\ndescription: local only\npublish: false\n---\n",
+        );
+        let catalog = Catalog::load(&only(tmp.path()));
+        assert_eq!(catalog.len(), 4);
+        assert!(!catalog.get("secret").unwrap().publish);
+        let published: Vec<&str> = catalog.published().map(|r| r.name.as_str()).collect();
+        assert_eq!(published, ["Explore", "Plan", "general-purpose"]);
+    }
+
+    /// A project with an overridden Explore, an unpublished command role and a broken file.
+    fn sample() -> (tempfile::TempDir, Catalog) {
+        let tmp = tempfile::tempdir().unwrap();
+        write(tmp.path(), "explore.md", role("Explore", "project explore"));
+        write(
+            tmp.path(),
+            "lint.md",
+            "---\nname: lint\ndescription: Runs the linter\ncommand: cargo clippy\n\
+             publish: false\n---\n",
+        );
+        write(tmp.path(), "zz.md", "---\nname: broken\n---\n");
+        let catalog = Catalog::load(&only(tmp.path()));
+        (tmp, catalog)
+    }
+
+    #[test]
+    fn render_agents_human() {
+        let (tmp, catalog) = sample();
+        let dir = tmp.path();
+        let out = render_agents(&catalog, false);
+        let explore = display(&dir.join("explore.md"));
+        let lint = display(&dir.join("lint.md"));
+        let broken = display(&dir.join("zz.md"));
+        let expected = format!(
+            "NAME             KIND     SOURCE   PUBLISHED  PATH\n\
+             Explore          llm      project  yes        {explore}\n  \
+             shadows builtin builtin/explore.md\n\
+             Plan             llm      builtin  yes        builtin/plan.md\n\
+             general-purpose  llm      builtin  yes        builtin/general-purpose.md\n\
+             lint             command  project  no         {lint}\n\
+             \n\
+             problems:\n  \
+             error: {broken}: description is required\n"
+        );
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn render_agents_human_without_problems_has_no_problem_section() {
+        let out = render_agents(&Catalog::load(&RoleDirs::default()), false);
+        assert_eq!(out.lines().count(), 4);
+        assert!(out.starts_with("NAME "));
+        assert!(!out.contains("problems:"));
+        assert!(out.contains("general-purpose  llm   builtin  yes        builtin/"));
+    }
+
+    #[test]
+    fn render_agents_json() {
+        let (tmp, catalog) = sample();
+        let dir = tmp.path();
+        let out = render_agents(&catalog, true);
+        assert!(out.ends_with("}\n"));
+        let value: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let roles = value["roles"].as_array().unwrap();
+        assert_eq!(roles.len(), 4);
+        assert_eq!(
+            roles[0],
+            json!({
+                "name": "Explore",
+                "kind": "llm",
+                "source": "project",
+                "path": display(&dir.join("explore.md")),
+                "published": true,
+                "description": "project explore",
+                "shadowed": [{"source": "builtin", "path": "builtin/explore.md"}],
+            })
+        );
+        assert_eq!(roles[1]["name"], "Plan");
+        assert_eq!(roles[1]["source"], "builtin");
+        assert_eq!(roles[1]["shadowed"], json!([]));
+        assert_eq!(roles[3]["name"], "lint");
+        assert_eq!(roles[3]["kind"], "command");
+        assert_eq!(roles[3]["published"], false);
+        assert_eq!(roles[3]["description"], "Runs the linter");
+        assert_eq!(
+            value["problems"],
+            json!([{
+                "path": display(&dir.join("zz.md")),
+                "severity": "error",
+                "message": "description is required",
+            }])
+        );
+    }
+}

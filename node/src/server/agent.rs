@@ -1,0 +1,165 @@
+//! `RoleAgent`: one role of the node as an `AgentTransport`, backed by the task manager.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use mew_cards::{
+    AgentCard, CancelTaskRequest, ErrorKind, GetTaskRequest, ListTasksRequest, ListTasksResponse,
+    RoleDefinition, SendMessageRequest, SendMessageResponse, SubscribeToTaskRequest, Task,
+};
+use mew_transport::{AgentTransport, CallContext, Error, EventStream, collect_send};
+
+use crate::tasks::manager::{Scope, Submission, TaskManager};
+
+/// A role served as an A2A agent. The node's front agent is one too: it runs
+/// the default role and sees every task on the node; a role's own agent sees
+/// only that role's tasks.
+pub(crate) struct RoleAgent {
+    manager: Arc<TaskManager>,
+    role: Arc<RoleDefinition>,
+    card: AgentCard,
+    /// `None` for the front agent.
+    scope_role: Option<String>,
+}
+
+impl RoleAgent {
+    /// The agent of `role` alone.
+    pub(crate) fn role(
+        manager: Arc<TaskManager>,
+        role: Arc<RoleDefinition>,
+        card: AgentCard,
+    ) -> Self {
+        let scope_role = Some(role.name.clone());
+        Self {
+            manager,
+            role,
+            card,
+            scope_role,
+        }
+    }
+
+    /// The node's front agent: runs `default_role`, sees every task.
+    pub(crate) fn front(
+        manager: Arc<TaskManager>,
+        default_role: Arc<RoleDefinition>,
+        card: AgentCard,
+    ) -> Self {
+        Self {
+            manager,
+            role: default_role,
+            card,
+            scope_role: None,
+        }
+    }
+
+    fn scope(&self, ctx: &CallContext) -> Scope {
+        Scope {
+            role: self.scope_role.clone(),
+            owner: ctx.principal.clone(),
+        }
+    }
+
+    async fn submit(
+        &self,
+        ctx: &CallContext,
+        request: SendMessageRequest,
+    ) -> Result<(Task, EventStream), Error> {
+        if request.history_length().is_some_and(|n| n < 0) {
+            return Err(Error::protocol(
+                ErrorKind::InvalidParams,
+                "historyLength must not be negative",
+            ));
+        }
+        if request
+            .configuration
+            .as_ref()
+            .is_some_and(|c| c.task_push_notification_config.is_some())
+        {
+            return Err(Error::protocol(
+                ErrorKind::PushNotificationNotSupported,
+                "this node does not send push notifications yet",
+            ));
+        }
+        let submission = Submission {
+            role: self.role.clone(),
+            message: request.message,
+            owner: ctx.principal.clone(),
+            parent: None,
+            metadata: request.metadata,
+        };
+        self.manager.submit(submission, &self.scope(ctx)).await
+    }
+}
+
+#[async_trait]
+impl AgentTransport for RoleAgent {
+    async fn card(&self) -> Result<AgentCard, Error> {
+        Ok(self.card.clone())
+    }
+
+    async fn send_message(
+        &self,
+        ctx: &CallContext,
+        request: SendMessageRequest,
+    ) -> Result<SendMessageResponse, Error> {
+        let history_length = request.history_length();
+        let return_immediately = request.return_immediately();
+        let (task, stream) = self.submit(ctx, request).await?;
+        let response = if return_immediately {
+            SendMessageResponse::Task(task)
+        } else {
+            collect_send(stream, false).await?
+        };
+        Ok(match response {
+            SendMessageResponse::Task(mut task) => {
+                task.truncate_history(history_length);
+                SendMessageResponse::Task(task)
+            }
+            message => message,
+        })
+    }
+
+    async fn send_streaming_message(
+        &self,
+        ctx: &CallContext,
+        request: SendMessageRequest,
+    ) -> Result<EventStream, Error> {
+        Ok(self.submit(ctx, request).await?.1)
+    }
+
+    async fn get_task(&self, ctx: &CallContext, request: GetTaskRequest) -> Result<Task, Error> {
+        if request.history_length.is_some_and(|n| n < 0) {
+            return Err(Error::protocol(
+                ErrorKind::InvalidParams,
+                "historyLength must not be negative",
+            ));
+        }
+        let mut task = self.manager.get(&request.id, &self.scope(ctx)).await?.task;
+        task.truncate_history(request.history_length);
+        Ok(task)
+    }
+
+    async fn list_tasks(
+        &self,
+        ctx: &CallContext,
+        request: ListTasksRequest,
+    ) -> Result<ListTasksResponse, Error> {
+        self.manager.list(&request, &self.scope(ctx)).await
+    }
+
+    async fn cancel_task(
+        &self,
+        ctx: &CallContext,
+        request: CancelTaskRequest,
+    ) -> Result<Task, Error> {
+        self.manager.cancel(&request.id, &self.scope(ctx)).await
+    }
+
+    async fn subscribe_to_task(
+        &self,
+        ctx: &CallContext,
+        request: SubscribeToTaskRequest,
+    ) -> Result<EventStream, Error> {
+        self.manager.subscribe(&request.id, &self.scope(ctx)).await
+    }
+}

@@ -1,0 +1,68 @@
+//! `Executor`: what runs a turn of a task (a command role, a model-driven role), and the sink it reports through.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use mew_cards::{Artifact, ContextId, Message, RoleDefinition, TaskId, TaskState};
+use tokio_util::sync::CancellationToken;
+
+/// One turn of a task: from an incoming message to a terminal or interrupted state.
+#[derive(Debug)]
+pub struct Turn {
+    /// The task.
+    pub task_id: TaskId,
+    /// Its context.
+    pub context_id: ContextId,
+    /// The role that runs it.
+    pub role: Arc<RoleDefinition>,
+    /// The message that started or resumed the task, with its ids filled in.
+    pub message: Message,
+    /// The conversation before `message`, oldest first: earlier tasks of the
+    /// same context, then this task's own history.
+    pub history: Vec<Message>,
+    /// True when `message` answers this task's INPUT_REQUIRED question.
+    pub resumed: bool,
+    /// Canceled when the task is canceled, times out, or the node stops.
+    pub cancel: CancellationToken,
+}
+
+/// Where an executor reports progress. Every call is persisted before it is
+/// announced to subscribers, and fails once the task is over (canceled, say),
+/// which tells the executor to stop.
+#[async_trait]
+pub trait EventSink: Send + Sync {
+    /// Moves the task to `state` with an optional agent message.
+    async fn status(&self, state: TaskState, message: Option<Message>) -> Result<(), SinkClosed>;
+
+    /// Adds an artifact, or a chunk of one (`append` to the artifact with the same id).
+    async fn artifact(
+        &self,
+        artifact: Artifact,
+        append: bool,
+        last_chunk: bool,
+    ) -> Result<(), SinkClosed>;
+
+    /// Answers with a direct agent message; the task completes with it.
+    async fn message(&self, message: Message) -> Result<(), SinkClosed>;
+}
+
+/// The task is over; nothing more can be reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the task is already over")]
+pub struct SinkClosed;
+
+/// Why a turn failed; the task becomes FAILED with this reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ExecError(pub String);
+
+/// Runs turns of tasks for some kind of role.
+///
+/// `run` returns when the turn is over. If it returns `Ok` without having
+/// reached a terminal or interrupted state, the task completes; `Err` fails
+/// it. A panic inside `run` fails the task, not the node.
+#[async_trait]
+pub trait Executor: Send + Sync {
+    /// Runs one turn, reporting through `sink`.
+    async fn run(&self, turn: Turn, sink: Arc<dyn EventSink>) -> Result<(), ExecError>;
+}

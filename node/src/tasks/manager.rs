@@ -1,0 +1,950 @@
+//! The task manager: every task on the node, its state machine, limits, events and runs.
+//!
+//! Each change to a task is applied to its snapshot, persisted, and only then
+//! broadcast, under the task's own lock, so subscribers see changes in the
+//! order they were stored. Work runs on tracked tokio tasks: a stream that is
+//! dropped never stops it, and a subscriber that lags gets a fresh snapshot
+//! instead of the events it missed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex as SyncMutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::FutureExt;
+use mew_cards::{
+    A2aError, Artifact, ArtifactId, ContextId, DEFAULT_PAGE_SIZE, ErrorKind, ListTasksRequest,
+    ListTasksResponse, MAX_PAGE_SIZE, Message, MessageId, Role, RoleDefinition, StreamResponse,
+    Task, TaskArtifactUpdateEvent, TaskId, TaskState, TaskStatus, TaskStatusUpdateEvent, Timestamp,
+};
+use mew_transport::{Error, EventStream};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, broadcast};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, info_span, warn};
+
+use super::executor::{EventSink, ExecError, Executor, SinkClosed, Turn};
+use super::store::{Cursor, StoreError, StoredTask, TaskQuery, TaskStore};
+
+/// How much work the node takes on.
+#[derive(Clone, Debug)]
+pub(crate) struct Limits {
+    /// Turns running at once; more wait in SUBMITTED, first come first served.
+    pub(crate) max_running: usize,
+    /// Tasks waiting for a slot; beyond this, new tasks are refused.
+    pub(crate) max_queued: usize,
+    /// Time allowed for one turn (`None`: unlimited).
+    pub(crate) task_timeout: Option<Duration>,
+    /// Events buffered per task for slow subscribers.
+    pub(crate) event_buffer: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_running: 16,
+            max_queued: 1024,
+            task_timeout: Some(Duration::from_secs(30 * 60)),
+            event_buffer: 256,
+        }
+    }
+}
+
+/// What the manager needs to know about roles.
+pub(crate) trait Roles: Send + Sync {
+    /// The role with this name.
+    fn role(&self, name: &str) -> Option<Arc<RoleDefinition>>;
+    /// What runs this role's turns.
+    fn executor(&self, role: &RoleDefinition) -> Arc<dyn Executor>;
+}
+
+/// Which tasks a caller may see: one role's (or all), one principal's (or all).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Scope {
+    /// Only this role's tasks.
+    pub(crate) role: Option<String>,
+    /// Only this principal's tasks.
+    pub(crate) owner: Option<String>,
+}
+
+impl Scope {
+    fn admits(&self, task: &StoredTask) -> bool {
+        self.role.as_ref().is_none_or(|r| *r == task.role)
+            && self
+                .owner
+                .as_ref()
+                .is_none_or(|o| task.owner.as_ref() == Some(o))
+    }
+}
+
+/// A new message for a role, as the manager takes it.
+#[derive(Debug)]
+pub(crate) struct Submission {
+    /// The role to run a new task with (ignored when the message continues a task).
+    pub(crate) role: Arc<RoleDefinition>,
+    /// The message.
+    pub(crate) message: Message,
+    /// Who sends it.
+    pub(crate) owner: Option<String>,
+    /// The delegating task, if any.
+    pub(crate) parent: Option<TaskId>,
+    /// Metadata for a new task.
+    pub(crate) metadata: Option<mew_cards::Metadata>,
+}
+
+/// An event with its position in its task's sequence.
+#[derive(Clone, Debug)]
+struct Stamped {
+    seq: u64,
+    event: StreamResponse,
+}
+
+/// A task that is running or can still change.
+struct Live {
+    id: TaskId,
+    cancel: CancellationToken,
+    state: Mutex<LiveState>,
+}
+
+struct LiveState {
+    stored: StoredTask,
+    seq: u64,
+    events: broadcast::Sender<Stamped>,
+    /// True while a turn is queued or running.
+    busy: bool,
+}
+
+fn store_error(error: StoreError) -> Error {
+    Error::Protocol(A2aError::internal(error.to_string()))
+}
+
+fn protocol(kind: ErrorKind, message: impl Into<String>) -> Error {
+    Error::Protocol(A2aError::new(kind, message))
+}
+
+/// The reason given to tasks that were running when the node went away.
+pub(crate) const RESTART_REASON: &str =
+    "the node restarted while this task was running; its work was lost";
+const SHUTDOWN_REASON: &str = "the node shut down while this task was running";
+
+/// Every task on the node.
+pub(crate) struct TaskManager {
+    store: Arc<dyn TaskStore>,
+    roles: Arc<dyn Roles>,
+    limits: Limits,
+    live: SyncMutex<HashMap<TaskId, Arc<Live>>>,
+    slots: Arc<Semaphore>,
+    queued: AtomicUsize,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl TaskManager {
+    /// A manager over `store`. Tasks left unfinished by an earlier run are
+    /// marked FAILED first: nothing stays WORKING forever.
+    pub(crate) async fn start(
+        store: Arc<dyn TaskStore>,
+        roles: Arc<dyn Roles>,
+        limits: Limits,
+    ) -> Result<Arc<Self>, StoreError> {
+        let failed = store.fail_unfinished(RESTART_REASON).await?;
+        if !failed.is_empty() {
+            warn!(
+                count = failed.len(),
+                "tasks that were running when the node stopped are now FAILED"
+            );
+        }
+        Ok(Arc::new(Self {
+            store,
+            roles,
+            slots: Arc::new(Semaphore::new(limits.max_running.max(1))),
+            limits,
+            live: SyncMutex::new(HashMap::new()),
+            queued: AtomicUsize::new(0),
+            shutdown: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+        }))
+    }
+
+    fn live_map(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Arc<Live>>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The live entry of a task, loading it from the store if it can still change.
+    async fn live_or_load(&self, id: &TaskId, scope: &Scope) -> Result<LiveOrDone, Error> {
+        let existing = self.live_map().get(id).cloned();
+        if let Some(live) = existing {
+            let state = live.state.lock().await;
+            if !scope.admits(&state.stored) {
+                return Err(Error::Protocol(A2aError::task_not_found(id)));
+            }
+            drop(state);
+            return Ok(LiveOrDone::Live(live));
+        }
+        let stored = self
+            .store
+            .get(id)
+            .await
+            .map_err(store_error)?
+            .filter(|t| scope.admits(t))
+            .ok_or_else(|| Error::Protocol(A2aError::task_not_found(id)))?;
+        if stored.task.status.state.is_terminal() {
+            return Ok(LiveOrDone::Done(Box::new(stored)));
+        }
+        // An interrupted task from the store (or one another call is loading): make it live once.
+        let mut map = self.live_map();
+        let live = map
+            .entry(id.clone())
+            .or_insert_with(|| self.new_live(stored))
+            .clone();
+        Ok(LiveOrDone::Live(live))
+    }
+
+    fn new_live(&self, stored: StoredTask) -> Arc<Live> {
+        let (events, _) = broadcast::channel(self.limits.event_buffer.max(1));
+        Arc::new(Live {
+            id: stored.task.id.clone(),
+            cancel: self.shutdown.child_token(),
+            state: Mutex::new(LiveState {
+                stored,
+                seq: 0,
+                events,
+                busy: false,
+            }),
+        })
+    }
+
+    /// Takes a message: starts a new task, or resumes the task it names.
+    /// Returns the task as it is now and a subscription to what follows.
+    pub(crate) async fn submit(
+        self: &Arc<Self>,
+        submission: Submission,
+        scope: &Scope,
+    ) -> Result<(Task, EventStream), Error> {
+        validate_message(&submission.message)?;
+        match submission.message.task_id.clone() {
+            Some(id) => self.resume(id, submission, scope).await,
+            None => self.create(submission).await,
+        }
+    }
+
+    async fn create(
+        self: &Arc<Self>,
+        submission: Submission,
+    ) -> Result<(Task, EventStream), Error> {
+        let queued = self.queued.fetch_add(1, Ordering::SeqCst);
+        if queued >= self.limits.max_queued {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(protocol(
+                ErrorKind::Internal,
+                format!("the node has {queued} tasks waiting already; try again later"),
+            ));
+        }
+        let id = TaskId::generate();
+        let context_id = submission
+            .message
+            .context_id
+            .clone()
+            .unwrap_or_else(ContextId::generate);
+        let mut message = submission.message;
+        message.task_id = Some(id.clone());
+        message.context_id = Some(context_id.clone());
+        let now = Timestamp::now();
+        let stored = StoredTask {
+            task: Task {
+                id: id.clone(),
+                context_id,
+                status: TaskStatus {
+                    state: TaskState::Submitted,
+                    message: None,
+                    timestamp: Some(now),
+                },
+                artifacts: Vec::new(),
+                history: vec![message.clone()],
+                metadata: submission.metadata,
+            },
+            role: submission.role.name.clone(),
+            owner: submission.owner,
+            parent: submission.parent,
+            created: now,
+            private: serde_json::Value::Null,
+        };
+        if let Err(e) = self.store.put(&stored).await {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(store_error(e));
+        }
+        let live = self.new_live(stored);
+        self.live_map().insert(id, live.clone());
+        let (task, stream) = {
+            let mut state = live.state.lock().await;
+            state.busy = true;
+            let stream = self.watch(&live, &state);
+            (state.stored.task.clone(), stream)
+        };
+        self.spawn_turn(live, submission.role, message, false, true);
+        Ok((task, stream))
+    }
+
+    async fn resume(
+        self: &Arc<Self>,
+        id: TaskId,
+        submission: Submission,
+        scope: &Scope,
+    ) -> Result<(Task, EventStream), Error> {
+        let live = match self.live_or_load(&id, scope).await? {
+            LiveOrDone::Done(stored) => {
+                return Err(protocol(
+                    ErrorKind::UnsupportedOperation,
+                    format!(
+                        "task {id} is {}: it takes no more messages; continue in its context with a new task",
+                        stored.task.status.state
+                    ),
+                ));
+            }
+            LiveOrDone::Live(live) => live,
+        };
+        let mut message = submission.message;
+        let (task, stream, role) = {
+            let mut state = live.state.lock().await;
+            let current = state.stored.task.status.state;
+            if !current.is_interrupted() || state.busy {
+                let why = if current.is_terminal() {
+                    "is over"
+                } else {
+                    "is still running"
+                };
+                return Err(protocol(
+                    ErrorKind::UnsupportedOperation,
+                    format!(
+                        "task {id} {why} ({current}); it takes a message only when it asks for input"
+                    ),
+                ));
+            }
+            if let Some(context) = &message.context_id
+                && *context != state.stored.task.context_id
+            {
+                return Err(protocol(
+                    ErrorKind::InvalidParams,
+                    format!(
+                        "task {id} belongs to context {}, not {context}",
+                        state.stored.task.context_id
+                    ),
+                ));
+            }
+            let role = self.roles.role(&state.stored.role).ok_or_else(|| {
+                protocol(
+                    ErrorKind::UnsupportedOperation,
+                    format!(
+                        "task {id} belongs to role {:?}, which this node no longer has",
+                        state.stored.role
+                    ),
+                )
+            })?;
+            message.context_id = Some(state.stored.task.context_id.clone());
+            state.stored.task.history.push(message.clone());
+            let status = TaskStatus::new(TaskState::Working);
+            let event = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                task_id: id.clone(),
+                context_id: state.stored.task.context_id.clone(),
+                status,
+                metadata: None,
+            });
+            self.record(&mut state, event).await.map_err(store_error)?;
+            state.busy = true;
+            let stream = self.watch(&live, &state);
+            (state.stored.task.clone(), stream, role)
+        };
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        self.spawn_turn(live, role, message, true, false);
+        Ok((task, stream))
+    }
+
+    async fn record(&self, state: &mut LiveState, event: StreamResponse) -> Result<(), StoreError> {
+        record(self.store.as_ref(), state, event).await
+    }
+
+    /// A subscription that starts with the current snapshot, taken under the
+    /// task's lock so that no event falls between the two.
+    fn watch(&self, live: &Arc<Live>, state: &LiveState) -> EventStream {
+        let rx = state.events.subscribe();
+        let first = state.stored.task.clone();
+        let seq = state.seq;
+        let live = live.clone();
+        let ends = first.status.state.ends_stream() && !state.busy;
+        let start = futures_util::stream::iter([Ok(StreamResponse::Task(first))]);
+        if ends {
+            return Box::pin(start);
+        }
+        let rest = futures_util::stream::unfold(
+            WatchState {
+                rx,
+                seq,
+                live,
+                done: false,
+            },
+            WatchState::next,
+        );
+        Box::pin(futures_util::StreamExt::chain(start, rest))
+    }
+
+    fn spawn_turn(
+        self: &Arc<Self>,
+        live: Arc<Live>,
+        role: Arc<RoleDefinition>,
+        message: Message,
+        resumed: bool,
+        fresh: bool,
+    ) {
+        let manager = self.clone();
+        let span = info_span!("task", task_id = %live.id, role = %role.name);
+        self.tracker.spawn(
+            async move {
+                let permit = manager.wait_for_slot(&live).await;
+                manager.queued.fetch_sub(1, Ordering::SeqCst);
+                let Some(_permit) = permit else {
+                    manager.finish(&live).await;
+                    return;
+                };
+                manager.run_turn(&live, role, message, resumed, fresh).await;
+                manager.finish(&live).await;
+            }
+            .instrument(span),
+        );
+    }
+
+    async fn wait_for_slot(&self, live: &Live) -> Option<OwnedSemaphorePermit> {
+        tokio::select! {
+            permit = self.slots.clone().acquire_owned() => permit.ok(),
+            () = live.cancel.cancelled() => None,
+        }
+    }
+
+    async fn run_turn(
+        &self,
+        live: &Arc<Live>,
+        role: Arc<RoleDefinition>,
+        message: Message,
+        resumed: bool,
+        fresh: bool,
+    ) {
+        let (task_id, context_id, history) = {
+            let mut state = live.state.lock().await;
+            if state.stored.task.status.state.is_terminal() {
+                return;
+            }
+            if fresh {
+                let event = status_event(&state.stored.task, TaskStatus::new(TaskState::Working));
+                if let Err(e) = self.record(&mut state, event).await {
+                    warn!(error = %e, "cannot persist the WORKING state");
+                    return;
+                }
+            }
+            let own = state.stored.task.history.clone();
+            (
+                state.stored.task.id.clone(),
+                state.stored.task.context_id.clone(),
+                own,
+            )
+        };
+        let mut earlier = match self.context_history(&context_id, &task_id).await {
+            Ok(earlier) => earlier,
+            Err(e) => {
+                self.fail(live, format!("cannot read the context's history: {e}"))
+                    .await;
+                return;
+            }
+        };
+        // This task's own history, without the message that starts this turn.
+        earlier.extend(own_history_before(&history, &message.message_id));
+        let turn = Turn {
+            task_id,
+            context_id,
+            role: role.clone(),
+            message,
+            history: earlier,
+            resumed,
+            cancel: live.cancel.clone(),
+        };
+        let sink: Arc<dyn EventSink> = Arc::new(Sink {
+            store: self.store.clone(),
+            live: live.clone(),
+        });
+        let executor = self.roles.executor(&role);
+        let run = std::panic::AssertUnwindSafe(executor.run(turn, sink)).catch_unwind();
+        let outcome = match self.limits.task_timeout {
+            Some(limit) => match tokio::time::timeout(limit, run).await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    live.cancel.cancel();
+                    Ok(Err(ExecError(format!(
+                        "timed out after {}",
+                        humanize(limit)
+                    ))))
+                }
+            },
+            None => run.await,
+        };
+        match outcome {
+            Ok(Ok(())) => self.complete_if_running(live).await,
+            Ok(Err(ExecError(reason))) => self.fail(live, reason).await,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".to_owned());
+                self.fail(live, format!("the role's runner panicked: {what}"))
+                    .await;
+            }
+        }
+    }
+
+    async fn context_history(
+        &self,
+        context: &ContextId,
+        current: &TaskId,
+    ) -> Result<Vec<Message>, StoreError> {
+        let tasks = self.store.context(context).await?;
+        Ok(tasks
+            .into_iter()
+            .filter(|t| t.task.id != *current)
+            .flat_map(|t| t.task.history)
+            .collect())
+    }
+
+    /// Completes the task unless the turn already ended it or asked for input.
+    async fn complete_if_running(&self, live: &Live) {
+        let mut state = live.state.lock().await;
+        if state.stored.task.status.state.ends_stream() {
+            return;
+        }
+        let event = status_event(&state.stored.task, TaskStatus::new(TaskState::Completed));
+        if let Err(e) = self.record(&mut state, event).await {
+            warn!(error = %e, "cannot persist the COMPLETED state");
+        }
+    }
+
+    /// Fails the task with `reason`, unless it is already over. A task being
+    /// canceled or shut down keeps the state its canceller gives it.
+    async fn fail(&self, live: &Live, reason: String) {
+        let mut state = live.state.lock().await;
+        if state.stored.task.status.state.is_terminal() {
+            return;
+        }
+        let reason = if self.shutdown.is_cancelled() {
+            SHUTDOWN_REASON.to_owned()
+        } else {
+            reason
+        };
+        let message = agent_message(&state.stored.task, reason);
+        let event = status_event(
+            &state.stored.task,
+            TaskStatus::with_message(TaskState::Failed, message),
+        );
+        if let Err(e) = self.record(&mut state, event).await {
+            warn!(error = %e, "cannot persist the FAILED state");
+        }
+    }
+
+    /// The turn is over: the task leaves the live set unless it can continue.
+    async fn finish(&self, live: &Arc<Live>) {
+        let mut state = live.state.lock().await;
+        state.busy = false;
+        if state.stored.task.status.state.is_terminal() {
+            self.live_map().remove(&live.id);
+        } else if !state.stored.task.status.state.is_interrupted() {
+            // The turn ended without an interrupted or terminal state (canceled while queued, say).
+            drop(state);
+            self.fail(live, "the task's turn ended without a result".to_owned())
+                .await;
+            self.live_map().remove(&live.id);
+        }
+    }
+
+    /// `GetTask`.
+    pub(crate) async fn get(&self, id: &TaskId, scope: &Scope) -> Result<StoredTask, Error> {
+        let live = self.live_map().get(id).cloned();
+        let stored = match live {
+            Some(live) => Some(live.state.lock().await.stored.clone()),
+            None => self.store.get(id).await.map_err(store_error)?,
+        };
+        stored
+            .filter(|t| scope.admits(t))
+            .ok_or_else(|| Error::Protocol(A2aError::task_not_found(id)))
+    }
+
+    /// `CancelTask`.
+    pub(crate) async fn cancel(&self, id: &TaskId, scope: &Scope) -> Result<Task, Error> {
+        let live = match self.live_or_load(id, scope).await? {
+            LiveOrDone::Done(stored) => {
+                return Err(protocol(
+                    ErrorKind::TaskNotCancelable,
+                    format!("task {id} is already {}", stored.task.status.state),
+                ));
+            }
+            LiveOrDone::Live(live) => live,
+        };
+        let mut state = live.state.lock().await;
+        let current = state.stored.task.status.state;
+        if current.is_terminal() {
+            return Err(protocol(
+                ErrorKind::TaskNotCancelable,
+                format!("task {id} is already {current}"),
+            ));
+        }
+        let event = status_event(&state.stored.task, TaskStatus::new(TaskState::Canceled));
+        self.record(&mut state, event).await.map_err(store_error)?;
+        live.cancel.cancel();
+        let task = state.stored.task.clone();
+        if !state.busy {
+            drop(state);
+            self.live_map().remove(id);
+        }
+        Ok(task)
+    }
+
+    /// `SubscribeToTask`.
+    pub(crate) async fn subscribe(&self, id: &TaskId, scope: &Scope) -> Result<EventStream, Error> {
+        match self.live_or_load(id, scope).await? {
+            LiveOrDone::Done(stored) => Err(protocol(
+                ErrorKind::UnsupportedOperation,
+                format!(
+                    "task {id} is {}; there is nothing left to watch",
+                    stored.task.status.state
+                ),
+            )),
+            LiveOrDone::Live(live) => {
+                let state = live.state.lock().await;
+                if state.stored.task.status.state.is_terminal() {
+                    return Err(protocol(
+                        ErrorKind::UnsupportedOperation,
+                        format!(
+                            "task {id} is {}; there is nothing left to watch",
+                            state.stored.task.status.state
+                        ),
+                    ));
+                }
+                Ok(self.watch(&live, &state))
+            }
+        }
+    }
+
+    /// `ListTasks`.
+    pub(crate) async fn list(
+        &self,
+        request: &ListTasksRequest,
+        scope: &Scope,
+    ) -> Result<ListTasksResponse, Error> {
+        let page_size = request.page_size.unwrap_or(DEFAULT_PAGE_SIZE);
+        if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
+            return Err(protocol(
+                ErrorKind::InvalidParams,
+                format!("pageSize must be between 1 and {MAX_PAGE_SIZE}, not {page_size}"),
+            ));
+        }
+        if request.history_length.is_some_and(|n| n < 0) {
+            return Err(protocol(
+                ErrorKind::InvalidParams,
+                "historyLength must not be negative",
+            ));
+        }
+        let after = if request.page_token.is_empty() {
+            None
+        } else {
+            Some(decode_token(&request.page_token)?)
+        };
+        let query = TaskQuery {
+            role: scope.role.clone(),
+            owner: scope.owner.clone(),
+            context_id: (!request.context_id.is_empty()).then(|| request.context_id.clone()),
+            state: (request.status != TaskState::Unspecified).then_some(request.status),
+            status_after: request.status_timestamp_after,
+            after,
+            limit: usize::try_from(page_size).unwrap_or(DEFAULT_PAGE_SIZE as usize),
+        };
+        let page = self.store.list(&query).await.map_err(store_error)?;
+        let include_artifacts = request.include_artifacts.unwrap_or(false);
+        let tasks = page
+            .tasks
+            .into_iter()
+            .map(|stored| {
+                let mut task = stored.task;
+                task.truncate_history(request.history_length);
+                if !include_artifacts {
+                    task.artifacts.clear();
+                }
+                task
+            })
+            .collect();
+        Ok(ListTasksResponse {
+            tasks,
+            next_page_token: page.next.map(|c| encode_token(&c)).unwrap_or_default(),
+            page_size,
+            total_size: i32::try_from(page.total).unwrap_or(i32::MAX),
+        })
+    }
+
+    /// Stops taking work, cancels running turns, and waits up to `grace` for them to end.
+    pub(crate) async fn shutdown(&self, grace: Duration) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            warn!(grace = %humanize(grace), "tasks still running after the shutdown grace period");
+        }
+    }
+}
+
+enum LiveOrDone {
+    Live(Arc<Live>),
+    Done(Box<StoredTask>),
+}
+
+/// Applies `event` to the snapshot, persists it, then announces it; on a
+/// storage failure the snapshot is left as it was and nothing is announced.
+async fn record(
+    store: &dyn TaskStore,
+    state: &mut LiveState,
+    event: StreamResponse,
+) -> Result<(), StoreError> {
+    let previous = state.stored.task.clone();
+    state.stored.task.apply(&event);
+    if let Err(e) = store.put(&state.stored).await {
+        state.stored.task = previous;
+        return Err(e);
+    }
+    state.seq += 1;
+    // No receivers is fine: nobody is watching.
+    let _ = state.events.send(Stamped {
+        seq: state.seq,
+        event,
+    });
+    Ok(())
+}
+
+/// Reports events from a running turn into its task.
+struct Sink {
+    store: Arc<dyn TaskStore>,
+    live: Arc<Live>,
+}
+
+impl Sink {
+    async fn record(
+        &self,
+        make: impl FnOnce(&Task) -> Option<StreamResponse>,
+    ) -> Result<(), SinkClosed> {
+        let mut state = self.live.state.lock().await;
+        if state.stored.task.status.state.is_terminal() || self.live.cancel.is_cancelled() {
+            return Err(SinkClosed);
+        }
+        let Some(event) = make(&state.stored.task) else {
+            return Ok(());
+        };
+        record(self.store.as_ref(), &mut state, event)
+            .await
+            .map_err(|e| {
+                warn!(error = %e, "cannot persist an event; the task stops");
+                SinkClosed
+            })
+    }
+}
+
+#[async_trait]
+impl EventSink for Sink {
+    async fn status(&self, state: TaskState, message: Option<Message>) -> Result<(), SinkClosed> {
+        self.record(|task| {
+            let current = task.status.state;
+            if !current.can_become(state) || state == TaskState::Submitted {
+                warn!(from = %current, to = %state, "ignoring an illegal state change");
+                return None;
+            }
+            let message = message.map(|m| own_message(task, m));
+            Some(status_event(
+                task,
+                TaskStatus {
+                    state,
+                    message,
+                    timestamp: Some(Timestamp::now()),
+                },
+            ))
+        })
+        .await
+    }
+
+    async fn artifact(
+        &self,
+        mut artifact: Artifact,
+        append: bool,
+        last_chunk: bool,
+    ) -> Result<(), SinkClosed> {
+        if artifact.artifact_id.is_empty() {
+            artifact.artifact_id = ArtifactId::generate();
+        }
+        self.record(|task| {
+            Some(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                task_id: task.id.clone(),
+                context_id: task.context_id.clone(),
+                artifact,
+                append,
+                last_chunk,
+                metadata: None,
+            }))
+        })
+        .await
+    }
+
+    async fn message(&self, message: Message) -> Result<(), SinkClosed> {
+        let mut reply = None;
+        self.record(|task| {
+            let message = own_message(task, message);
+            reply = Some(message.clone());
+            Some(StreamResponse::Message(message))
+        })
+        .await?;
+        // The direct answer ends the task.
+        self.record(|task| {
+            let mut status = TaskStatus::new(TaskState::Completed);
+            status.message = reply;
+            Some(status_event(task, status))
+        })
+        .await
+    }
+}
+
+/// A message from the agent, addressed to `task`.
+fn own_message(task: &Task, mut message: Message) -> Message {
+    message.role = Role::Agent;
+    message.task_id = Some(task.id.clone());
+    message.context_id = Some(task.context_id.clone());
+    if message.message_id.is_empty() {
+        message.message_id = MessageId::generate();
+    }
+    message
+}
+
+fn agent_message(task: &Task, text: String) -> Message {
+    own_message(task, Message::agent_text(text))
+}
+
+fn status_event(task: &Task, status: TaskStatus) -> StreamResponse {
+    StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+        task_id: task.id.clone(),
+        context_id: task.context_id.clone(),
+        status,
+        metadata: None,
+    })
+}
+
+/// The task's history before the message with `id` (all of it if absent).
+fn own_history_before(history: &[Message], id: &MessageId) -> Vec<Message> {
+    let end = history
+        .iter()
+        .rposition(|m| m.message_id == *id)
+        .unwrap_or(history.len());
+    history[..end].to_vec()
+}
+
+fn validate_message(message: &Message) -> Result<(), Error> {
+    if message.parts.is_empty() {
+        return Err(protocol(
+            ErrorKind::InvalidParams,
+            "message.parts must not be empty",
+        ));
+    }
+    if message.message_id.is_empty() {
+        return Err(protocol(
+            ErrorKind::InvalidParams,
+            "message.messageId is required",
+        ));
+    }
+    if message.role != Role::User {
+        return Err(protocol(
+            ErrorKind::InvalidParams,
+            format!("message.role must be ROLE_USER, not {}", message.role),
+        ));
+    }
+    Ok(())
+}
+
+fn encode_token(cursor: &Cursor) -> String {
+    use base64::Engine as _;
+    let raw = format!("{}:{}", cursor.status_time.unix_nanos(), cursor.id);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+fn decode_token(token: &str) -> Result<Cursor, Error> {
+    use base64::Engine as _;
+    let invalid = || {
+        protocol(
+            ErrorKind::InvalidParams,
+            format!("pageToken {token:?} is not a token this node gave"),
+        )
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| invalid())?;
+    let raw = String::from_utf8(raw).map_err(|_| invalid())?;
+    let (nanos, id) = raw.split_once(':').ok_or_else(invalid)?;
+    let nanos: i128 = nanos.parse().map_err(|_| invalid())?;
+    if id.is_empty() {
+        return Err(invalid());
+    }
+    Ok(Cursor {
+        status_time: Timestamp::from_unix_nanos(nanos),
+        id: TaskId::from(id),
+    })
+}
+
+/// A duration as people write it: `90s`, `5m`, `2h`, `250ms`.
+pub(crate) fn humanize(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    match (secs, duration.subsec_millis()) {
+        (0, ms) => format!("{ms}ms"),
+        (s, 0) if s % 3600 == 0 => format!("{}h", s / 3600),
+        (s, 0) if s % 60 == 0 => format!("{}m", s / 60),
+        (s, 0) => format!("{s}s"),
+        (s, ms) => format!("{s}.{ms:03}s"),
+    }
+}
+
+/// The state of one subscription.
+struct WatchState {
+    rx: broadcast::Receiver<Stamped>,
+    /// The last event reflected in what the subscriber has seen.
+    seq: u64,
+    live: Arc<Live>,
+    done: bool,
+}
+
+impl WatchState {
+    async fn next(mut self) -> Option<(Result<StreamResponse, Error>, Self)> {
+        if self.done {
+            return None;
+        }
+        loop {
+            match self.rx.recv().await {
+                Ok(stamped) if stamped.seq <= self.seq => {}
+                Ok(stamped) => {
+                    self.seq = stamped.seq;
+                    self.done = stamped.event.ends_stream();
+                    return Some((Ok(stamped.event), self));
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // Events were missed: send a fresh snapshot and skip what it covers.
+                    let (snapshot, seq) = {
+                        let state = self.live.state.lock().await;
+                        (state.stored.task.clone(), state.seq)
+                    };
+                    self.seq = seq;
+                    self.done = snapshot.status.state.ends_stream();
+                    return Some((Ok(StreamResponse::Task(snapshot)), self));
+                }
+                // The sender lives as long as `live`, which this subscription holds.
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}

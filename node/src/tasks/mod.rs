@@ -1,0 +1,6 @@
+//! Tasks: one manager for every task on the node, its durable store, and the executors that run turns.
+
+pub(crate) mod executor;
+pub(crate) mod manager;
+pub(crate) mod sqlite;
+pub(crate) mod store;

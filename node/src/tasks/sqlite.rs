@@ -1,0 +1,1782 @@
+//! `SqliteStore`: the durable `TaskStore`, one SQLite file in WAL mode with a group-committing writer thread.
+//!
+//! Every write (a `put`, `fail_unfinished`) travels as a command over a bounded
+//! channel to the writer thread, which owns the only write connection. The
+//! thread takes whatever is queued, applies it in one transaction, commits, and
+//! only then acknowledges each command: a caller that awaited `put` knows its
+//! task is on disk, and many concurrent writers share one commit. Reads run on
+//! the blocking pool with their own connections, which WAL lets run beside the
+//! writer.
+//!
+//! Durability: `synchronous=NORMAL`. In WAL mode a commit then survives a crash
+//! of the process at once, and a crash of the machine once the WAL is synced
+//! (at the next checkpoint); `FULL` would sync every group commit instead.
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mew_cards::{ContextId, Message, Task, TaskId, TaskState, TaskStatus, Timestamp};
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, ErrorCode, OpenFlags, params, params_from_iter};
+use tokio::sync::{mpsc, oneshot};
+
+use super::store::{Cursor, StoreError, StoredTask, TaskPage, TaskQuery, TaskStore};
+
+/// Schema migrations, in order: `MIGRATIONS[n]` moves a file from version `n`
+/// to `n + 1` (`PRAGMA user_version` holds the file's version). Append only.
+const MIGRATIONS: &[&str] = &[
+    // 1: tasks, with the columns that listing filters and orders on.
+    "CREATE TABLE tasks (
+        id          TEXT PRIMARY KEY NOT NULL,
+        context_id  TEXT NOT NULL,
+        role        TEXT NOT NULL,
+        owner       TEXT,
+        parent      TEXT,
+        state       INTEGER NOT NULL,
+        status_time INTEGER NOT NULL,
+        created     INTEGER NOT NULL,
+        task        TEXT NOT NULL,
+        private     TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX tasks_by_time    ON tasks (status_time DESC, id DESC);
+    CREATE INDEX tasks_by_role    ON tasks (role, status_time DESC, id DESC);
+    CREATE INDEX tasks_by_owner   ON tasks (owner, status_time DESC, id DESC);
+    CREATE INDEX tasks_by_context ON tasks (context_id, created, id);
+    CREATE INDEX tasks_by_state   ON tasks (state);",
+];
+
+/// The schema version this build writes.
+const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// How long a connection waits for a lock held by another connection or process.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Commands that may wait for the writer before senders wait for room.
+const QUEUE_CAPACITY: usize = 1024;
+
+/// The most commands the writer commits in one transaction.
+const MAX_BATCH: usize = 256;
+
+/// Read connections kept open between reads.
+const MAX_IDLE_READERS: usize = 4;
+
+/// The columns `decode` reads, in its order.
+#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
+const COLUMNS: &str = "id, role, owner, parent, created, status_time, task, private";
+
+/// The durable task store: one SQLite database file.
+///
+/// A cheap handle: clones share the file, the writer thread and the read
+/// connections. Dropping the last handle lets the writer commit what is still
+/// queued and waits for it to stop; async code should prefer
+/// [`SqliteStore::close`], which waits without blocking the runtime.
+#[derive(Clone)]
+#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
+pub(crate) struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.readers.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the handles share.
+struct Inner {
+    /// Feeds the writer; `None` once stopping.
+    sender: Option<mpsc::Sender<Command>>,
+    /// The writer thread; it returns how many transactions it committed.
+    writer: Option<JoinHandle<u64>>,
+    /// Idle read connections.
+    readers: Arc<ReadPool>,
+    /// Why the writer stopped early, set before it drops its queue.
+    stopped: Arc<Mutex<Option<String>>>,
+}
+
+impl Inner {
+    /// Closes the queue; the writer commits what is in it, then ends.
+    fn stop(&mut self) -> Option<JoinHandle<u64>> {
+        self.sender = None;
+        self.writer.take()
+    }
+
+    /// The error for a call that found the writer gone.
+    fn writer_stopped(&self) -> StoreError {
+        let reason = self
+            .stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .unwrap_or_else(|| "it ended unexpectedly".to_owned());
+        StoreError::Backend(format!("the task store's writer stopped: {reason}"))
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(writer) = self.stop()
+            && writer.join().is_err()
+        {
+            tracing::error!("the task store's writer thread panicked");
+        }
+    }
+}
+
+#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
+impl SqliteStore {
+    /// Opens the database at `path`, creating the file and its directory if
+    /// needed, and brings its schema up to date.
+    ///
+    /// Fails with a clear error when the file is not a SQLite database or was
+    /// written by a newer version of Mew. Does blocking file I/O: call it at
+    /// start, or from a blocking context.
+    pub(crate) fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                StoreError::Backend(format!(
+                    "cannot create the directory {} for the task store: {e}",
+                    dir.display()
+                ))
+            })?;
+        }
+        let mut writer = open_connection(path, Access::Write)?;
+        migrate(&mut writer, path)?;
+        let readers = Arc::new(ReadPool {
+            path: path.to_owned(),
+            idle: Mutex::new(Vec::with_capacity(MAX_IDLE_READERS)),
+        });
+        // One reader now, so that a problem shows at start rather than at the first read.
+        readers.give_back(open_connection(path, Access::Read)?);
+
+        let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
+        let stopped = Arc::new(Mutex::new(None));
+        let thread = std::thread::Builder::new()
+            .name("mew-task-store".to_owned())
+            .spawn({
+                let stopped = Arc::clone(&stopped);
+                move || {
+                    let commits = run_writer(writer, receiver, &stopped);
+                    tracing::debug!(commits, "the task store's writer stopped");
+                    commits
+                }
+            })
+            .map_err(|e| {
+                StoreError::Backend(format!(
+                    "cannot start the writer thread for the task store {}: {e}",
+                    path.display()
+                ))
+            })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                sender: Some(sender),
+                writer: Some(thread),
+                readers,
+                stopped,
+            }),
+        })
+    }
+
+    /// Releases this handle; if it is the last one, waits until the writer has
+    /// committed every queued write and closed the database.
+    ///
+    /// Returns an error if the writer had stopped early (it panicked), so that
+    /// shutdown can report it. With other handles alive this only drops this one.
+    pub(crate) async fn close(self) -> Result<(), StoreError> {
+        let Some(mut inner) = Arc::into_inner(self.inner) else {
+            return Ok(());
+        };
+        if let Some(writer) = inner.stop() {
+            let joined = tokio::task::spawn_blocking(move || writer.join())
+                .await
+                .map_err(|e| {
+                    StoreError::Backend(format!("cannot wait for the task store's writer: {e}"))
+                })?;
+            if joined.is_err() {
+                return Err(StoreError::Backend(
+                    "the task store's writer thread panicked".to_owned(),
+                ));
+            }
+        }
+        if inner
+            .stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+        {
+            return Err(inner.writer_stopped());
+        }
+        Ok(())
+    }
+
+    /// Hands `op` to the writer and waits until it is committed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops the wait, not the write: a command already
+    /// queued is still committed.
+    async fn write(&self, op: Op) -> Result<Vec<TaskId>, StoreError> {
+        let sender = self
+            .inner
+            .sender
+            .as_ref()
+            .ok_or_else(|| self.inner.writer_stopped())?;
+        let (ack, done) = oneshot::channel();
+        sender
+            .send(Command { op, ack })
+            .await
+            .map_err(|_| self.inner.writer_stopped())?;
+        done.await.map_err(|_| self.inner.writer_stopped())?
+    }
+
+    /// Runs `read` on a pooled read connection, off the async runtime.
+    async fn read<T, F>(&self, read: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let readers = Arc::clone(&self.inner.readers);
+        tokio::task::spawn_blocking(move || readers.with(read))
+            .await
+            .map_err(|e| StoreError::Backend(format!("a task store read did not finish: {e}")))?
+    }
+}
+
+#[async_trait]
+impl TaskStore for SqliteStore {
+    async fn put(&self, task: &StoredTask) -> Result<(), StoreError> {
+        let row = Row::encode(task)?;
+        self.write(Op::Put(row)).await.map(drop)
+    }
+
+    async fn get(&self, id: &TaskId) -> Result<Option<StoredTask>, StoreError> {
+        let id = id.as_str().to_owned();
+        self.read(move |conn| {
+            let sql = format!("SELECT {COLUMNS} FROM tasks WHERE id = ?1");
+            let mut stmt = conn
+                .prepare_cached(&sql)
+                .map_err(|e| read_error("a task", e))?;
+            let mut rows = stmt.query([&id]).map_err(|e| read_error("a task", e))?;
+            match rows.next().map_err(|e| read_error("a task", e))? {
+                Some(row) => decode(row).map(Some),
+                None => Ok(None),
+            }
+        })
+        .await
+    }
+
+    async fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
+        let listing = Listing::new(query);
+        self.read(move |conn| listing.run(conn)).await
+    }
+
+    async fn context(&self, context_id: &ContextId) -> Result<Vec<StoredTask>, StoreError> {
+        let context_id = context_id.as_str().to_owned();
+        self.read(move |conn| {
+            let sql =
+                format!("SELECT {COLUMNS} FROM tasks WHERE context_id = ?1 ORDER BY created, id");
+            let mut stmt = conn
+                .prepare_cached(&sql)
+                .map_err(|e| read_error("a context", e))?;
+            let rows = stmt
+                .query([&context_id])
+                .map_err(|e| read_error("a context", e))?;
+            decode_all(rows, "a context")
+        })
+        .await
+    }
+
+    async fn fail_unfinished(&self, reason: &str) -> Result<Vec<TaskId>, StoreError> {
+        self.write(Op::FailUnfinished(reason.to_owned())).await
+    }
+}
+
+/// What a connection is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// The writer's connection: creates the file, sets the journal mode.
+    Write,
+    /// A reader: refuses writes.
+    Read,
+}
+
+fn open_connection(path: &Path, access: Access) -> Result<Connection, StoreError> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if access == Access::Write {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let conn = Connection::open_with_flags(path, flags)
+        .map_err(|e| sql_error(path, "cannot open the task store", e))?;
+    let setup = |conn: &Connection| -> rusqlite::Result<Option<String>> {
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        // The first statement that reads the file: one that is not a database fails here.
+        let mode: String = if access == Access::Write {
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?
+        } else {
+            conn.pragma_query_value(None, "journal_mode", |row| row.get(0))?
+        };
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", true)?;
+        if access == Access::Read {
+            conn.pragma_update(None, "query_only", true)?;
+        }
+        Ok((!mode.eq_ignore_ascii_case("wal")).then_some(mode))
+    };
+    match setup(&conn) {
+        Ok(None) => {}
+        Ok(Some(mode)) => {
+            return Err(StoreError::Backend(format!(
+                "cannot put the task store {} in WAL mode: it stays in {mode} mode",
+                path.display()
+            )));
+        }
+        Err(e) => return Err(sql_error(path, "cannot set up the task store", e)),
+    }
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
+/// Brings the file's schema up to [`SCHEMA_VERSION`], or refuses a newer one.
+fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let fail = |e| sql_error(path, "cannot migrate the task store", e);
+    if schema_version(conn, path)? == SCHEMA_VERSION {
+        return Ok(());
+    }
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(fail)?;
+    // Read again under the write lock: another process may have migrated meanwhile.
+    let found = schema_version(&tx, path)?;
+    let applied = usize::try_from(found).unwrap_or(0);
+    for (from, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
+        tx.execute_batch(sql).map_err(|e| {
+            sql_error(
+                path,
+                &format!(
+                    "cannot migrate the task store from schema version {from} to {}",
+                    from + 1
+                ),
+                e,
+            )
+        })?;
+    }
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(fail)?;
+    tx.commit().map_err(fail)?;
+    if found < SCHEMA_VERSION {
+        tracing::info!(
+            path = %path.display(),
+            from = found,
+            to = SCHEMA_VERSION,
+            "migrated the task store"
+        );
+    }
+    Ok(())
+}
+
+/// The file's schema version; an error if this build cannot read it.
+fn schema_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(|e| sql_error(path, "cannot read the task store's schema version", e))?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::Backend(format!(
+            "the task store {} was written by a newer version of Mew \
+             (schema version {version}; this build reads up to {SCHEMA_VERSION})",
+            path.display()
+        )));
+    }
+    if version < 0 {
+        return Err(StoreError::Backend(format!(
+            "the task store {} has an unknown schema version {version}",
+            path.display()
+        )));
+    }
+    Ok(version)
+}
+
+/// An error about the database file, naming it.
+fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => {
+            StoreError::Backend(format!("{} is not a SQLite database: {e}", path.display()))
+        }
+        _ => StoreError::Backend(format!("{what} {}: {e}", path.display())),
+    }
+}
+
+#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
+fn read_error(what: &str, e: rusqlite::Error) -> StoreError {
+    StoreError::Backend(format!("cannot read {what} from the task store: {e}"))
+}
+
+fn write_error(what: &str, e: rusqlite::Error) -> StoreError {
+    StoreError::Backend(format!("cannot {what}: {e}"))
+}
+
+/// Nanoseconds since the epoch as stored, or `None` outside the years 1677..2262.
+#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
+fn stored_nanos(time: Timestamp) -> Option<i64> {
+    i64::try_from(time.unix_nanos()).ok()
+}
+
+/// Nanoseconds since the epoch for a query bound, clamped to the stored range.
+fn bound_nanos(time: Timestamp) -> i64 {
+    let nanos = time.unix_nanos();
+    i64::try_from(nanos).unwrap_or(if nanos < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// Idle read connections, opened on demand.
+struct ReadPool {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl ReadPool {
+    /// Runs `read` on an idle connection, or a new one if none is idle.
+    fn with<T>(
+        &self,
+        read: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => open_connection(&self.path, Access::Read)?,
+        };
+        let result = read(&conn);
+        self.give_back(conn);
+        result
+    }
+
+    fn give_back(&self, conn: Connection) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < MAX_IDLE_READERS {
+            idle.push(conn);
+        }
+    }
+}
+
+/// A task as its columns, encoded by the caller so the writer only writes.
+struct Row {
+    id: String,
+    context_id: String,
+    role: String,
+    owner: Option<String>,
+    parent: Option<String>,
+    state: i32,
+    status_time: i64,
+    created: i64,
+    task: String,
+    private: String,
+}
+
+#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
+impl Row {
+    fn encode(stored: &StoredTask) -> Result<Self, StoreError> {
+        let id = stored.task.id.as_str();
+        if id.is_empty() {
+            return Err(StoreError::Backend(
+                "cannot store a task without an id".to_owned(),
+            ));
+        }
+        let out_of_range = |what: &str, time: Timestamp| {
+            StoreError::Backend(format!(
+                "cannot store task {id}: its {what} {time} is outside the years 1677 to 2262"
+            ))
+        };
+        let status_time = stored.status_time();
+        let status_time =
+            stored_nanos(status_time).ok_or_else(|| out_of_range("status time", status_time))?;
+        let created = stored_nanos(stored.created)
+            .ok_or_else(|| out_of_range("creation time", stored.created))?;
+        let encode_error = |what: &str, e: serde_json::Error| {
+            StoreError::Backend(format!("cannot encode the {what} of task {id}: {e}"))
+        };
+        Ok(Self {
+            id: id.to_owned(),
+            context_id: stored.task.context_id.as_str().to_owned(),
+            role: stored.role.clone(),
+            owner: stored.owner.clone(),
+            parent: stored.parent.as_ref().map(|p| p.as_str().to_owned()),
+            state: stored.task.status.state.number(),
+            status_time,
+            created,
+            task: serde_json::to_string(&stored.task).map_err(|e| encode_error("task", e))?,
+            private: serde_json::to_string(&stored.private)
+                .map_err(|e| encode_error("private state", e))?,
+        })
+    }
+}
+
+/// Reads one row selected with [`COLUMNS`].
+#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
+fn decode(row: &rusqlite::Row<'_>) -> Result<StoredTask, StoreError> {
+    let id: String = row
+        .get(0)
+        .map_err(|e| StoreError::Backend(format!("cannot read a task id: {e}")))?;
+    let corrupt = |reason: String| StoreError::Corrupt {
+        id: id.clone(),
+        reason,
+    };
+    let column = |e: rusqlite::Error| corrupt(format!("a column cannot be read: {e}"));
+    let role: String = row.get(1).map_err(column)?;
+    let owner: Option<String> = row.get(2).map_err(column)?;
+    let parent: Option<String> = row.get(3).map_err(column)?;
+    let created: i64 = row.get(4).map_err(column)?;
+    let task: String = row.get(6).map_err(column)?;
+    let private: String = row.get(7).map_err(column)?;
+    let task = decode_task(&id, &task)?;
+    let private = serde_json::from_str(&private)
+        .map_err(|e| corrupt(format!("its private state is not valid JSON: {e}")))?;
+    Ok(StoredTask {
+        task,
+        role,
+        owner,
+        parent: parent.map(TaskId::from),
+        created: Timestamp::from_unix_nanos(i128::from(created)),
+        private,
+    })
+}
+
+/// Parses the `task` column of the row with this id.
+fn decode_task(id: &str, json: &str) -> Result<Task, StoreError> {
+    let task: Task = serde_json::from_str(json).map_err(|e| StoreError::Corrupt {
+        id: id.to_owned(),
+        reason: format!("its task JSON does not parse: {e}"),
+    })?;
+    if task.id.as_str() != id {
+        return Err(StoreError::Corrupt {
+            id: id.to_owned(),
+            reason: format!("its task JSON has the id {:?}", task.id.as_str()),
+        });
+    }
+    Ok(task)
+}
+
+#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
+fn decode_all(mut rows: rusqlite::Rows<'_>, what: &str) -> Result<Vec<StoredTask>, StoreError> {
+    let mut tasks = Vec::new();
+    while let Some(row) = rows.next().map_err(|e| read_error(what, e))? {
+        tasks.push(decode(row)?);
+    }
+    Ok(tasks)
+}
+
+/// A `list` query as SQL: the filters, then the page (filters, cursor, limit).
+#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
+struct Listing {
+    count_sql: String,
+    page_sql: String,
+    filter_args: Vec<SqlValue>,
+    page_args: Vec<SqlValue>,
+    limit: usize,
+}
+
+#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
+impl Listing {
+    fn new(query: &TaskQuery) -> Self {
+        let mut filters: Vec<&str> = Vec::new();
+        let mut args: Vec<SqlValue> = Vec::new();
+        if let Some(role) = &query.role {
+            filters.push("role = ?");
+            args.push(SqlValue::Text(role.clone()));
+        }
+        if let Some(owner) = &query.owner {
+            filters.push("owner = ?");
+            args.push(SqlValue::Text(owner.clone()));
+        }
+        if let Some(context_id) = &query.context_id {
+            filters.push("context_id = ?");
+            args.push(SqlValue::Text(context_id.as_str().to_owned()));
+        }
+        if let Some(state) = query.state {
+            filters.push("state = ?");
+            args.push(SqlValue::Integer(i64::from(state.number())));
+        }
+        if let Some(after) = query.status_after {
+            filters.push("status_time >= ?");
+            args.push(SqlValue::Integer(bound_nanos(after)));
+        }
+        let count_sql = format!("SELECT COUNT(*) FROM tasks{}", where_clause(&filters));
+
+        let mut page_args = args.clone();
+        if let Some(cursor) = &query.after {
+            filters.push("(status_time, id) < (?, ?)");
+            page_args.push(SqlValue::Integer(bound_nanos(cursor.status_time)));
+            page_args.push(SqlValue::Text(cursor.id.as_str().to_owned()));
+        }
+        // One row more than asked tells whether another page follows.
+        let fetch = i64::try_from(query.limit.saturating_add(1)).unwrap_or(i64::MAX);
+        page_args.push(SqlValue::Integer(fetch));
+        let page_sql = format!(
+            "SELECT {COLUMNS} FROM tasks{} ORDER BY status_time DESC, id DESC LIMIT ?",
+            where_clause(&filters)
+        );
+        Self {
+            count_sql,
+            page_sql,
+            filter_args: args,
+            page_args,
+            limit: query.limit,
+        }
+    }
+
+    fn run(&self, conn: &Connection) -> Result<TaskPage, StoreError> {
+        let fail = |e| read_error("a task list", e);
+        // One snapshot for the count and the page.
+        let tx = conn.unchecked_transaction().map_err(fail)?;
+        let total: i64 = tx
+            .prepare_cached(&self.count_sql)
+            .and_then(|mut stmt| {
+                stmt.query_row(params_from_iter(&self.filter_args), |row| row.get(0))
+            })
+            .map_err(fail)?;
+        let mut tasks: Vec<StoredTask> = Vec::with_capacity(self.limit.min(MAX_BATCH));
+        let mut last_time: i64 = 0;
+        let mut next = None;
+        let mut stmt = tx.prepare_cached(&self.page_sql).map_err(fail)?;
+        let mut rows = stmt
+            .query(params_from_iter(&self.page_args))
+            .map_err(fail)?;
+        while let Some(row) = rows.next().map_err(fail)? {
+            if tasks.len() == self.limit {
+                // The extra row: a next page follows, after the last task kept.
+                next = tasks.last().map(|task| Cursor {
+                    status_time: Timestamp::from_unix_nanos(i128::from(last_time)),
+                    id: task.task.id.clone(),
+                });
+                break;
+            }
+            last_time = row.get(5).map_err(fail)?;
+            tasks.push(decode(row)?);
+        }
+        Ok(TaskPage {
+            tasks,
+            total: usize::try_from(total).unwrap_or(0),
+            next,
+        })
+    }
+}
+
+#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
+fn where_clause(filters: &[&str]) -> String {
+    if filters.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", filters.join(" AND "))
+    }
+}
+
+/// One write for the writer thread, and where to send its outcome: the ids
+/// of the tasks it wrote.
+struct Command {
+    op: Op,
+    ack: oneshot::Sender<Result<Vec<TaskId>, StoreError>>,
+}
+
+#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
+enum Op {
+    Put(Row),
+    FailUnfinished(String),
+    /// Makes the writer panic, to test how callers learn that it died.
+    #[cfg(test)]
+    Panic,
+}
+
+/// The writer thread: takes what is queued, commits it in one transaction,
+/// acknowledges; until the queue is closed and empty. Returns the number of
+/// transactions committed.
+fn run_writer(
+    mut conn: Connection,
+    mut receiver: mpsc::Receiver<Command>,
+    stopped: &Mutex<Option<String>>,
+) -> u64 {
+    let mut commits = 0;
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = receiver.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match receiver.try_recv() {
+                Ok(command) => batch.push(command),
+                Err(_) => break,
+            }
+        }
+        match catch_unwind(AssertUnwindSafe(|| commit(&mut conn, &batch))) {
+            Ok(outcomes) => {
+                commits += 1;
+                for (command, outcome) in batch.drain(..).zip(outcomes) {
+                    // The caller may have stopped waiting; the write stands.
+                    let _ = command.ack.send(outcome);
+                }
+            }
+            Err(panic) => {
+                let reason = format!("it panicked: {}", panic_message(panic.as_ref()));
+                tracing::error!(%reason, "the task store's writer stopped");
+                if !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+                // Record why before the queue and the waiting acks are dropped,
+                // so every caller that finds the writer gone can say why.
+                *stopped.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason);
+                return commits;
+            }
+        }
+    }
+    commits
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
+}
+
+/// Applies a batch in one transaction; one outcome per command, in order.
+fn commit(conn: &mut Connection, batch: &[Command]) -> Vec<Result<Vec<TaskId>, StoreError>> {
+    let fail_all = |reason: String| {
+        batch
+            .iter()
+            .map(|_| Err(StoreError::Backend(reason.clone())))
+            .collect()
+    };
+    if let Err(e) = run(conn, "BEGIN IMMEDIATE") {
+        return fail_all(format!("cannot start a write transaction: {e}"));
+    }
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for command in batch {
+        if conn.is_autocommit() {
+            // SQLite rolled the whole transaction back (disk full, I/O error):
+            // nothing of this batch stands.
+            let _ = run(conn, "ROLLBACK");
+            return fail_all(
+                "a write failed and SQLite rolled back the whole transaction".to_owned(),
+            );
+        }
+        outcomes.push(apply(conn, &command.op));
+    }
+    if let Err(e) = run(conn, "COMMIT") {
+        if !conn.is_autocommit() {
+            let _ = run(conn, "ROLLBACK");
+        }
+        return fail_all(format!("cannot commit: {e}"));
+    }
+    outcomes
+}
+
+fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
+}
+
+fn apply(conn: &Connection, op: &Op) -> Result<Vec<TaskId>, StoreError> {
+    match op {
+        // One statement: if it fails, SQLite undoes just it.
+        Op::Put(row) => put(conn, row).map(|()| vec![TaskId::from(row.id.as_str())]),
+        Op::FailUnfinished(reason) => {
+            let fail = |e| write_error("fail the unfinished tasks", e);
+            run(conn, "SAVEPOINT fail_unfinished").map_err(fail)?;
+            let outcome = fail_unfinished(conn, reason);
+            let end = match outcome {
+                Ok(_) => run(conn, "RELEASE fail_unfinished"),
+                Err(_) => run(conn, "ROLLBACK TO fail_unfinished")
+                    .and_then(|()| run(conn, "RELEASE fail_unfinished")),
+            };
+            let ids = outcome?;
+            end.map_err(fail)?;
+            Ok(ids)
+        }
+        #[cfg(test)]
+        Op::Panic => panic!("injected by a test"),
+    }
+}
+
+fn put(conn: &Connection, row: &Row) -> Result<(), StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "INSERT INTO tasks
+                 (id, context_id, role, owner, parent, state, status_time, created, task, private)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+             ON CONFLICT (id) DO UPDATE SET
+                 context_id = excluded.context_id,
+                 role = excluded.role,
+                 owner = excluded.owner,
+                 parent = excluded.parent,
+                 state = excluded.state,
+                 status_time = excluded.status_time,
+                 created = excluded.created,
+                 task = excluded.task,
+                 private = excluded.private",
+        )
+        .map_err(|e| write_error(&format!("store task {}", row.id), e))?;
+    stmt.execute(params![
+        row.id,
+        row.context_id,
+        row.role,
+        row.owner,
+        row.parent,
+        row.state,
+        row.status_time,
+        row.created,
+        row.task,
+        row.private,
+    ])
+    .map_err(|e| write_error(&format!("store task {}", row.id), e))?;
+    Ok(())
+}
+
+/// Moves every SUBMITTED or WORKING task to FAILED with `reason`; inside the
+/// caller's savepoint, so an error leaves every task as it was.
+fn fail_unfinished(conn: &Connection, reason: &str) -> Result<Vec<TaskId>, StoreError> {
+    let fail = |e| write_error("fail the unfinished tasks", e);
+    let unfinished: Vec<(String, String)> = {
+        let mut stmt = conn
+            .prepare_cached("SELECT id, task FROM tasks WHERE state IN (?1, ?2) ORDER BY id")
+            .map_err(fail)?;
+        let rows = stmt
+            .query_map(
+                [TaskState::Submitted.number(), TaskState::Working.number()],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .map_err(fail)?;
+        rows.collect::<rusqlite::Result<_>>().map_err(fail)?
+    };
+    let mut update = conn
+        .prepare_cached("UPDATE tasks SET state = ?2, status_time = ?3, task = ?4 WHERE id = ?1")
+        .map_err(fail)?;
+    let mut ids = Vec::with_capacity(unfinished.len());
+    for (id, json) in unfinished {
+        let mut task = decode_task(&id, &json)?;
+        let mut message = Message::agent_text(reason);
+        message.task_id = Some(task.id.clone());
+        message.context_id = Some(task.context_id.clone());
+        task.history.push(message.clone());
+        task.status = TaskStatus::with_message(TaskState::Failed, message);
+        let now = task.status.timestamp.unwrap_or_else(Timestamp::now);
+        let json = serde_json::to_string(&task).map_err(|e| {
+            StoreError::Backend(format!("cannot encode the task {id} as failed: {e}"))
+        })?;
+        update
+            .execute(params![
+                id,
+                TaskState::Failed.number(),
+                bound_nanos(now),
+                json
+            ])
+            .map_err(fail)?;
+        ids.push(task.id);
+    }
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use mew_cards::{Artifact, Part, PartContent, Role};
+    use serde_json::{Value, json};
+    use tempfile::TempDir;
+
+    use super::*;
+
+    /// 2023-11-14T22:13:20Z, safely in the past.
+    const T0: i128 = 1_700_000_000_000_000_000;
+
+    fn at(nanos: i128) -> Timestamp {
+        Timestamp::from_unix_nanos(nanos)
+    }
+
+    fn stored(id: &str, context: &str, role: &str, state: TaskState, time: i128) -> StoredTask {
+        StoredTask {
+            task: Task {
+                id: id.into(),
+                context_id: context.into(),
+                status: TaskStatus {
+                    state,
+                    message: None,
+                    timestamp: Some(at(time)),
+                },
+                ..Task::default()
+            },
+            role: role.to_owned(),
+            owner: None,
+            parent: None,
+            created: at(time),
+            private: Value::Null,
+        }
+    }
+
+    fn owned(mut task: StoredTask, owner: &str) -> StoredTask {
+        task.owner = Some(owner.to_owned());
+        task
+    }
+
+    fn db_path(dir: &TempDir) -> PathBuf {
+        dir.path().join("tasks.db")
+    }
+
+    fn open(dir: &TempDir) -> SqliteStore {
+        SqliteStore::open(&db_path(dir)).unwrap()
+    }
+
+    fn ids(tasks: &[StoredTask]) -> Vec<&str> {
+        tasks.iter().map(|t| t.task.id.as_str()).collect()
+    }
+
+    fn query(limit: usize) -> TaskQuery {
+        TaskQuery {
+            limit,
+            ..TaskQuery::default()
+        }
+    }
+
+    fn error_text(result: Result<impl std::fmt::Debug, StoreError>) -> String {
+        result.unwrap_err().to_string()
+    }
+
+    /// Follows `next` from the first page to the last; returns every page's ids.
+    async fn all_pages(store: &SqliteStore, mut q: TaskQuery) -> Vec<Vec<String>> {
+        let mut pages = Vec::new();
+        loop {
+            let page = store.list(&q).await.unwrap();
+            pages.push(ids(&page.tasks).into_iter().map(str::to_owned).collect());
+            match page.next {
+                Some(next) => q.after = Some(next),
+                None => return pages,
+            }
+        }
+    }
+
+    fn rich_task() -> StoredTask {
+        let mut question = Message::user_text("summarise this");
+        question.context_id = Some("ctx-1".into());
+        question.task_id = Some("task-1".into());
+        question
+            .parts
+            .push(Part::new(PartContent::Raw(vec![0, 1, 2, 254, 255])));
+        question.parts.push(Part::data(json!({"rows": [1, 2, 3]})));
+        let mut answer = Message::agent_text("which part?");
+        answer.context_id = Some("ctx-1".into());
+        answer.task_id = Some("task-1".into());
+        let mut artifact = Artifact::new("summary", vec![Part::text("short")]);
+        artifact.metadata = json!({"score": 0.5}).as_object().cloned();
+        StoredTask {
+            task: Task {
+                id: "task-1".into(),
+                context_id: "ctx-1".into(),
+                status: TaskStatus {
+                    state: TaskState::InputRequired,
+                    message: Some(answer.clone()),
+                    timestamp: Some(at(T0 + 5_123)),
+                },
+                artifacts: vec![artifact],
+                history: vec![question, answer],
+                metadata: json!({"origin": "test"}).as_object().cloned(),
+            },
+            role: "summariser".to_owned(),
+            owner: Some("alice".to_owned()),
+            parent: Some("task-0".into()),
+            created: at(T0),
+            private: json!({"conversation": [{"role": "user", "text": "summarise this"}], "usage": {"tokens": 12}}),
+        }
+    }
+
+    #[tokio::test]
+    async fn put_then_get_returns_the_same_task_and_fills_the_columns() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        let task = rich_task();
+        store.put(&task).await.unwrap();
+
+        assert_eq!(store.get(&"task-1".into()).await.unwrap(), Some(task));
+        assert_eq!(store.get(&"task-2".into()).await.unwrap(), None);
+
+        let raw = Connection::open(db_path(&dir)).unwrap();
+        let columns: (
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            i64,
+            i64,
+            i64,
+        ) = raw
+            .query_row(
+                "SELECT context_id, role, owner, parent, state, status_time, created FROM tasks",
+                [],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                    ))
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            columns,
+            (
+                "ctx-1".to_owned(),
+                "summariser".to_owned(),
+                Some("alice".to_owned()),
+                Some("task-0".to_owned()),
+                6,
+                1_700_000_000_000_005_123,
+                1_700_000_000_000_000_000,
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn put_replaces_the_task_with_the_same_id() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        store.put(&rich_task()).await.unwrap();
+
+        let mut replaced = rich_task();
+        replaced.task.status = TaskStatus {
+            state: TaskState::Completed,
+            message: Some(Message::agent_text("done")),
+            timestamp: Some(at(T0 + 9_000)),
+        };
+        replaced.task.history.truncate(1);
+        replaced.role = "writer".to_owned();
+        replaced.owner = None;
+        replaced.private = json!({"usage": {"tokens": 40}});
+        store.put(&replaced).await.unwrap();
+
+        assert_eq!(
+            store.get(&"task-1".into()).await.unwrap(),
+            Some(replaced.clone())
+        );
+        let all = store.list(&query(10)).await.unwrap();
+        assert_eq!((ids(&all.tasks), all.total), (vec!["task-1"], 1));
+        let old_role = TaskQuery {
+            role: Some("summariser".to_owned()),
+            ..query(10)
+        };
+        assert_eq!(store.list(&old_role).await.unwrap().total, 0);
+        let old_owner = TaskQuery {
+            owner: Some("alice".to_owned()),
+            ..query(10)
+        };
+        assert_eq!(store.list(&old_owner).await.unwrap().total, 0);
+        let completed = TaskQuery {
+            state: Some(TaskState::Completed),
+            ..query(10)
+        };
+        assert_eq!(store.list(&completed).await.unwrap().total, 1);
+    }
+
+    #[tokio::test]
+    async fn list_pages_through_equal_times_by_id() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        for i in 0..25 {
+            let task = stored(&format!("task-{i:02}"), "c", "r", TaskState::Working, T0);
+            store.put(&task).await.unwrap();
+        }
+
+        let first = store.list(&query(10)).await.unwrap();
+        assert_eq!(
+            ids(&first.tasks),
+            [
+                "task-24", "task-23", "task-22", "task-21", "task-20", "task-19", "task-18",
+                "task-17", "task-16", "task-15"
+            ]
+        );
+        assert_eq!(first.total, 25);
+        assert_eq!(
+            first.next,
+            Some(Cursor {
+                status_time: at(T0),
+                id: "task-15".into()
+            })
+        );
+
+        let second = store
+            .list(&TaskQuery {
+                after: first.next,
+                ..query(10)
+            })
+            .await
+            .unwrap();
+        assert_eq!(ids(&second.tasks)[0], "task-14");
+        assert_eq!(ids(&second.tasks)[9], "task-05");
+        assert_eq!(second.total, 25);
+        let third = store
+            .list(&TaskQuery {
+                after: second.next,
+                ..query(10)
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            ids(&third.tasks),
+            ["task-04", "task-03", "task-02", "task-01", "task-00"]
+        );
+        assert_eq!((third.total, third.next), (25, None));
+
+        // A page that ends exactly at the last task has no next page.
+        let pages = all_pages(&store, query(5)).await;
+        assert_eq!(pages.len(), 5);
+        assert_eq!(
+            pages[4],
+            ["task-04", "task-03", "task-02", "task-01", "task-00"]
+        );
+        let everything = store.list(&query(25)).await.unwrap();
+        assert_eq!((everything.tasks.len(), everything.next), (25, None));
+        let all_but_one = store.list(&query(24)).await.unwrap();
+        assert_eq!(all_but_one.next.map(|c| c.id), Some("task-01".into()));
+        let none = store.list(&query(0)).await.unwrap();
+        assert_eq!((none.tasks.len(), none.total, none.next), (0, 25, None));
+    }
+
+    #[tokio::test]
+    async fn list_orders_by_status_time_then_id_across_pages() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        // Ids in a different order than times; tasks 20..25 share one time.
+        for i in 0..25i128 {
+            let id = format!("task-{:02}", (i * 7) % 25);
+            let time = T0 + i.min(20) * 1_000;
+            store
+                .put(&stored(&id, "c", "r", TaskState::Completed, time))
+                .await
+                .unwrap();
+        }
+        let pages = all_pages(&store, query(7)).await;
+        assert_eq!(pages.iter().map(Vec::len).collect::<Vec<_>>(), [7, 7, 7, 4]);
+        let listed: Vec<String> = pages.concat();
+        // i = 20..24 share the newest time: ids 15, 22, 04, 11, 18, descending by id.
+        let mut expected: Vec<String> = [22, 18, 15, 11, 4]
+            .iter()
+            .map(|n| format!("task-{n:02}"))
+            .collect();
+        expected.extend((0..20).rev().map(|i| format!("task-{:02}", (i * 7) % 25)));
+        assert_eq!(listed, expected);
+    }
+
+    #[tokio::test]
+    async fn list_filters_and_counts() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        for task in [
+            owned(
+                stored("a", "c1", "coder", TaskState::Working, T0 + 1),
+                "alice",
+            ),
+            owned(
+                stored("b", "c2", "coder", TaskState::Completed, T0 + 2),
+                "bob",
+            ),
+            owned(
+                stored("c", "c1", "planner", TaskState::Completed, T0 + 3),
+                "alice",
+            ),
+            stored("d", "c3", "planner", TaskState::Failed, T0 + 4),
+            owned(
+                stored("e", "c1", "coder", TaskState::Completed, T0 + 5),
+                "alice",
+            ),
+        ] {
+            store.put(&task).await.unwrap();
+        }
+        let cases = [
+            (query(10), vec!["e", "d", "c", "b", "a"]),
+            (
+                TaskQuery {
+                    role: Some("coder".to_owned()),
+                    ..query(10)
+                },
+                vec!["e", "b", "a"],
+            ),
+            (
+                TaskQuery {
+                    owner: Some("alice".to_owned()),
+                    ..query(10)
+                },
+                vec!["e", "c", "a"],
+            ),
+            (
+                TaskQuery {
+                    context_id: Some("c1".into()),
+                    ..query(10)
+                },
+                vec!["e", "c", "a"],
+            ),
+            (
+                TaskQuery {
+                    state: Some(TaskState::Completed),
+                    ..query(10)
+                },
+                vec!["e", "c", "b"],
+            ),
+            (
+                TaskQuery {
+                    status_after: Some(at(T0 + 3)),
+                    ..query(10)
+                },
+                vec!["e", "d", "c"],
+            ),
+            (
+                TaskQuery {
+                    role: Some("coder".to_owned()),
+                    owner: Some("alice".to_owned()),
+                    context_id: Some("c1".into()),
+                    state: Some(TaskState::Completed),
+                    status_after: Some(at(T0 + 2)),
+                    ..query(10)
+                },
+                vec!["e"],
+            ),
+            (
+                TaskQuery {
+                    role: Some("nobody".to_owned()),
+                    ..query(10)
+                },
+                vec![],
+            ),
+        ];
+        for (q, expected) in cases {
+            let page = store.list(&q).await.unwrap();
+            assert_eq!(ids(&page.tasks), expected, "{q:?}");
+            assert_eq!(page.total, expected.len(), "{q:?}");
+            assert_eq!(page.next, None, "{q:?}");
+        }
+
+        // The total ignores the cursor; the cursor composes with the filters.
+        let coder = TaskQuery {
+            role: Some("coder".to_owned()),
+            ..query(1)
+        };
+        let first = store.list(&coder).await.unwrap();
+        assert_eq!((ids(&first.tasks), first.total), (vec!["e"], 3));
+        let second = store
+            .list(&TaskQuery {
+                after: first.next.clone(),
+                ..coder.clone()
+            })
+            .await
+            .unwrap();
+        assert_eq!((ids(&second.tasks), second.total), (vec!["b"], 3));
+        let third = store
+            .list(&TaskQuery {
+                after: second.next.clone(),
+                ..coder.clone()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            (ids(&third.tasks), third.total, third.next),
+            (vec!["a"], 3, None)
+        );
+    }
+
+    #[tokio::test]
+    async fn context_lists_a_context_oldest_first() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        for (id, context, created) in [
+            ("x", "c", T0 + 30),
+            ("y", "c", T0 + 10),
+            ("z", "c", T0 + 20),
+            ("w", "c", T0 + 10),
+            ("other", "d", T0 + 15),
+        ] {
+            let mut task = stored(id, context, "r", TaskState::Completed, T0 + 100);
+            task.created = at(created);
+            store.put(&task).await.unwrap();
+        }
+        let tasks = store.context(&"c".into()).await.unwrap();
+        assert_eq!(ids(&tasks), ["w", "y", "z", "x"]);
+        assert_eq!(tasks[3].created, at(T0 + 30));
+        assert_eq!(store.context(&"none".into()).await.unwrap(), []);
+    }
+
+    #[tokio::test]
+    async fn fail_unfinished_fails_only_submitted_and_working_tasks_durably() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        let states = [
+            ("s", TaskState::Submitted),
+            ("w", TaskState::Working),
+            ("i", TaskState::InputRequired),
+            ("a", TaskState::AuthRequired),
+            ("c", TaskState::Completed),
+            ("f", TaskState::Failed),
+            ("x", TaskState::Canceled),
+            ("r", TaskState::Rejected),
+        ];
+        let mut originals = Vec::new();
+        for (id, state) in states {
+            let mut task = stored(id, &format!("ctx-{id}"), "r", state, T0);
+            task.task.history = vec![Message::user_text(format!("start {id}"))];
+            store.put(&task).await.unwrap();
+            originals.push(task);
+        }
+        let before = Timestamp::now();
+
+        let failed = store.fail_unfinished("the node restarted").await.unwrap();
+        assert_eq!(failed, [TaskId::from("s"), TaskId::from("w")]);
+
+        let check = |task: &StoredTask, id: &str| {
+            let status = &task.task.status;
+            assert_eq!(status.state, TaskState::Failed);
+            assert!(status.timestamp.unwrap() >= before);
+            let message = status.message.as_ref().unwrap();
+            assert_eq!(message.text(), "the node restarted");
+            assert_eq!(message.role, Role::Agent);
+            assert_eq!(message.task_id, Some(TaskId::from(id)));
+            assert_eq!(
+                message.context_id,
+                Some(ContextId::from(format!("ctx-{id}")))
+            );
+            assert_eq!(task.task.history.len(), 2);
+            assert_eq!(task.task.history[0].text(), format!("start {id}"));
+            assert_eq!(task.task.history.last(), Some(message));
+        };
+        for id in ["s", "w"] {
+            check(&store.get(&id.into()).await.unwrap().unwrap(), id);
+        }
+        for original in &originals[2..] {
+            let now = store.get(&original.task.id).await.unwrap();
+            assert_eq!(now.as_ref(), Some(original));
+        }
+        // The columns moved too: state and status time.
+        let recent = TaskQuery {
+            status_after: Some(before),
+            ..query(10)
+        };
+        assert_eq!(ids(&store.list(&recent).await.unwrap().tasks), ["w", "s"]);
+        let failed_state = TaskQuery {
+            state: Some(TaskState::Failed),
+            ..query(10)
+        };
+        assert_eq!(store.list(&failed_state).await.unwrap().total, 3);
+
+        store.close().await.unwrap();
+        let store = open(&dir);
+        check(&store.get(&"s".into()).await.unwrap().unwrap(), "s");
+        check(&store.get(&"w".into()).await.unwrap().unwrap(), "w");
+        let working = TaskQuery {
+            state: Some(TaskState::Working),
+            ..query(10)
+        };
+        assert_eq!(store.list(&working).await.unwrap().total, 0);
+        assert_eq!(store.fail_unfinished("again").await.unwrap(), []);
+    }
+
+    #[tokio::test]
+    async fn everything_survives_drop_and_reopen() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        let mut tasks = vec![rich_task()];
+        for i in 0..9 {
+            tasks.push(stored(
+                &format!("t{i}"),
+                "c",
+                "r",
+                TaskState::Working,
+                T0 + i,
+            ));
+        }
+        for task in &tasks {
+            store.put(task).await.unwrap();
+        }
+        drop(store);
+
+        let store = open(&dir);
+        for task in &tasks {
+            assert_eq!(store.get(&task.task.id).await.unwrap().as_ref(), Some(task));
+        }
+        assert_eq!(store.list(&query(100)).await.unwrap().total, 10);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_puts_all_land() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        let writers: Vec<_> = (0..50)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let task = stored(&format!("t{i:02}"), "c", "r", TaskState::Working, T0 + i);
+                    store.put(&task).await
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.unwrap().unwrap();
+        }
+        let page = store.list(&query(100)).await.unwrap();
+        assert_eq!(page.total, 50);
+        let listed: BTreeSet<&str> = ids(&page.tasks).into_iter().collect();
+        let expected: BTreeSet<String> = (0..50).map(|i| format!("t{i:02}")).collect();
+        assert_eq!(
+            listed,
+            expected.iter().map(String::as_str).collect::<BTreeSet<_>>()
+        );
+        assert_eq!(ids(&page.tasks)[0], "t49");
+    }
+
+    #[test]
+    fn the_writer_commits_what_is_queued_in_one_transaction_per_batch() {
+        let dir = TempDir::new().unwrap();
+        let path = db_path(&dir);
+        drop(SqliteStore::open(&path).unwrap());
+        let conn = open_connection(&path, Access::Write).unwrap();
+        let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
+        let mut acks = Vec::new();
+        // More than one batch holds: 300 = 256 + 44.
+        for i in 0..300 {
+            let task = stored(&format!("t{i:03}"), "c", "r", TaskState::Working, T0);
+            let (ack, done) = oneshot::channel();
+            let op = Op::Put(Row::encode(&task).unwrap());
+            sender
+                .try_send(Command { op, ack })
+                .unwrap_or_else(|_| panic!("queue full"));
+            acks.push(done);
+        }
+        drop(sender);
+
+        let stopped = Mutex::new(None);
+        assert_eq!(run_writer(conn, receiver, &stopped), 2);
+        assert_eq!(*stopped.lock().unwrap(), None);
+        for (i, mut done) in acks.into_iter().enumerate() {
+            let written = done.try_recv().unwrap().unwrap();
+            assert_eq!(written, [TaskId::from(format!("t{i:03}"))]);
+        }
+        let raw = Connection::open(&path).unwrap();
+        let count: i64 = raw
+            .query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(count, 300);
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_row_is_reported_with_its_id() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        store
+            .put(&stored("good", "c", "r", TaskState::Working, T0))
+            .await
+            .unwrap();
+        store
+            .put(&stored("bad", "c", "r", TaskState::Working, T0 + 1))
+            .await
+            .unwrap();
+        store
+            .put(&stored("odd", "d", "r", TaskState::Completed, T0 + 2))
+            .await
+            .unwrap();
+        let raw = Connection::open(db_path(&dir)).unwrap();
+        raw.execute("UPDATE tasks SET task = '{\"id\": ' WHERE id = 'bad'", [])
+            .unwrap();
+        raw.execute("UPDATE tasks SET private = 'nope' WHERE id = 'odd'", [])
+            .unwrap();
+
+        let corrupt_id = |result: Result<_, StoreError>| match result {
+            Err(StoreError::Corrupt { id, reason }) => (id, reason),
+            other => panic!("expected Corrupt, got {other:?}"),
+        };
+        let (id, reason) = corrupt_id(store.get(&"bad".into()).await.map(drop));
+        assert_eq!(id, "bad");
+        assert!(
+            reason.starts_with("its task JSON does not parse"),
+            "{reason}"
+        );
+        let (id, reason) = corrupt_id(store.get(&"odd".into()).await.map(drop));
+        assert_eq!(id, "odd");
+        assert!(
+            reason.starts_with("its private state is not valid JSON"),
+            "{reason}"
+        );
+        assert_eq!(corrupt_id(store.list(&query(10)).await.map(drop)).0, "odd");
+        assert_eq!(
+            corrupt_id(store.context(&"c".into()).await.map(drop)).0,
+            "bad"
+        );
+        // The writer refuses to fail tasks it cannot read, changes nothing, and keeps going.
+        assert_eq!(
+            corrupt_id(store.fail_unfinished("restart").await.map(drop)).0,
+            "bad"
+        );
+        let good = store.get(&"good".into()).await.unwrap().unwrap();
+        assert_eq!(good.task.status.state, TaskState::Working);
+        store
+            .put(&stored("later", "e", "r", TaskState::Working, T0))
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .list(&TaskQuery {
+                    context_id: Some("e".into()),
+                    ..query(10)
+                })
+                .await
+                .unwrap()
+                .total,
+            1
+        );
+        // A row whose JSON names another task is corrupt too.
+        raw.execute(
+            "UPDATE tasks SET task = '{\"id\": \"someone-else\"}' WHERE id = 'good'",
+            [],
+        )
+        .unwrap();
+        let (id, reason) = corrupt_id(store.get(&"good".into()).await.map(drop));
+        assert_eq!(
+            (id.as_str(), reason.as_str()),
+            ("good", "its task JSON has the id \"someone-else\"")
+        );
+    }
+
+    #[test]
+    fn opening_a_file_that_is_not_a_database_names_it() {
+        let dir = TempDir::new().unwrap();
+        for (name, content) in [
+            ("notes.txt", "not a database\n".repeat(300)),
+            ("tiny.txt", "hello".to_owned()),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, &content).unwrap();
+            let text = error_text(SqliteStore::open(&path));
+            assert!(
+                text.contains(&format!("{} is not a SQLite database", path.display())),
+                "{text}"
+            );
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), content);
+        }
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = TempDir::new().unwrap();
+        let path = db_path(&dir);
+        let raw = Connection::open(&path).unwrap();
+        raw.pragma_update(None, "user_version", 2).unwrap();
+        drop(raw);
+
+        let text = error_text(SqliteStore::open(&path));
+        assert_eq!(
+            text,
+            format!(
+                "task store: the task store {} was written by a newer version of Mew \
+                 (schema version 2; this build reads up to 1)",
+                path.display()
+            )
+        );
+        let raw = Connection::open(&path).unwrap();
+        let version: i64 = raw
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 2);
+        let tables: i64 = raw
+            .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(tables, 0);
+    }
+
+    #[tokio::test]
+    async fn open_creates_the_directory_and_a_wal_database_at_the_current_schema() {
+        let dir = TempDir::new().unwrap();
+        let path = dir.path().join("data").join("mew").join("tasks.db");
+        let store = SqliteStore::open(&path).unwrap();
+        assert!(path.is_file());
+
+        let raw = Connection::open(&path).unwrap();
+        let mode: String = raw
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .unwrap();
+        let version: i64 = raw
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!((mode.as_str(), version), ("wal", 1));
+        let mut stmt = raw
+            .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND sql IS NOT NULL ORDER BY name")
+            .unwrap();
+        let indexes: Vec<String> = stmt
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            indexes,
+            [
+                "tasks_by_context",
+                "tasks_by_owner",
+                "tasks_by_role",
+                "tasks_by_state",
+                "tasks_by_time"
+            ]
+        );
+
+        // Readers: NORMAL sync, foreign keys on, and no writes.
+        let (synchronous, foreign_keys, refused) = store
+            .read(|conn| {
+                let get = |name| {
+                    conn.pragma_query_value(None, name, |r| r.get::<_, i64>(0))
+                        .unwrap()
+                };
+                let refused = conn.execute("DELETE FROM tasks", []).is_err();
+                Ok((get("synchronous"), get("foreign_keys"), refused))
+            })
+            .await
+            .unwrap();
+        assert_eq!((synchronous, foreign_keys, refused), (1, 1, true));
+
+        // Opening again finds the schema current and migrates nothing.
+        store.close().await.unwrap();
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.list(&query(1)).await.unwrap().total, 0);
+    }
+
+    fn plan(conn: &Connection, q: &TaskQuery) -> String {
+        let listing = Listing::new(q);
+        let mut stmt = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", listing.page_sql))
+            .unwrap();
+        let details: Vec<String> = stmt
+            .query_map(params_from_iter(&listing.page_args), |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        details.join("; ")
+    }
+
+    #[tokio::test]
+    async fn listing_by_role_owner_or_context_searches_an_index() {
+        let dir = TempDir::new().unwrap();
+        drop(open(&dir));
+        let conn = Connection::open(db_path(&dir)).unwrap();
+        let cursor = Some(Cursor {
+            status_time: at(T0),
+            id: "t".into(),
+        });
+        let role = TaskQuery {
+            role: Some("r".to_owned()),
+            ..query(10)
+        };
+        let owner = TaskQuery {
+            owner: Some("o".to_owned()),
+            after: cursor.clone(),
+            ..query(10)
+        };
+        let context = TaskQuery {
+            context_id: Some("c".into()),
+            ..query(10)
+        };
+        let paged = TaskQuery {
+            after: cursor,
+            ..query(10)
+        };
+        for (q, expected) in [
+            (
+                role.clone(),
+                "SEARCH tasks USING INDEX tasks_by_role (role=?)",
+            ),
+            (
+                TaskQuery {
+                    after: paged.after.clone(),
+                    ..role
+                },
+                "SEARCH tasks USING INDEX tasks_by_role (role=? AND (status_time,id)<(?,?))",
+            ),
+            (
+                owner,
+                "SEARCH tasks USING INDEX tasks_by_owner (owner=? AND (status_time,id)<(?,?))",
+            ),
+            // A context holds few tasks: found through the index, then sorted.
+            (
+                context,
+                "SEARCH tasks USING INDEX tasks_by_context (context_id=?); \
+                 USE TEMP B-TREE FOR ORDER BY",
+            ),
+            (
+                paged,
+                "SEARCH tasks USING INDEX tasks_by_time ((status_time,id)<(?,?))",
+            ),
+            (query(10), "SCAN tasks USING INDEX tasks_by_time"),
+        ] {
+            assert_eq!(plan(&conn, &q), expected, "{q:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn callers_learn_that_the_writer_stopped() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        store
+            .put(&stored("before", "c", "r", TaskState::Working, T0))
+            .await
+            .unwrap();
+
+        let expected =
+            "task store: the task store's writer stopped: it panicked: injected by a test";
+        assert_eq!(error_text(store.write(Op::Panic).await), expected);
+        let later = store
+            .put(&stored("after", "c", "r", TaskState::Working, T0))
+            .await;
+        assert_eq!(error_text(later), expected);
+        assert_eq!(error_text(store.fail_unfinished("x").await), expected);
+        // Reads still work, and show what was committed.
+        assert_eq!(
+            ids(&store.list(&query(10)).await.unwrap().tasks),
+            ["before"]
+        );
+        assert_eq!(error_text(store.close().await), expected);
+    }
+
+    #[tokio::test]
+    async fn close_waits_for_the_last_handle_only() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        let other = store.clone();
+        store.close().await.unwrap();
+        other
+            .put(&stored("t", "c", "r", TaskState::Working, T0))
+            .await
+            .unwrap();
+        other.close().await.unwrap();
+        let store = open(&dir);
+        assert_eq!(ids(&store.list(&query(10)).await.unwrap().tasks), ["t"]);
+    }
+
+    #[tokio::test]
+    async fn tasks_that_cannot_be_stored_are_refused_before_the_writer() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        let no_id = stored("", "c", "r", TaskState::Working, T0);
+        assert_eq!(
+            error_text(store.put(&no_id).await),
+            "task store: cannot store a task without an id"
+        );
+        let far = stored("far", "c", "r", TaskState::Working, T0);
+        let far = StoredTask {
+            created: Timestamp::from_unix(10_000_000_000, 0),
+            ..far
+        };
+        assert_eq!(
+            error_text(store.put(&far).await),
+            "task store: cannot store task far: its creation time 2286-11-20T17:46:40Z \
+             is outside the years 1677 to 2262"
+        );
+        assert_eq!(store.list(&query(10)).await.unwrap().total, 0);
+    }
+}

@@ -1,0 +1,107 @@
+//! `TaskStore`: where tasks live between and across runs of the node.
+
+use async_trait::async_trait;
+use mew_cards::{ContextId, Task, TaskId, TaskState, Timestamp};
+
+/// A task as the node keeps it: the A2A view plus what only the node needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredTask {
+    /// The A2A view: id, context, status, history, artifacts, metadata.
+    pub task: Task,
+    /// The role that runs it.
+    pub role: String,
+    /// The principal that created it (`None` without authentication).
+    pub owner: Option<String>,
+    /// The task that delegated this one, if any.
+    pub parent: Option<TaskId>,
+    /// When it was created.
+    pub created: Timestamp,
+    /// State private to the role's runner (conversation, usage, ...); `Null` when none.
+    pub private: serde_json::Value,
+}
+
+impl StoredTask {
+    /// The time of the task's current status (its creation time if unset).
+    pub fn status_time(&self) -> Timestamp {
+        self.task.status.timestamp.unwrap_or(self.created)
+    }
+}
+
+/// A position in the newest-first order of tasks: status time, then id, both descending.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    /// Status time of the last task already returned.
+    pub status_time: Timestamp,
+    /// Id of the last task already returned.
+    pub id: TaskId,
+}
+
+/// Which tasks to list, newest first.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TaskQuery {
+    /// Only this role's tasks.
+    pub role: Option<String>,
+    /// Only this principal's tasks.
+    pub owner: Option<String>,
+    /// Only this context's tasks.
+    pub context_id: Option<ContextId>,
+    /// Only tasks in this state.
+    pub state: Option<TaskState>,
+    /// Only tasks whose status time is at or after this.
+    pub status_after: Option<Timestamp>,
+    /// Start after this position.
+    pub after: Option<Cursor>,
+    /// At most this many tasks.
+    pub limit: usize,
+}
+
+/// One page of a listing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TaskPage {
+    /// The tasks, newest first.
+    pub tasks: Vec<StoredTask>,
+    /// How many tasks match the query's filters in all (ignoring `after` and `limit`).
+    pub total: usize,
+    /// Where the next page starts, if there is one.
+    pub next: Option<Cursor>,
+}
+
+/// A storage failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database failed.
+    #[error("task store: {0}")]
+    Backend(String),
+    /// A stored record cannot be read back.
+    #[error("task store: task {id} is corrupt: {reason}")]
+    Corrupt {
+        /// The task.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Durable task storage. Writes are durable when they return.
+///
+/// Implementations: SQLite (the default, one file in the data directory);
+/// a server database for several replicas later.
+#[async_trait]
+pub trait TaskStore: Send + Sync {
+    /// Inserts the task, or replaces the stored one with the same id.
+    async fn put(&self, task: &StoredTask) -> Result<(), StoreError>;
+
+    /// The task with this id.
+    async fn get(&self, id: &TaskId) -> Result<Option<StoredTask>, StoreError>;
+
+    /// A page of tasks matching `query`, newest first.
+    async fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError>;
+
+    /// Every task of a context, oldest first (by creation time).
+    async fn context(&self, context_id: &ContextId) -> Result<Vec<StoredTask>, StoreError>;
+
+    /// Marks every task still SUBMITTED or WORKING as FAILED, with `reason`
+    /// as an agent status message; returns their ids. Called once at start,
+    /// when no task can be running.
+    async fn fail_unfinished(&self, reason: &str) -> Result<Vec<TaskId>, StoreError>;
+}

@@ -1,0 +1,38 @@
+//! The ceiling for benchmarks: a bare axum handler that answers a
+//! SendMessage-shaped JSON-RPC request with a fixed completed task, doing no
+//! protocol work at all (no parsing beyond the body, no task state).
+//!
+//! Usage: `bare-axum [PORT]`. Prints `READY <base_url>`; serves a card so that
+//! `mew bench` can resolve it.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::header;
+use axum::routing::{get, post};
+use mew_tests::EchoAgent;
+
+const ANSWER: &str = r#"{"jsonrpc":"2.0","id":"1","result":{"task":{"id":"t","contextId":"c","status":{"state":"TASK_STATE_COMPLETED"},"artifacts":[{"artifactId":"a","parts":[{"text":"hi"}]}]}}}"#;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let port: u16 = std::env::args()
+        .nth(1)
+        .map(|p| p.parse())
+        .transpose()?
+        .unwrap_or(0);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let base_url = format!("http://{}", listener.local_addr()?);
+    let card = serde_json::to_string(&EchoAgent::default_card(&base_url))?;
+    let app = Router::new()
+        .route(
+            "/.well-known/agent-card.json",
+            get(move || async move { ([(header::CONTENT_TYPE, "application/json")], card) }),
+        )
+        .route(
+            "/",
+            post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], ANSWER) }),
+        );
+    println!("READY {base_url}");
+    axum::serve(listener, app).await?;
+    Ok(())
+}

@@ -1,0 +1,22 @@
+//! Serves `EchoAgent` with `mew-transport` alone, for benchmarks and manual tests.
+//!
+//! Usage: `echo-agent [PORT]` (0 or none: a free port). Prints `READY <base_url>`.
+
+use std::sync::Arc;
+
+use mew_tests::EchoAgent;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let port: u16 = std::env::args()
+        .nth(1)
+        .map(|p| p.parse())
+        .transpose()?
+        .unwrap_or(0);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let base_url = format!("http://{}", listener.local_addr()?);
+    let router = mew_transport::router(Arc::new(EchoAgent::new(&base_url)));
+    println!("READY {base_url}");
+    axum::serve(listener, router).await?;
+    Ok(())
+}
