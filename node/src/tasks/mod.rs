@@ -4,3 +4,6 @@ pub(crate) mod executor;
 pub(crate) mod manager;
 pub(crate) mod sqlite;
 pub(crate) mod store;
+
+#[cfg(test)]
+mod manager_tests;

@@ -1,0 +1,544 @@
+//! Tests of the task manager over a real SQLite store and a scripted executor.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use mew_cards::{
+    Artifact, ContextId, ErrorKind, ListTasksRequest, Message, Part, RoleDefinition, RoleSource,
+    StreamResponse, Task, TaskState, parse_role,
+};
+use mew_transport::Error;
+use tokio::sync::Mutex;
+
+use super::executor::{EventSink, ExecError, Executor, Turn};
+use super::manager::{Limits, RESTART_REASON, Roles, Scope, Submission, TaskManager};
+use super::sqlite::SqliteStore;
+use super::store::{StoredTask, TaskStore};
+
+/// Follows the first word of the message: `done`, `ask`, `wait`, `fail`,
+/// `panic`, `chunks N`, `reply`, `history`, `illegal`.
+#[derive(Default)]
+struct Script {
+    runs: AtomicUsize,
+    turns: Mutex<Vec<(bool, usize)>>,
+}
+
+#[async_trait]
+impl Executor for Script {
+    async fn run(&self, turn: Turn, sink: Arc<dyn EventSink>) -> Result<(), ExecError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        self.turns
+            .lock()
+            .await
+            .push((turn.resumed, turn.history.len()));
+        let text = turn.message.text();
+        let closed = |_| ExecError("closed".into());
+        if turn.resumed {
+            let artifact = Artifact::new("answer", vec![Part::text(format!("got {text}"))]);
+            return sink.artifact(artifact, false, false).await.map_err(closed);
+        }
+        let (word, rest) = text.split_once(' ').unwrap_or((&text, ""));
+        match word {
+            "done" => sink
+                .artifact(Artifact::new("out", vec![Part::text(rest)]), false, false)
+                .await
+                .map_err(closed),
+            "ask" => sink
+                .status(
+                    TaskState::InputRequired,
+                    Some(Message::agent_text("which one?")),
+                )
+                .await
+                .map_err(closed),
+            "wait" => {
+                turn.cancel.cancelled().await;
+                Err(ExecError("canceled".into()))
+            }
+            "fail" => Err(ExecError("it broke".into())),
+            "panic" => panic!("the script panicked"),
+            "chunks" => {
+                let n: usize = rest.parse().unwrap_or(1);
+                let mut artifact = Artifact::new("chunks", vec![]);
+                for i in 0..n {
+                    artifact.parts = vec![Part::text(i.to_string())];
+                    sink.artifact(artifact.clone(), i > 0, i + 1 == n)
+                        .await
+                        .map_err(closed)?;
+                }
+                Ok(())
+            }
+            "reply" => sink
+                .message(Message::agent_text(format!("re: {rest}")))
+                .await
+                .map_err(closed),
+            "history" => {
+                let said: Vec<String> = turn.history.iter().map(Message::text).collect();
+                sink.artifact(
+                    Artifact::new("history", vec![Part::text(said.join("|"))]),
+                    false,
+                    false,
+                )
+                .await
+                .map_err(closed)
+            }
+            "illegal" => {
+                // A runner cannot send a task back to SUBMITTED: the change is ignored.
+                sink.status(TaskState::Submitted, None)
+                    .await
+                    .map_err(closed)?;
+                sink.artifact(
+                    Artifact::new("out", vec![Part::text("still fine")]),
+                    false,
+                    false,
+                )
+                .await
+                .map_err(closed)
+            }
+            other => Err(ExecError(format!("no script {other}"))),
+        }
+    }
+}
+
+struct OneRole {
+    role: Arc<RoleDefinition>,
+    script: Arc<Script>,
+}
+
+impl Roles for OneRole {
+    fn role(&self, name: &str) -> Option<Arc<RoleDefinition>> {
+        (name == self.role.name).then(|| self.role.clone())
+    }
+
+    fn executor(&self, _: &RoleDefinition) -> Arc<dyn Executor> {
+        self.script.clone()
+    }
+}
+
+fn role() -> Arc<RoleDefinition> {
+    let text = "---\nname: scripted\ndescription: follows a script\ncommand: [true]\n---\n";
+    Arc::new(
+        parse_role(text, "scripted.md", RoleSource::Project)
+            .unwrap()
+            .definition,
+    )
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    manager: Arc<TaskManager>,
+    script: Arc<Script>,
+    role: Arc<RoleDefinition>,
+}
+
+async fn fixture(limits: Limits) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tasks.db");
+    let store: Arc<dyn TaskStore> = Arc::new(SqliteStore::open(&path).unwrap());
+    let script = Arc::new(Script::default());
+    let role = role();
+    let roles = Arc::new(OneRole {
+        role: role.clone(),
+        script: script.clone(),
+    });
+    let manager = TaskManager::start(store, roles, limits).await.unwrap();
+    Fixture {
+        _dir: dir,
+        path,
+        manager,
+        script,
+        role,
+    }
+}
+
+impl Fixture {
+    async fn submit(&self, message: Message) -> Result<(Task, mew_transport::EventStream), Error> {
+        let submission = Submission {
+            role: self.role.clone(),
+            message,
+            owner: None,
+            parent: None,
+            metadata: None,
+        };
+        self.manager.submit(submission, &Scope::default()).await
+    }
+
+    /// Sends `text` and reads the stream to its end; returns the final snapshot.
+    async fn run(&self, text: &str) -> Task {
+        let (task, stream) = self.submit(Message::user_text(text)).await.unwrap();
+        let mut folded = task;
+        let events: Vec<_> =
+            tokio::time::timeout(Duration::from_secs(20), stream.collect::<Vec<_>>())
+                .await
+                .unwrap();
+        for event in events {
+            folded.apply(&event.unwrap());
+        }
+        folded
+    }
+
+    async fn get(&self, task: &Task) -> StoredTask {
+        self.manager.get(&task.id, &Scope::default()).await.unwrap()
+    }
+
+    /// Polls until the task reaches `state` (bounded).
+    async fn wait_for(&self, task: &Task, state: TaskState) -> StoredTask {
+        for _ in 0..400 {
+            let stored = self.get(task).await;
+            if stored.task.status.state == state {
+                return stored;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("task {} never reached {state}", task.id);
+    }
+}
+
+fn kind(error: Error) -> ErrorKind {
+    error
+        .kind()
+        .unwrap_or_else(|| panic!("not a protocol error: {error}"))
+}
+
+#[tokio::test]
+async fn a_task_runs_to_completion_and_is_stored_before_it_is_announced() {
+    let f = fixture(Limits::default()).await;
+    let (task, stream) = f.submit(Message::user_text("done result")).await.unwrap();
+    assert_eq!(task.status.state, TaskState::Submitted);
+    let events: Vec<StreamResponse> = stream.map(Result::unwrap).collect().await;
+    let states: Vec<TaskState> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamResponse::StatusUpdate(u) => Some(u.status.state),
+            _ => None,
+        })
+        .collect();
+    assert!(matches!(events[0], StreamResponse::Task(_)));
+    assert_eq!(states, [TaskState::Working, TaskState::Completed]);
+    let stored = f.get(&task).await;
+    assert_eq!(stored.task.artifacts[0].parts[0].as_text(), Some("result"));
+    assert_eq!(stored.role, "scripted");
+
+    // Reopen the database: everything is there.
+    f.manager.shutdown(Duration::from_secs(1)).await;
+    let reopened = SqliteStore::open(&f.path).unwrap();
+    let again = reopened.get(&task.id).await.unwrap().unwrap();
+    assert_eq!(again.task.status.state, TaskState::Completed);
+    assert_eq!(again.task.history[0].text(), "done result");
+}
+
+#[tokio::test]
+async fn failures_timeouts_and_panics_fail_the_task_not_the_node() {
+    let limits = Limits {
+        task_timeout: Some(Duration::from_millis(200)),
+        ..Limits::default()
+    };
+    let f = fixture(limits).await;
+    let failed = f.run("fail").await;
+    assert_eq!(failed.status.state, TaskState::Failed);
+    assert_eq!(failed.status.message.unwrap().text(), "it broke");
+    let timed_out = f.run("wait").await;
+    assert_eq!(timed_out.status.state, TaskState::Failed);
+    assert_eq!(
+        timed_out.status.message.unwrap().text(),
+        "timed out after 200ms"
+    );
+    let panicked = f.run("panic").await;
+    assert_eq!(panicked.status.state, TaskState::Failed);
+    assert!(
+        panicked
+            .status
+            .message
+            .unwrap()
+            .text()
+            .contains("the script panicked")
+    );
+    assert_eq!(
+        f.run("done ok").await.status.state,
+        TaskState::Completed,
+        "the node still works"
+    );
+}
+
+#[tokio::test]
+async fn input_required_resumes_with_the_conversation() {
+    let f = fixture(Limits::default()).await;
+    let asked = f.run("ask").await;
+    assert_eq!(asked.status.state, TaskState::InputRequired);
+    let mut reply = Message::user_text("the blue one");
+    reply.task_id = Some(asked.id.clone());
+    let (_, stream) = f.submit(reply).await.unwrap();
+    let _: Vec<_> = stream.collect().await;
+    let done = f.get(&asked).await.task;
+    assert_eq!(done.status.state, TaskState::Completed);
+    assert_eq!(
+        done.artifacts[0].parts[0].as_text(),
+        Some("got the blue one")
+    );
+    let texts: Vec<String> = done.history.iter().map(Message::text).collect();
+    assert_eq!(texts, ["ask", "which one?", "the blue one"]);
+    let turns = f.script.turns.lock().await.clone();
+    assert_eq!(
+        turns,
+        [(false, 0), (true, 2)],
+        "the resumed turn sees the question and the first message"
+    );
+
+    // A message to a finished task is refused; so is one to a running task.
+    let mut late = Message::user_text("more");
+    late.task_id = Some(asked.id.clone());
+    assert_eq!(
+        kind(f.submit(late).await.err().unwrap()),
+        ErrorKind::UnsupportedOperation
+    );
+}
+
+#[tokio::test]
+async fn a_new_task_in_a_context_sees_the_earlier_conversation() {
+    let f = fixture(Limits::default()).await;
+    let first = f.run("done one").await;
+    let mut next = Message::user_text("history");
+    next.context_id = Some(first.context_id.clone());
+    let second = {
+        let (task, stream) = f.submit(next).await.unwrap();
+        let _: Vec<_> = stream.collect().await;
+        f.get(&task).await.task
+    };
+    assert_ne!(second.id, first.id);
+    assert_eq!(second.context_id, first.context_id);
+    assert_eq!(second.artifacts[0].parts[0].as_text(), Some("done one"));
+}
+
+#[tokio::test]
+async fn tasks_wait_in_submitted_for_a_slot_in_order() {
+    let limits = Limits {
+        max_running: 1,
+        ..Limits::default()
+    };
+    let f = fixture(limits).await;
+    let (first, _s1) = f.submit(Message::user_text("wait")).await.unwrap();
+    f.wait_for(&first, TaskState::Working).await;
+    let (second, s2) = f.submit(Message::user_text("done second")).await.unwrap();
+    let (third, s3) = f.submit(Message::user_text("done third")).await.unwrap();
+    // The slot is taken: the others stay SUBMITTED while the first runs.
+    assert_eq!(f.get(&second).await.task.status.state, TaskState::Submitted);
+    assert_eq!(f.script.runs.load(Ordering::SeqCst), 1);
+    f.manager
+        .cancel(&first.id, &Scope::default())
+        .await
+        .unwrap();
+    let _: Vec<_> = s2.collect().await;
+    let _: Vec<_> = s3.collect().await;
+    assert_eq!(f.get(&second).await.task.status.state, TaskState::Completed);
+    assert_eq!(f.get(&third).await.task.status.state, TaskState::Completed);
+    let second_done = f.get(&second).await.status_time();
+    let third_done = f.get(&third).await.status_time();
+    assert!(second_done <= third_done, "first come, first served");
+}
+
+#[tokio::test]
+async fn the_queue_is_bounded_and_queued_tasks_can_be_canceled() {
+    let limits = Limits {
+        max_running: 1,
+        max_queued: 1,
+        ..Limits::default()
+    };
+    let f = fixture(limits).await;
+    let (running, _s) = f.submit(Message::user_text("wait")).await.unwrap();
+    f.wait_for(&running, TaskState::Working).await;
+    let (queued, _q) = f.submit(Message::user_text("done never")).await.unwrap();
+    let refused = f
+        .submit(Message::user_text("done too many"))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(kind(refused), ErrorKind::Internal);
+    let canceled = f
+        .manager
+        .cancel(&queued.id, &Scope::default())
+        .await
+        .unwrap();
+    assert_eq!(canceled.status.state, TaskState::Canceled);
+    let again = f
+        .manager
+        .cancel(&queued.id, &Scope::default())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(kind(again), ErrorKind::TaskNotCancelable);
+    f.manager
+        .cancel(&running.id, &Scope::default())
+        .await
+        .unwrap();
+    f.wait_for(&running, TaskState::Canceled).await;
+    assert_eq!(
+        f.script.runs.load(Ordering::SeqCst),
+        1,
+        "the canceled queued task never ran"
+    );
+}
+
+#[tokio::test]
+async fn a_lagging_subscriber_still_sees_the_end() {
+    let limits = Limits {
+        event_buffer: 1,
+        ..Limits::default()
+    };
+    let f = fixture(limits).await;
+    let (task, mut stream) = f.submit(Message::user_text("chunks 200")).await.unwrap();
+    // Read nothing until the task is over: the subscriber lags far behind.
+    f.wait_for(&task, TaskState::Completed).await;
+    let mut last = None;
+    while let Some(event) = stream.next().await {
+        last = Some(event.unwrap());
+    }
+    let folded_state = match last {
+        Some(StreamResponse::Task(t)) => t.status.state,
+        Some(StreamResponse::StatusUpdate(u)) => u.status.state,
+        other => panic!("unexpected last event {other:?}"),
+    };
+    assert_eq!(folded_state, TaskState::Completed);
+    assert_eq!(f.get(&task).await.task.artifacts[0].parts.len(), 200);
+}
+
+#[tokio::test]
+async fn a_direct_reply_completes_the_task_and_illegal_changes_are_ignored() {
+    let f = fixture(Limits::default()).await;
+    let (_, stream) = f.submit(Message::user_text("reply hi")).await.unwrap();
+    let events: Vec<StreamResponse> = stream.map(Result::unwrap).collect().await;
+    let reply = events.iter().find_map(|e| match e {
+        StreamResponse::Message(m) => Some(m.text()),
+        _ => None,
+    });
+    assert_eq!(reply.as_deref(), Some("re: hi"));
+    let illegal = f.run("illegal").await;
+    assert_eq!(illegal.status.state, TaskState::Completed);
+    assert_eq!(illegal.artifacts[0].parts[0].as_text(), Some("still fine"));
+}
+
+fn stored(state: TaskState, text: &str) -> StoredTask {
+    let mut message = Message::user_text(text);
+    let task = Task {
+        id: mew_cards::TaskId::generate(),
+        context_id: ContextId::generate(),
+        status: mew_cards::TaskStatus::new(state),
+        ..Task::default()
+    };
+    message.task_id = Some(task.id.clone());
+    message.context_id = Some(task.context_id.clone());
+    let mut task = task;
+    task.history.push(message);
+    StoredTask {
+        task,
+        role: "scripted".into(),
+        owner: None,
+        parent: None,
+        created: mew_cards::Timestamp::now(),
+        private: serde_json::Value::Null,
+    }
+}
+
+#[tokio::test]
+async fn unfinished_tasks_fail_on_restart_and_interrupted_ones_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tasks.db");
+    // What a node that died mid-task leaves behind.
+    let working = stored(TaskState::Working, "wait");
+    let asked = stored(TaskState::InputRequired, "ask");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        store.put(&working).await.unwrap();
+        store.put(&asked).await.unwrap();
+        store.close().await.unwrap();
+    }
+    let store: Arc<dyn TaskStore> = Arc::new(SqliteStore::open(&path).unwrap());
+    let roles = Arc::new(OneRole {
+        role: role(),
+        script: Arc::new(Script::default()),
+    });
+    let manager = TaskManager::start(store, roles, Limits::default())
+        .await
+        .unwrap();
+    let failed = manager
+        .get(&working.task.id, &Scope::default())
+        .await
+        .unwrap();
+    assert_eq!(failed.task.status.state, TaskState::Failed);
+    assert_eq!(failed.task.status.message.unwrap().text(), RESTART_REASON);
+
+    let mut reply = Message::user_text("after restart");
+    reply.task_id = Some(asked.task.id.clone());
+    let submission = Submission {
+        role: role(),
+        message: reply,
+        owner: None,
+        parent: None,
+        metadata: None,
+    };
+    let (_, stream) = manager.submit(submission, &Scope::default()).await.unwrap();
+    let _: Vec<_> = stream.collect().await;
+    let resumed = manager
+        .get(&asked.task.id, &Scope::default())
+        .await
+        .unwrap();
+    assert_eq!(resumed.task.status.state, TaskState::Completed);
+    assert_eq!(
+        resumed.task.artifacts[0].parts[0].as_text(),
+        Some("got after restart")
+    );
+}
+
+#[tokio::test]
+async fn listing_pages_and_scopes() {
+    let f = fixture(Limits::default()).await;
+    let context = ContextId::generate();
+    for i in 0..7 {
+        let mut message = Message::user_text(format!("done {i}"));
+        message.context_id = Some(context.clone());
+        let (_, stream) = f.submit(message).await.unwrap();
+        let _: Vec<_> = stream.collect().await;
+    }
+    let mut token = String::new();
+    let mut sizes = Vec::new();
+    loop {
+        let request = ListTasksRequest {
+            context_id: context.clone(),
+            page_size: Some(3),
+            page_token: token,
+            ..Default::default()
+        };
+        let page = f.manager.list(&request, &Scope::default()).await.unwrap();
+        assert_eq!(page.total_size, 7);
+        assert!(
+            page.tasks.iter().all(|t| t.artifacts.is_empty()),
+            "artifacts only on request"
+        );
+        sizes.push(page.tasks.len());
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(sizes, [3, 3, 1]);
+    let other_role = Scope {
+        role: Some("someone-else".into()),
+        owner: None,
+    };
+    let page = f
+        .manager
+        .list(&ListTasksRequest::default(), &other_role)
+        .await
+        .unwrap();
+    assert_eq!(page.total_size, 0);
+    let bad = ListTasksRequest {
+        page_token: "not a token".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        kind(f.manager.list(&bad, &Scope::default()).await.err().unwrap()),
+        ErrorKind::InvalidParams
+    );
+}
