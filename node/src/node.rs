@@ -97,7 +97,6 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     let database = config.node.data_dir.join("tasks.db");
     let store = SqliteStore::open(&database)
         .with_context(|| format!("cannot open the task store at {}", database.display()))?;
-    let store = Arc::new(store);
     let env: Arc<HashMap<String, String>> = Arc::new(std::env::vars().collect());
     let limits = Limits {
         max_running: config.limits.max_running_tasks,
@@ -112,7 +111,7 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         command: Arc::new(CommandExecutor::new(env, config.limits.task_timeout)),
         model: Arc::new(NoModelProvider),
     });
-    let manager = TaskManager::start(store.clone(), roles, limits).await?;
+    let manager = TaskManager::start(Arc::new(store.clone()), roles, limits).await?;
 
     let options = CardOptions {
         node_name: config.node.name.clone(),
@@ -173,9 +172,7 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     info!("shutting down");
     manager.shutdown(config.node.shutdown_grace).await;
     drop(manager);
-    if let Ok(store) = Arc::try_unwrap(store)
-        && let Err(e) = store.close().await
-    {
+    if let Err(e) = store.close().await {
         warn!(error = %e, "closing the task store failed");
     }
     Ok(())

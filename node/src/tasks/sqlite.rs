@@ -66,7 +66,6 @@ const MAX_BATCH: usize = 256;
 const MAX_IDLE_READERS: usize = 4;
 
 /// The columns `decode` reads, in its order.
-#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
 const COLUMNS: &str = "id, role, owner, parent, created, status_time, task, private";
 
 /// The durable task store: one SQLite database file.
@@ -76,7 +75,6 @@ const COLUMNS: &str = "id, role, owner, parent, created, status_time, task, priv
 /// queued and waits for it to stop; async code should prefer
 /// [`SqliteStore::close`], which waits without blocking the runtime.
 #[derive(Clone)]
-#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
 pub(crate) struct SqliteStore {
     inner: Arc<Inner>,
 }
@@ -93,7 +91,7 @@ impl std::fmt::Debug for SqliteStore {
 struct Inner {
     /// Feeds the writer; `None` once stopping.
     sender: Option<mpsc::Sender<Command>>,
-    /// The writer thread; it returns how many transactions it committed.
+    /// The writer thread; it returns how many batches it handled.
     writer: Option<JoinHandle<u64>>,
     /// Idle read connections.
     readers: Arc<ReadPool>,
@@ -130,7 +128,6 @@ impl Drop for Inner {
     }
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
 impl SqliteStore {
     /// Opens the database at `path`, creating the file and its directory if
     /// needed, and brings its schema up to date.
@@ -163,9 +160,9 @@ impl SqliteStore {
             .spawn({
                 let stopped = Arc::clone(&stopped);
                 move || {
-                    let commits = run_writer(writer, receiver, &stopped);
-                    tracing::debug!(commits, "the task store's writer stopped");
-                    commits
+                    let batches = run_writer(writer, receiver, &stopped);
+                    tracing::debug!(batches, "the task store's writer stopped");
+                    batches
                 }
             })
             .map_err(|e| {
@@ -412,7 +409,6 @@ fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
     }
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
 fn read_error(what: &str, e: rusqlite::Error) -> StoreError {
     StoreError::Backend(format!("cannot read {what} from the task store: {e}"))
 }
@@ -422,7 +418,6 @@ fn write_error(what: &str, e: rusqlite::Error) -> StoreError {
 }
 
 /// Nanoseconds since the epoch as stored, or `None` outside the years 1677..2262.
-#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
 fn stored_nanos(time: Timestamp) -> Option<i64> {
     i64::try_from(time.unix_nanos()).ok()
 }
@@ -481,7 +476,6 @@ struct Row {
     private: String,
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
 impl Row {
     fn encode(stored: &StoredTask) -> Result<Self, StoreError> {
         let id = stored.task.id.as_str();
@@ -520,7 +514,6 @@ impl Row {
 }
 
 /// Reads one row selected with [`COLUMNS`].
-#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
 fn decode(row: &rusqlite::Row<'_>) -> Result<StoredTask, StoreError> {
     let id: String = row
         .get(0)
@@ -564,7 +557,6 @@ fn decode_task(id: &str, json: &str) -> Result<Task, StoreError> {
     Ok(task)
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
 fn decode_all(mut rows: rusqlite::Rows<'_>, what: &str) -> Result<Vec<StoredTask>, StoreError> {
     let mut tasks = Vec::new();
     while let Some(row) = rows.next().map_err(|e| read_error(what, e))? {
@@ -574,7 +566,6 @@ fn decode_all(mut rows: rusqlite::Rows<'_>, what: &str) -> Result<Vec<StoredTask
 }
 
 /// A `list` query as SQL: the filters, then the page (filters, cursor, limit).
-#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
 struct Listing {
     count_sql: String,
     page_sql: String,
@@ -583,7 +574,6 @@ struct Listing {
     limit: usize,
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
 impl Listing {
     fn new(query: &TaskQuery) -> Self {
         let mut filters: Vec<&str> = Vec::new();
@@ -669,7 +659,6 @@ impl Listing {
     }
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
 fn where_clause(filters: &[&str]) -> String {
     if filters.is_empty() {
         String::new()
@@ -685,7 +674,6 @@ struct Command {
     ack: oneshot::Sender<Result<Vec<TaskId>, StoreError>>,
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // used by the task manager
 enum Op {
     Put(Row),
     FailUnfinished(String),
@@ -696,13 +684,13 @@ enum Op {
 
 /// The writer thread: takes what is queued, commits it in one transaction,
 /// acknowledges; until the queue is closed and empty. Returns the number of
-/// transactions committed.
+/// batches (transactions) it handled.
 fn run_writer(
     mut conn: Connection,
     mut receiver: mpsc::Receiver<Command>,
     stopped: &Mutex<Option<String>>,
 ) -> u64 {
-    let mut commits = 0;
+    let mut batches = 0;
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = receiver.blocking_recv() {
         batch.push(first);
@@ -714,7 +702,7 @@ fn run_writer(
         }
         match catch_unwind(AssertUnwindSafe(|| commit(&mut conn, &batch))) {
             Ok(outcomes) => {
-                commits += 1;
+                batches += 1;
                 for (command, outcome) in batch.drain(..).zip(outcomes) {
                     // The caller may have stopped waiting; the write stands.
                     let _ = command.ack.send(outcome);
@@ -729,11 +717,11 @@ fn run_writer(
                 // Record why before the queue and the waiting acks are dropped,
                 // so every caller that finds the writer gone can say why.
                 *stopped.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason);
-                return commits;
+                return batches;
             }
         }
     }
-    commits
+    batches
 }
 
 fn panic_message(panic: &(dyn Any + Send)) -> &str {
