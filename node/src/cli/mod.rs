@@ -5,11 +5,19 @@
 //! configuration; subcommands that take the `node:` override flags say so in
 //! `Command::node_args`.
 
+mod agents;
 mod bench;
+mod card;
 mod config;
 mod logging;
+mod output;
+mod remote;
+mod send;
+mod tasks;
 mod up;
 
+#[cfg(test)]
+mod client_tests;
 #[cfg(test)]
 mod tests;
 
@@ -38,11 +46,24 @@ pub fn main() -> ExitCode {
     };
     match execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(failure) if is_broken_pipe(failure.error()) => {
+            // The reader went away (`mew tasks list | head`): not an error of ours.
+            ExitCode::SUCCESS
+        }
         Err(failure) => {
             eprintln!("mew: {:#}", failure.error());
             ExitCode::from(failure.exit_code())
         }
     }
+}
+
+/// True when `error` comes from writing to a closed pipe.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// `mew`: a multi-agent node that publishes roles as A2A agents.
@@ -102,6 +123,14 @@ pub(crate) enum Command {
     Config(config::ConfigCommand),
     /// Load an A2A agent and report requests per second and latency
     Bench(bench::BenchArgs),
+    /// Fetch an agent card, check it, and summarize it
+    Card(card::CardArgs),
+    /// List the roles the node serves, where each is defined, and problems in role files
+    Agents,
+    /// Send a message to an agent: a role of the node, a URL, or - for the front agent
+    Send(send::SendArgs),
+    /// List, show, cancel or watch the tasks of a node
+    Tasks(tasks::TasksArgs),
 }
 
 impl Command {
@@ -110,7 +139,11 @@ impl Command {
         match self {
             Command::Up(args) => Some(&args.node),
             Command::Config(config::ConfigCommand::Show(args)) => Some(&args.node),
-            Command::Bench(_) => None,
+            Command::Bench(_)
+            | Command::Card(_)
+            | Command::Agents
+            | Command::Send(_)
+            | Command::Tasks(_) => None,
         }
     }
 }
@@ -220,6 +253,12 @@ async fn run(command: Command, context: Context) -> Result<(), Failure> {
             config::run(&command, &context, &mut std::io::stdout().lock()).map_err(Failure::Runtime)
         }
         Command::Bench(args) => bench::bench(args, &context).await.map_err(Failure::Runtime),
+        Command::Card(args) => card::card(args, &context).await.map_err(Failure::Runtime),
+        Command::Agents => {
+            agents::agents(&context, &mut std::io::stdout().lock()).map_err(Failure::Runtime)
+        }
+        Command::Send(args) => send::send(args, &context).await.map_err(Failure::Runtime),
+        Command::Tasks(args) => tasks::tasks(args, &context).await.map_err(Failure::Runtime),
     }
 }
 

@@ -25,7 +25,7 @@ use std::io;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -138,6 +138,7 @@ impl CommandExecutor {
             task_id: turn.task_id.clone(),
             context_id: turn.context_id.clone(),
             program,
+            last_artifact: std::sync::Mutex::new(None),
         };
         let mut lines = Lines::new(self.output_limit);
         let mut tail = Tail::default();
@@ -407,6 +408,8 @@ struct Reporter<'a> {
     task_id: TaskId,
     context_id: ContextId,
     program: &'a str,
+    /// The last artifact this turn reported: an appended chunk without an id joins it.
+    last_artifact: std::sync::Mutex<Option<ArtifactId>>,
 }
 
 impl Reporter<'_> {
@@ -426,8 +429,18 @@ impl Reporter<'_> {
             }
             StreamResponse::ArtifactUpdate(update) => {
                 let mut artifact = update.artifact;
-                if artifact.artifact_id.is_empty() {
-                    artifact.artifact_id = ArtifactId::generate();
+                {
+                    let mut last = self
+                        .last_artifact
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    if artifact.artifact_id.is_empty() {
+                        artifact.artifact_id = match (&*last, update.append) {
+                            (Some(id), true) => id.clone(),
+                            _ => ArtifactId::generate(),
+                        };
+                    }
+                    *last = Some(artifact.artifact_id.clone());
                 }
                 self.sink
                     .artifact(artifact, update.append, update.last_chunk)
@@ -853,6 +866,34 @@ mod tests {
         let (result, events) = run(&executor(), turn(role("cat", &[]), message)).await;
         result.unwrap();
         assert_eq!(output(&events), "hello\nworld");
+    }
+
+    #[tokio::test]
+    async fn appended_chunks_without_an_id_join_the_last_artifact() {
+        let script = r#"cat <<'EOF'
+{"artifactUpdate":{"artifact":{"name":"answer","parts":[{"text":"one "}]}}}
+{"artifactUpdate":{"artifact":{"parts":[{"text":"two"}]},"append":true,"lastChunk":true}}
+{"artifactUpdate":{"artifact":{"name":"other","parts":[{"text":"new"}]}}}
+EOF"#;
+        let (result, events) = run(&executor(), turn(sh(script), Message::user_text("go"))).await;
+        result.unwrap();
+        let ids: Vec<&str> = events
+            .iter()
+            .map(|e| match e {
+                Event::Artifact(a, _, _) => a.artifact_id.as_str(),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(ids.len(), 3);
+        assert!(!ids[0].is_empty());
+        assert_eq!(
+            ids[0], ids[1],
+            "the appended chunk joins the first artifact"
+        );
+        assert_ne!(
+            ids[1], ids[2],
+            "a chunk that does not append starts a new artifact"
+        );
     }
 
     #[tokio::test]

@@ -121,8 +121,16 @@ fn http_client(options: &ClientOptions) -> Result<reqwest::Client, Error> {
         .map_err(|e| transport_error("cannot build the HTTP client", e))
 }
 
-/// Fetches and parses the card published under `base_url`.
-pub async fn fetch_card(http: &reqwest::Client, base_url: &str) -> Result<AgentCard, Error> {
+/// Fetches and parses the card published under `base_url` (or at a URL ending in `.json`).
+pub async fn fetch_card(base_url: &str, options: &ClientOptions) -> Result<AgentCard, Error> {
+    let http = http_client(options)?;
+    let request = fetch_card_using(&http, base_url);
+    tokio::time::timeout(options.request_timeout, request)
+        .await
+        .map_err(|_| Error::transport(format!("fetching the card under {base_url} timed out")))?
+}
+
+async fn fetch_card_using(http: &reqwest::Client, base_url: &str) -> Result<AgentCard, Error> {
     let url = if base_url.ends_with(".json") {
         base_url.to_owned()
     } else {
@@ -195,7 +203,7 @@ impl RemoteAgent {
     /// Fetches the card under `base_url` (or at a URL ending in `.json`) and connects.
     pub async fn resolve_with(base_url: &str, options: ClientOptions) -> Result<Self, Error> {
         let http = http_client(&options)?;
-        let card = fetch_card(&http, base_url).await?;
+        let card = fetch_card_using(&http, base_url).await?;
         Self::build(http, card, &options)
     }
 
