@@ -9,6 +9,7 @@ use mew_cards::{CardOptions, RoleDefinition, front_card, role_base_url, role_car
 use mew_transport::{AgentTransport, ServerOptions};
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::Config;
@@ -165,10 +166,32 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     println!("mew: tasks in {}", database.display());
     info!(url = %base, roles = published.len(), "node started");
 
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("the HTTP server failed")?;
+    // On Ctrl-C or SIGTERM: stop the tasks first, so that open streams and
+    // blocking sends see their final state and end; then let the server drain,
+    // for at most the grace period.
+    let grace = config.node.shutdown_grace;
+    let stopping = CancellationToken::new();
+    let signal = {
+        let (manager, stopping) = (manager.clone(), stopping.clone());
+        async move {
+            shutdown_signal().await;
+            info!("stopping: canceling running tasks");
+            manager.stop();
+            stopping.cancel();
+        }
+    };
+    let app = tower::ServiceExt::map_request(app, crate::server::strip_trailing_slash);
+    let server = axum::serve(
+        listener,
+        axum::ServiceExt::<axum::extract::Request>::into_make_service(app),
+    )
+    .with_graceful_shutdown(signal);
+    tokio::select! {
+        served = server => served.context("the HTTP server failed")?,
+        () = async { stopping.cancelled().await; tokio::time::sleep(grace).await } => {
+            warn!("connections still open after the shutdown grace period; closing them");
+        }
+    }
     info!("shutting down");
     manager.shutdown(config.node.shutdown_grace).await;
     drop(manager);

@@ -53,6 +53,25 @@ pub(crate) fn app(
     app.merge(router_with(front, options.clone()))
 }
 
+/// Serves `/agents/R/` as `/agents/R` (and any path with one trailing slash
+/// as the path without it), before routing: nested routers only match the
+/// bare prefix, and clients write both.
+pub(crate) fn strip_trailing_slash(mut request: axum::extract::Request) -> axum::extract::Request {
+    let path = request.uri().path();
+    if path.len() > 1 && path.ends_with('/') {
+        let trimmed = path.trim_end_matches('/');
+        let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
+        let rebuilt = match request.uri().query() {
+            Some(query) => format!("{trimmed}?{query}"),
+            None => trimmed.to_owned(),
+        };
+        if let Ok(uri) = rebuilt.parse() {
+            *request.uri_mut() = uri;
+        }
+    }
+    request
+}
+
 /// A JSON response body, serialized once.
 #[derive(Clone)]
 struct JsonBody(Arc<[u8]>);

@@ -111,7 +111,11 @@ struct LiveState {
     stored: StoredTask,
     seq: u64,
     events: broadcast::Sender<Stamped>,
-    /// True while a turn is queued or running.
+    /// The number of the current turn (the first is 1).
+    turn: u64,
+    /// True while the current turn is queued or running and has not reached a
+    /// terminal or interrupted state. A turn that has asked for input is over,
+    /// even while its program is still exiting: the reply starts the next turn.
     busy: bool,
 }
 
@@ -210,6 +214,7 @@ impl TaskManager {
                 stored,
                 seq: 0,
                 events,
+                turn: 0,
                 busy: false,
             }),
         })
@@ -278,11 +283,12 @@ impl TaskManager {
         self.live_map().insert(id, live.clone());
         let (task, stream) = {
             let mut state = live.state.lock().await;
+            state.turn = 1;
             state.busy = true;
             let stream = self.watch(&live, &state);
             (state.stored.task.clone(), stream)
         };
-        self.spawn_turn(live, submission.role, message, false, true);
+        self.spawn_turn(live, submission.role, message, false, 1);
         Ok((task, stream))
     }
 
@@ -305,7 +311,7 @@ impl TaskManager {
             LiveOrDone::Live(live) => live,
         };
         let mut message = submission.message;
-        let (task, stream, role) = {
+        let (task, stream, role, turn) = {
             let mut state = live.state.lock().await;
             let current = state.stored.task.status.state;
             if !current.is_interrupted() || state.busy {
@@ -351,12 +357,13 @@ impl TaskManager {
                 metadata: None,
             });
             self.record(&mut state, event).await.map_err(store_error)?;
+            state.turn += 1;
             state.busy = true;
             let stream = self.watch(&live, &state);
-            (state.stored.task.clone(), stream, role)
+            (state.stored.task.clone(), stream, role, state.turn)
         };
         self.queued.fetch_add(1, Ordering::SeqCst);
-        self.spawn_turn(live, role, message, true, false);
+        self.spawn_turn(live, role, message, true, turn);
         Ok((task, stream))
     }
 
@@ -394,7 +401,7 @@ impl TaskManager {
         role: Arc<RoleDefinition>,
         message: Message,
         resumed: bool,
-        fresh: bool,
+        turn: u64,
     ) {
         let manager = self.clone();
         let span = info_span!("task", task_id = %live.id, role = %role.name);
@@ -402,12 +409,10 @@ impl TaskManager {
             async move {
                 let permit = manager.wait_for_slot(&live).await;
                 manager.queued.fetch_sub(1, Ordering::SeqCst);
-                let Some(_permit) = permit else {
-                    manager.finish(&live).await;
-                    return;
-                };
-                manager.run_turn(&live, role, message, resumed, fresh).await;
-                manager.finish(&live).await;
+                if let Some(_permit) = permit {
+                    manager.run_turn(&live, role, message, resumed, turn).await;
+                }
+                manager.finish(&live, turn).await;
             }
             .instrument(span),
         );
@@ -426,14 +431,14 @@ impl TaskManager {
         role: Arc<RoleDefinition>,
         message: Message,
         resumed: bool,
-        fresh: bool,
+        turn: u64,
     ) {
         let (task_id, context_id, history) = {
             let mut state = live.state.lock().await;
-            if state.stored.task.status.state.is_terminal() {
+            if state.turn != turn || !state.busy {
                 return;
             }
-            if fresh {
+            if !resumed {
                 let event = status_event(&state.stored.task, TaskStatus::new(TaskState::Working));
                 if let Err(e) = self.record(&mut state, event).await {
                     warn!(error = %e, "cannot persist the WORKING state");
@@ -450,13 +455,18 @@ impl TaskManager {
         let mut earlier = match self.context_history(&context_id, &task_id).await {
             Ok(earlier) => earlier,
             Err(e) => {
-                self.fail(live, format!("cannot read the context's history: {e}"))
-                    .await;
+                self.fail(
+                    live,
+                    format!("cannot read the context's history: {e}"),
+                    turn,
+                )
+                .await;
                 return;
             }
         };
         // This task's own history, without the message that starts this turn.
         earlier.extend(own_history_before(&history, &message.message_id));
+        let turn_number = turn;
         let turn = Turn {
             task_id,
             context_id,
@@ -469,6 +479,7 @@ impl TaskManager {
         let sink: Arc<dyn EventSink> = Arc::new(Sink {
             store: self.store.clone(),
             live: live.clone(),
+            turn: turn_number,
         });
         let executor = self.roles.executor(&role);
         let run = std::panic::AssertUnwindSafe(executor.run(turn, sink)).catch_unwind();
@@ -486,16 +497,20 @@ impl TaskManager {
             None => run.await,
         };
         match outcome {
-            Ok(Ok(())) => self.complete_if_running(live).await,
-            Ok(Err(ExecError(reason))) => self.fail(live, reason).await,
+            Ok(Ok(())) => self.complete_if_running(live, turn_number).await,
+            Ok(Err(ExecError(reason))) => self.fail(live, reason, turn_number).await,
             Err(panic) => {
                 let what = panic
                     .downcast_ref::<&str>()
                     .map(|s| (*s).to_owned())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".to_owned());
-                self.fail(live, format!("the role's runner panicked: {what}"))
-                    .await;
+                self.fail(
+                    live,
+                    format!("the role's runner panicked: {what}"),
+                    turn_number,
+                )
+                .await;
             }
         }
     }
@@ -513,10 +528,10 @@ impl TaskManager {
             .collect())
     }
 
-    /// Completes the task unless the turn already ended it or asked for input.
-    async fn complete_if_running(&self, live: &Live) {
+    /// Completes the task unless turn `turn` already ended it or asked for input.
+    async fn complete_if_running(&self, live: &Live, turn: u64) {
         let mut state = live.state.lock().await;
-        if state.stored.task.status.state.ends_stream() {
+        if state.turn != turn || !state.busy {
             return;
         }
         let event = status_event(&state.stored.task, TaskStatus::new(TaskState::Completed));
@@ -525,11 +540,12 @@ impl TaskManager {
         }
     }
 
-    /// Fails the task with `reason`, unless it is already over. A task being
-    /// canceled or shut down keeps the state its canceller gives it.
-    async fn fail(&self, live: &Live, reason: String) {
+    /// Fails the task with `reason`, unless turn `turn` is already over (the
+    /// task ended, asked for input, or a later turn runs). During shutdown the
+    /// reason says the node shut down.
+    async fn fail(&self, live: &Live, reason: String, turn: u64) {
         let mut state = live.state.lock().await;
-        if state.stored.task.status.state.is_terminal() {
+        if state.turn != turn || !state.busy {
             return;
         }
         let reason = if self.shutdown.is_cancelled() {
@@ -547,17 +563,23 @@ impl TaskManager {
         }
     }
 
-    /// The turn is over: the task leaves the live set unless it can continue.
-    async fn finish(&self, live: &Arc<Live>) {
-        let mut state = live.state.lock().await;
-        state.busy = false;
+    /// Turn `turn` has returned: a turn that reached no end state fails (it
+    /// was stopped while queued, say); a task that is over leaves the live set.
+    async fn finish(&self, live: &Arc<Live>, turn: u64) {
+        let unfinished = {
+            let state = live.state.lock().await;
+            state.turn == turn && state.busy
+        };
+        if unfinished {
+            self.fail(
+                live,
+                "the task's turn ended without a result".to_owned(),
+                turn,
+            )
+            .await;
+        }
+        let state = live.state.lock().await;
         if state.stored.task.status.state.is_terminal() {
-            self.live_map().remove(&live.id);
-        } else if !state.stored.task.status.state.is_interrupted() {
-            // The turn ended without an interrupted or terminal state (canceled while queued, say).
-            drop(state);
-            self.fail(live, "the task's turn ended without a result".to_owned())
-                .await;
             self.live_map().remove(&live.id);
         }
     }
@@ -597,10 +619,9 @@ impl TaskManager {
         self.record(&mut state, event).await.map_err(store_error)?;
         live.cancel.cancel();
         let task = state.stored.task.clone();
-        if !state.busy {
-            drop(state);
-            self.live_map().remove(id);
-        }
+        drop(state);
+        // A turn still running sees its sink closed and its token canceled.
+        self.live_map().remove(id);
         Ok(task)
     }
 
@@ -685,10 +706,16 @@ impl TaskManager {
         })
     }
 
-    /// Stops taking work, cancels running turns, and waits up to `grace` for them to end.
-    pub(crate) async fn shutdown(&self, grace: Duration) {
+    /// Stops the node's work: new turns are refused a slot, running turns are
+    /// canceled, and their tasks fail with a reason that says the node shut down.
+    pub(crate) fn stop(&self) {
         self.shutdown.cancel();
         self.tracker.close();
+    }
+
+    /// [`TaskManager::stop`], then waits up to `grace` for the turns to end.
+    pub(crate) async fn shutdown(&self, grace: Duration) {
+        self.stop();
         if tokio::time::timeout(grace, self.tracker.wait())
             .await
             .is_err()
@@ -717,6 +744,9 @@ async fn record(
         return Err(e);
     }
     state.seq += 1;
+    if state.stored.task.status.state.ends_stream() {
+        state.busy = false;
+    }
     // No receivers is fine: nobody is watching.
     let _ = state.events.send(Stamped {
         seq: state.seq,
@@ -729,6 +759,8 @@ async fn record(
 struct Sink {
     store: Arc<dyn TaskStore>,
     live: Arc<Live>,
+    /// The turn this sink reports for; it closes when that turn is over.
+    turn: u64,
 }
 
 impl Sink {
@@ -737,7 +769,7 @@ impl Sink {
         make: impl FnOnce(&Task) -> Option<StreamResponse>,
     ) -> Result<(), SinkClosed> {
         let mut state = self.live.state.lock().await;
-        if state.stored.task.status.state.is_terminal() || self.live.cancel.is_cancelled() {
+        if state.turn != self.turn || !state.busy || self.live.cancel.is_cancelled() {
             return Err(SinkClosed);
         }
         let Some(event) = make(&state.stored.task) else {

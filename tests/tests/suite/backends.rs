@@ -1,8 +1,10 @@
-//! The backends the conformance suite runs against: in-process, Mew over HTTP, the Python SDK server.
+//! The backends the conformance suite runs against: in-process, Mew over HTTP, the Python SDK
+//! server, and a real `mew` node.
 
 use std::sync::Arc;
 
 use mew_tests::EchoAgent;
+use mew_tests::node::MewNode;
 use mew_tests::python::PythonEchoServer;
 use mew_transport::{AgentTransport, Binding, ClientOptions, RemoteAgent};
 use tokio::net::TcpListener;
@@ -21,6 +23,11 @@ pub enum Kind {
     PythonJsonRpc,
     /// The same over HTTP+JSON.
     PythonRest,
+    /// A `mew up` node whose default role runs `tests/peers/echo_role.py`, reached by
+    /// `RemoteAgent` at the node's front agent over JSON-RPC.
+    NodeJsonRpc,
+    /// The same over HTTP+JSON.
+    NodeRest,
 }
 
 /// An agent under test, with whatever keeps it alive.
@@ -28,6 +35,7 @@ pub struct Backend {
     pub agent: Arc<dyn AgentTransport>,
     _server: Option<ServerGuard>,
     _python: Option<PythonEchoServer>,
+    _node: Option<MewNode>,
 }
 
 /// A Mew server task, aborted on drop.
@@ -68,6 +76,7 @@ impl Backend {
                 agent: Arc::new(EchoAgent::new("http://127.0.0.1:1")),
                 _server: None,
                 _python: None,
+                _node: None,
             },
             Kind::MewJsonRpc | Kind::MewRest => {
                 let (url, guard) = serve(|url| Arc::new(EchoAgent::new(url))).await?;
@@ -86,6 +95,7 @@ impl Backend {
                     agent: remote(agent),
                     _server: Some(guard),
                     _python: None,
+                    _node: None,
                 }
             }
             Kind::PythonJsonRpc | Kind::PythonRest => {
@@ -105,6 +115,22 @@ impl Backend {
                     agent: remote(agent),
                     _server: None,
                     _python: Some(server),
+                    _node: None,
+                }
+            }
+            Kind::NodeJsonRpc | Kind::NodeRest => {
+                let node = MewNode::start_echo("", &[]).await?;
+                let binding = if matches!(kind, Kind::NodeJsonRpc) {
+                    Binding::JsonRpc
+                } else {
+                    Binding::HttpJson
+                };
+                let agent = node.agent("", binding).await?;
+                Self {
+                    agent: remote(agent),
+                    _server: None,
+                    _python: None,
+                    _node: Some(node),
                 }
             }
         })

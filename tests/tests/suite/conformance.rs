@@ -1,8 +1,10 @@
 //! One conformance suite for every `AgentTransport` backend: the same checks,
-//! in-process, over Mew's HTTP server on both bindings, and against the
-//! Python SDK's server on both bindings.
+//! in-process, over Mew's HTTP server on both bindings, against the Python
+//! SDK's server on both bindings, and against a real `mew` node's front agent
+//! on both bindings.
 //!
-//! The agent under test is an echo agent (`EchoAgent`, or `tests/peers/echo_server.py`)
+//! The agent under test is an echo agent (`EchoAgent`, `tests/peers/echo_server.py`, or
+//! `tests/peers/echo_role.py` as a node's command role)
 //! whose behaviour is chosen by the message text: `echo`, `stream N`, `ask`,
 //! `wait`, `fail`, `message`.
 
@@ -577,6 +579,84 @@ pub async fn extended_card(agent: &Agent) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An agent whose card says `pushNotifications: false` answers every push config operation
+/// with PushNotificationNotSupported, and refuses an inline push config on send.
+pub async fn push_config_not_offered(agent: &Agent) -> anyhow::Result<()> {
+    let card = agent.card().await?;
+    ensure!(
+        card.capabilities.push_notifications != Some(true),
+        "the card offers push notifications: {:?}",
+        card.capabilities
+    );
+    let task = send_task(agent, "echo hi").await?;
+    let config = TaskPushNotificationConfig {
+        id: "hook-1".into(),
+        task_id: task.id.clone(),
+        url: "https://example.invalid/hook".into(),
+        ..Default::default()
+    };
+    expect_kind(
+        agent
+            .create_task_push_notification_config(&ctx(), config.clone())
+            .await,
+        ErrorKind::PushNotificationNotSupported,
+    )?;
+    let key = GetTaskPushNotificationConfigRequest {
+        task_id: task.id.clone(),
+        id: "hook-1".into(),
+        ..Default::default()
+    };
+    expect_kind(
+        agent
+            .get_task_push_notification_config(&ctx(), key.clone())
+            .await,
+        ErrorKind::PushNotificationNotSupported,
+    )?;
+    let list = ListTaskPushNotificationConfigsRequest {
+        task_id: task.id.clone(),
+        ..Default::default()
+    };
+    expect_kind(
+        agent
+            .list_task_push_notification_configs(&ctx(), list)
+            .await,
+        ErrorKind::PushNotificationNotSupported,
+    )?;
+    expect_kind(
+        agent
+            .delete_task_push_notification_config(&ctx(), key)
+            .await,
+        ErrorKind::PushNotificationNotSupported,
+    )?;
+    let inline = SendMessageConfiguration {
+        task_push_notification_config: Some(config),
+        ..Default::default()
+    };
+    let request = SendMessageRequest {
+        configuration: Some(inline),
+        ..SendMessageRequest::new(Message::user_text("echo pushed"))
+    };
+    expect_kind(
+        agent.send_message(&ctx(), request).await,
+        ErrorKind::PushNotificationNotSupported,
+    )
+}
+
+/// An agent whose card says `extendedAgentCard: false` answers GetExtendedAgentCard with
+/// ExtendedAgentCardNotConfigured.
+pub async fn extended_card_not_offered(agent: &Agent) -> anyhow::Result<()> {
+    let card = agent.card().await?;
+    ensure!(
+        card.capabilities.extended_agent_card != Some(true),
+        "the card offers an extended card: {:?}",
+        card.capabilities
+    );
+    let outcome = agent
+        .get_extended_agent_card(&ctx(), GetExtendedAgentCardRequest::default())
+        .await;
+    expect_kind(outcome, ErrorKind::ExtendedAgentCardNotConfigured)
+}
+
 pub async fn invalid_message_is_rejected(agent: &Agent) -> anyhow::Result<()> {
     let empty = Message {
         parts: Vec::new(),
@@ -603,28 +683,39 @@ macro_rules! backend {
 }
 
 macro_rules! suite {
-    ($($check:ident),* $(,)?) => {
-        backend!(in_process, InProcess, [$($check),*]);
-        backend!(mew_jsonrpc, MewJsonRpc, [$($check),*]);
-        backend!(mew_rest, MewRest, [$($check),*]);
-        backend!(python_jsonrpc, PythonJsonRpc, [$($check),*]);
-        backend!(python_rest, PythonRest, [$($check),*]);
+    (
+        every: [$($check:ident),* $(,)?],
+        not_node: [$($optional:ident),* $(,)?],
+        node_only: [$($node_check:ident),* $(,)?] $(,)?
+    ) => {
+        backend!(in_process, InProcess, [$($check,)* $($optional),*]);
+        backend!(mew_jsonrpc, MewJsonRpc, [$($check,)* $($optional),*]);
+        backend!(mew_rest, MewRest, [$($check,)* $($optional),*]);
+        backend!(python_jsonrpc, PythonJsonRpc, [$($check,)* $($optional),*]);
+        backend!(python_rest, PythonRest, [$($check,)* $($optional),*]);
+        backend!(node_jsonrpc, NodeJsonRpc, [$($check,)* $($node_check),*]);
+        backend!(node_rest, NodeRest, [$($check,)* $($node_check),*]);
     };
 }
 
 suite!(
-    card_speaks_1_0,
-    blocking_send_completes,
-    direct_message_reply,
-    failing_task_fails,
-    stream_order_and_close,
-    input_required_then_resumed,
-    message_to_terminal_task_is_rejected,
-    get_task_and_history_length,
-    cancel_rules,
-    subscribe_starts_with_the_task,
-    list_tasks_pages,
-    push_config_crud,
-    extended_card,
-    invalid_message_is_rejected,
+    every: [
+        card_speaks_1_0,
+        blocking_send_completes,
+        direct_message_reply,
+        failing_task_fails,
+        stream_order_and_close,
+        input_required_then_resumed,
+        message_to_terminal_task_is_rejected,
+        get_task_and_history_length,
+        cancel_rules,
+        subscribe_starts_with_the_task,
+        list_tasks_pages,
+        invalid_message_is_rejected,
+    ],
+    // Optional features of A2A that a `mew` node does not offer (yet), and says so on its
+    // card: `capabilities.pushNotifications` and `capabilities.extendedAgentCard` are false.
+    // The spec's answer for an agent without them is an error, which `node_only` checks.
+    not_node: [push_config_crud, extended_card],
+    node_only: [push_config_not_offered, extended_card_not_offered],
 );

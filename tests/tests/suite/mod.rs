@@ -3,5 +3,6 @@
 mod backends;
 mod conformance;
 mod error_kinds;
+mod node_e2e;
 mod python_client;
 mod server_errors;
