@@ -174,7 +174,7 @@ pub enum PermissionMode {
     Plan,
     /// `bypassPermissions`: nothing needs approval.
     BypassPermissions,
-    /// `dontAsk`: never ask; what would need approval is refused.
+    /// `dontAsk`: never ask; a call that no permission rule denies is approved (for unattended children).
     DontAsk,
 }
 

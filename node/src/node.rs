@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use async_trait::async_trait;
 use mew_cards::{CardOptions, RoleDefinition, front_card, role_base_url, role_card};
 use mew_transport::{AgentTransport, ServerOptions};
 use serde_json::json;
@@ -12,14 +11,19 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::agent::runner::ModelExecutor;
 use crate::config::Config;
+use crate::permission::PermissionEngine;
+use crate::process::{ledger_dir, reap_orphans};
+use crate::provider::Providers;
 use crate::roles::catalog::{Catalog, RoleDirs, Severity};
 use crate::roles::command::CommandExecutor;
 use crate::server::PublishedRole;
 use crate::server::agent::RoleAgent;
-use crate::tasks::executor::{EventSink, ExecError, Executor, Turn};
+use crate::tasks::executor::Executor;
 use crate::tasks::manager::{Limits, Roles, TaskManager};
 use crate::tasks::sqlite::SqliteStore;
+use crate::tools::registry::ToolRegistry;
 
 /// The node's roles and what runs them.
 struct NodeRoles {
@@ -39,23 +43,6 @@ impl Roles for NodeRoles {
         } else {
             self.model.clone()
         }
-    }
-}
-
-/// Runs model-driven roles while no model provider is configured: every turn
-/// fails and says why, and what to do instead. It never makes an answer up.
-struct NoModelProvider;
-
-#[async_trait]
-impl Executor for NoModelProvider {
-    async fn run(&self, turn: Turn, _sink: Arc<dyn EventSink>) -> Result<(), ExecError> {
-        Err(ExecError(format!(
-            "role {:?} is driven by a model, and this node has no model provider configured. \
-             Model providers (Anthropic Messages, OpenAI-compatible Chat Completions) are set up \
-             under `providers:` in .mew/config.yaml once the agent runtime is part of the node; \
-             until then, give the role a `command:` in its frontmatter to serve it with a program",
-            turn.role.name
-        )))
     }
 }
 
@@ -98,6 +85,16 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     let database = config.node.data_dir.join("tasks.db");
     let store = SqliteStore::open(&database)
         .with_context(|| format!("cannot open the task store at {}", database.display()))?;
+    // Before the task manager fails the tasks a crashed node left running: kill their commands.
+    let ledger = ledger_dir(&config.node.data_dir);
+    for reaped in reap_orphans(&ledger) {
+        warn!(
+            task = %reaped.task,
+            role = %reaped.role,
+            pgid = reaped.pgid,
+            "killed a command the previous run of the node left running"
+        );
+    }
     let env: Arc<HashMap<String, String>> = Arc::new(std::env::vars().collect());
     let limits = Limits {
         max_running: config.limits.max_running_tasks,
@@ -105,12 +102,30 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         task_timeout: config.limits.task_timeout,
         event_buffer: config.limits.event_buffer,
     };
+    let providers = Arc::new(
+        Providers::from_config(&config, &env).context("cannot set up the model providers")?,
+    );
+    let permissions = Arc::new(
+        PermissionEngine::from_config(&config).context("cannot read the permission rules")?,
+    );
     let published: Vec<Arc<RoleDefinition>> = catalog.published().cloned().collect();
     let problems: Vec<_> = catalog.problems().to_vec();
     let roles = Arc::new(NodeRoles {
         catalog,
-        command: Arc::new(CommandExecutor::new(env, config.limits.task_timeout)),
-        model: Arc::new(NoModelProvider),
+        command: Arc::new(CommandExecutor::new(
+            env.clone(),
+            config.limits.task_timeout,
+            Some(ledger),
+        )),
+        model: Arc::new(ModelExecutor {
+            providers: providers.clone(),
+            tools: ToolRegistry::builtin(),
+            permissions,
+            env,
+            project_dir: config.project_dir.clone(),
+            default_model: config.agent.model.clone(),
+            max_tokens: config.agent.max_tokens,
+        }),
     });
     let manager = TaskManager::start(Arc::new(store.clone()), roles, limits).await?;
 
@@ -162,6 +177,12 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
             "mew: {} problems in role files (see `mew agents`)",
             problems.len()
         );
+    }
+    match providers.default() {
+        Some(provider) => println!("mew: model roles run on provider {}", provider.name()),
+        None => println!(
+            "mew: no model provider configured: model roles fail until one is (set ANTHROPIC_API_KEY or OPENAI_API_KEY, or add `providers:` to the config)"
+        ),
     }
     println!("mew: tasks in {}", database.display());
     info!(url = %base, roles = published.len(), "node started");

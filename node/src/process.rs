@@ -4,15 +4,23 @@
 //! environment: [`command`] clears it and [`pass_env`] copies only named variables from a snapshot
 //! the caller holds (the node reads its environment once, at start-up). Each child leads a new
 //! process group, so [`ProcessGroup`] can signal it together with everything it started.
+//!
+//! The process ledger outlives the node: [`ProcessGroup::record`] writes one small file per
+//! running group into a directory under the data directory (see [`ledger_dir`]), and the group's
+//! drop removes it. A node killed with SIGKILL cannot clean up, so the next one calls
+//! [`reap_orphans`] at start-up and kills the groups its predecessor left running.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::io;
+use std::fs::{self, File};
+use std::io::{self, Read as _};
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal, kill_process_group};
+use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 
 /// Variables a child gets by default, when the node's environment has them.
@@ -72,6 +80,9 @@ pub(crate) struct ProcessGroup {
     leader: Pid,
     /// False once the OS said the group is gone: no later signal may reach a reused id.
     alive: bool,
+    /// The group's entry in the process ledger, if it has one. Declared last, so it goes only
+    /// after [`Drop`] killed the group.
+    ledger: Option<LedgerRecord>,
 }
 
 #[cfg_attr(not(test), allow(dead_code))] // wired by the task manager
@@ -92,7 +103,30 @@ impl ProcessGroup {
             child,
             leader,
             alive: true,
+            ledger: None,
         })
+    }
+
+    /// Records the group in the process ledger `dir` as running `task`'s turn of `role`: a file
+    /// named by the group id holding a [`LedgerEntry`], written to a temporary name and renamed,
+    /// so a reader never sees half of it. Dropping the group removes the file, after killing
+    /// the group. Recording again replaces the entry.
+    ///
+    /// Does blocking file I/O, on a file of a few dozen bytes. There is no `fsync`: the ledger
+    /// has to survive the node's death, not the machine's, and a reboot ends the groups too.
+    pub(crate) fn record(&mut self, dir: &Path, task: &str, role: &str) -> Result<(), LedgerError> {
+        let pgid = self.id();
+        let entry = LedgerEntry {
+            pgid,
+            start_time: start_time(pgid)
+                .map_err(|source| LedgerError::StartTime { pid: pgid, source })?,
+            task: task.to_owned(),
+            role: role.to_owned(),
+        };
+        // Forget any earlier entry first: its drop removes the file this writes.
+        self.ledger = None;
+        self.ledger = Some(LedgerRecord::write(dir, &entry)?);
+        Ok(())
     }
 
     /// The child's pid, which is also the group id.
@@ -162,6 +196,278 @@ impl ProcessGroup {
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// The process ledger's directory under the node's data directory.
+pub(crate) fn ledger_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("processes")
+}
+
+/// Largest ledger file read; a bigger one is garbage.
+const MAX_ENTRY_BYTES: u64 = 64 << 10;
+
+/// What a file in the process ledger holds, as JSON: a group that was running one turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LedgerEntry {
+    /// The group id, which is the leader's pid.
+    pub(crate) pgid: u32,
+    /// When the leader started, in clock ticks since boot (`/proc/<pid>/stat` field 22): with
+    /// the pid it names one process, whatever reuses the pid later.
+    pub(crate) start_time: u64,
+    /// The task whose turn the group runs.
+    pub(crate) task: String,
+    /// The role the task runs.
+    pub(crate) role: String,
+}
+
+impl LedgerEntry {
+    /// The entry's file name in the ledger: the group id.
+    fn file_name(pgid: u32) -> String {
+        pgid.to_string()
+    }
+
+    /// The name the entry is written under before it is renamed into place.
+    fn temp_name(pgid: u32) -> String {
+        format!(".{pgid}.tmp")
+    }
+}
+
+/// Why a group could not be recorded in the process ledger.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LedgerError {
+    /// `/proc/<pid>/stat` could not be read or parsed.
+    #[error("cannot read the start time of process {pid} from /proc/{pid}/stat: {source}")]
+    StartTime {
+        /// The process asked about.
+        pid: u32,
+        /// What went wrong.
+        source: io::Error,
+    },
+    /// The entry could not be written.
+    #[error("cannot write the process ledger entry {}: {source}", path.display())]
+    Write {
+        /// The file (or directory) that could not be written, or renamed into place.
+        path: PathBuf,
+        /// What went wrong.
+        source: io::Error,
+    },
+}
+
+/// A ledger file; dropping it removes the file.
+#[derive(Debug)]
+struct LedgerRecord {
+    path: PathBuf,
+}
+
+impl LedgerRecord {
+    /// Writes `entry` into `dir` (created if missing) under a temporary name, then renames it.
+    fn write(dir: &Path, entry: &LedgerEntry) -> Result<Self, LedgerError> {
+        let temp = dir.join(LedgerEntry::temp_name(entry.pgid));
+        let path = dir.join(LedgerEntry::file_name(entry.pgid));
+        let json = serde_json::to_vec(entry).map_err(|err| LedgerError::Write {
+            path: temp.clone(),
+            source: io::Error::other(err),
+        })?;
+        fs::create_dir_all(dir).map_err(|source| LedgerError::Write {
+            path: dir.to_owned(),
+            source,
+        })?;
+        if let Err(source) = fs::write(&temp, json) {
+            remove_quietly(&temp);
+            return Err(LedgerError::Write { path: temp, source });
+        }
+        if let Err(source) = fs::rename(&temp, &path) {
+            remove_quietly(&temp);
+            return Err(LedgerError::Write { path, source });
+        }
+        Ok(Self { path })
+    }
+}
+
+impl Drop for LedgerRecord {
+    fn drop(&mut self) {
+        remove_entry(&self.path);
+    }
+}
+
+/// Removes a ledger file that may be half written; failure does not matter, as the next
+/// start-up removes what is left.
+fn remove_quietly(path: &Path) {
+    let _ = fs::remove_file(path);
+}
+
+/// Removes a ledger file; one already gone is fine, any other failure is logged.
+fn remove_entry(path: &Path) {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(err) => tracing::warn!(
+            path = %path.display(),
+            "cannot remove the process ledger entry: {err}"
+        ),
+    }
+}
+
+/// The start time of process `pid`, in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
+/// A process that is gone gives [`io::ErrorKind::NotFound`].
+pub(crate) fn start_time(pid: u32) -> io::Result<u64> {
+    let stat = match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // Reading the file of a process that is being reaped fails with ESRCH.
+        Err(err) if err.raw_os_error() == Some(Errno::SRCH.raw_os_error()) => {
+            return Err(io::Error::new(io::ErrorKind::NotFound, err));
+        }
+        read => read?,
+    };
+    parse_start_time(&stat).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the file has no start time in field 22",
+        )
+    })
+}
+
+/// Field 22 (`starttime`) of a `/proc/<pid>/stat` line. Field 2 is the command name in
+/// parentheses, which may itself hold spaces and `)`: the fields from 3 on follow the last `)`.
+fn parse_start_time(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    // `rest` starts at field 3 (the state), so field 22 is its 20th.
+    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// A process group [`reap_orphans`] killed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reaped {
+    /// The group id.
+    pub(crate) pgid: u32,
+    /// The task whose turn the group ran.
+    pub(crate) task: String,
+    /// The role the task ran.
+    pub(crate) role: String,
+}
+
+/// Kills the process groups that the ledger `dir` says are running, and empties the ledger.
+///
+/// Call it at start-up, before anything records a group: every entry is then one that an
+/// earlier node left when it died without cleaning up. A group is signalled only while its
+/// leader still runs with the recorded start time, so a pid that was reused is never
+/// signalled; a group whose leader exited is not found (its other members, if any, keep
+/// running). Entries of groups that are gone are removed, and so are files that are not
+/// entries, with a warning. Returns the groups it sent SIGKILL; a missing ledger is empty.
+///
+/// Does blocking file I/O.
+pub(crate) fn reap_orphans(dir: &Path) -> Vec<Reaped> {
+    let files = match fs::read_dir(dir) {
+        Ok(files) => files,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Vec::new(),
+        Err(err) => {
+            tracing::warn!(
+                dir = %dir.display(),
+                "cannot read the process ledger; commands a previous run left may still run: {err}"
+            );
+            return Vec::new();
+        }
+    };
+    let mut reaped = Vec::new();
+    for file in files {
+        let file = match file {
+            Ok(file) => file,
+            Err(err) => {
+                tracing::warn!(dir = %dir.display(), "cannot read the process ledger: {err}");
+                continue;
+            }
+        };
+        let path = file.path();
+        if file.file_type().is_ok_and(|kind| kind.is_dir()) {
+            tracing::warn!(
+                path = %path.display(),
+                "left a directory in the process ledger alone: the ledger holds files only"
+            );
+            continue;
+        }
+        match read_entry(&path) {
+            Ok(entry) => reaped.extend(reap(entry)),
+            Err(reason) => tracing::warn!(
+                path = %path.display(),
+                "removed a file of the process ledger that is not an entry: {reason}"
+            ),
+        }
+        remove_entry(&path);
+    }
+    reaped
+}
+
+/// The entry at `path`, or why it is none: its content must be one small entry, its name the
+/// group id (or the temporary name of one, left by a node that died before renaming it).
+fn read_entry(path: &Path) -> Result<LedgerEntry, String> {
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|file| file.take(MAX_ENTRY_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|err| format!("cannot read it: {err}"))?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_ENTRY_BYTES {
+        return Err(format!("it is larger than {MAX_ENTRY_BYTES} bytes"));
+    }
+    let entry: LedgerEntry =
+        serde_json::from_slice(&bytes).map_err(|err| format!("it is not an entry: {err}"))?;
+    let name = path.file_name().and_then(OsStr::to_str).unwrap_or_default();
+    if name != LedgerEntry::file_name(entry.pgid) && name != LedgerEntry::temp_name(entry.pgid) {
+        return Err(format!(
+            "its name does not match the process group {} it records",
+            entry.pgid
+        ));
+    }
+    Ok(entry)
+}
+
+/// Kills the group of `entry` if its leader still runs with the recorded start time.
+fn reap(entry: LedgerEntry) -> Option<Reaped> {
+    let Some(pgid) = i32::try_from(entry.pgid).ok().and_then(Pid::from_raw) else {
+        tracing::warn!(
+            pgid = entry.pgid,
+            "removed a process ledger entry whose group id is not a process id"
+        );
+        return None;
+    };
+    match start_time(entry.pgid) {
+        Ok(started) if started == entry.start_time => {}
+        Ok(_) => {
+            tracing::debug!(
+                pgid = entry.pgid,
+                task = %entry.task,
+                "the group of a process ledger entry is gone; its id now names another process"
+            );
+            return None;
+        }
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
+        Err(err) => {
+            tracing::warn!(
+                pgid = entry.pgid,
+                task = %entry.task,
+                role = %entry.role,
+                "cannot tell whether a command a previous run left still runs, so it is left \
+                 alone: {err}"
+            );
+            return None;
+        }
+    }
+    match kill_process_group(pgid, Signal::KILL) {
+        Ok(()) => Some(Reaped {
+            pgid: entry.pgid,
+            task: entry.task,
+            role: entry.role,
+        }),
+        // Gone between the check and the signal: nothing left to reap.
+        Err(Errno::SRCH) => None,
+        Err(err) => {
+            tracing::warn!(
+                pgid = entry.pgid,
+                task = %entry.task,
+                role = %entry.role,
+                "cannot kill a command a previous run left running: {err}"
+            );
+            None
+        }
     }
 }
 
@@ -277,6 +583,199 @@ mod tests {
         let status = group.terminate(Duration::from_millis(100)).await.unwrap();
         assert_eq!(status.signal(), Some(9));
         all_exited(out).await;
+    }
+
+    /// The files in the ledger `dir`, by name, sorted.
+    fn ledger_files(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|file| file.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A group running `sleep 1000` (possibly under `sh`), ready.
+    async fn sleeper() -> (ProcessGroup, BufReader<ChildStdout>) {
+        let mut group = ProcessGroup::spawn(&mut sh("echo ready; exec sleep 1000")).unwrap();
+        let mut out = stdout(&mut group);
+        assert_eq!(read_line(&mut out).await, "ready");
+        (group, out)
+    }
+
+    /// Waits (at most 10 s) for the group's leader to exit, and returns the signal that ended it.
+    async fn ended_by(group: &mut ProcessGroup) -> Option<i32> {
+        tokio::time::timeout(Duration::from_secs(10), group.wait())
+            .await
+            .expect("the group's leader still runs after 10 s")
+            .unwrap()
+            .signal()
+    }
+
+    #[test]
+    fn start_time_is_field_22_after_the_last_parenthesis() {
+        let fields = "S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 123456 19 20";
+        assert_eq!(
+            parse_start_time(&format!("42 (sleep) {fields}")),
+            Some(123_456)
+        );
+        // The command name may hold spaces and parentheses of its own.
+        assert_eq!(
+            parse_start_time(&format!("42 (a) b (c) 1 2 3) {fields}\n")),
+            Some(123_456)
+        );
+        assert_eq!(parse_start_time("42 (sleep) S 1 2"), None);
+        assert_eq!(parse_start_time("no parenthesis at all"), None);
+        let own = start_time(std::process::id()).unwrap();
+        assert!(own > 0);
+        assert_eq!(start_time(std::process::id()).unwrap(), own);
+        assert_eq!(
+            start_time(i32::MAX.unsigned_abs()).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+    }
+
+    #[tokio::test]
+    async fn recorded_entry_lives_as_long_as_the_group() {
+        let ledger = tempfile::tempdir().unwrap();
+        // The ledger directory is created on first use.
+        let dir = ledger.path().join("processes");
+        let (mut group, _out) = sleeper().await;
+        group.record(&dir, "task-1", "tester").unwrap();
+        let pgid = group.id();
+        assert_eq!(ledger_files(&dir), [pgid.to_string()]);
+        let entry: LedgerEntry =
+            serde_json::from_slice(&fs::read(dir.join(pgid.to_string())).unwrap()).unwrap();
+        assert_eq!(
+            entry,
+            LedgerEntry {
+                pgid,
+                start_time: start_time(pgid).unwrap(),
+                task: "task-1".to_owned(),
+                role: "tester".to_owned(),
+            }
+        );
+        // Recording again replaces the entry.
+        group.record(&dir, "task-2", "tester").unwrap();
+        assert_eq!(ledger_files(&dir), [pgid.to_string()]);
+        assert_eq!(
+            read_entry(&dir.join(pgid.to_string())).unwrap().task,
+            "task-2"
+        );
+
+        drop(group);
+        assert_eq!(ledger_files(&dir), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn record_into_an_unusable_ledger_names_the_file() {
+        let ledger = tempfile::tempdir().unwrap();
+        let dir = ledger.path().join("processes");
+        fs::write(&dir, "a file, not a directory").unwrap();
+        let (mut group, _out) = sleeper().await;
+        let err = group.record(&dir, "task-1", "tester").unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "cannot write the process ledger entry {}: ",
+                dir.display()
+            )),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn reap_orphans_kills_a_group_whose_leader_has_the_recorded_start_time() {
+        let ledger = tempfile::tempdir().unwrap();
+        let (mut group, _out) = sleeper().await;
+        group.record(ledger.path(), "task-1", "tester").unwrap();
+
+        let reaped = reap_orphans(ledger.path());
+        assert_eq!(
+            reaped,
+            [Reaped {
+                pgid: group.id(),
+                task: "task-1".to_owned(),
+                role: "tester".to_owned(),
+            }]
+        );
+        assert_eq!(ledger_files(ledger.path()), Vec::<String>::new());
+        // Nothing else signals the group before it is dropped.
+        assert_eq!(ended_by(&mut group).await, Some(9));
+    }
+
+    #[tokio::test]
+    async fn reap_orphans_kills_an_entry_left_under_its_temporary_name() {
+        let ledger = tempfile::tempdir().unwrap();
+        let (mut group, _out) = sleeper().await;
+        let pgid = group.id();
+        let entry = LedgerEntry {
+            pgid,
+            start_time: start_time(pgid).unwrap(),
+            task: "task-1".to_owned(),
+            role: "tester".to_owned(),
+        };
+        let temp = ledger.path().join(format!(".{pgid}.tmp"));
+        fs::write(&temp, serde_json::to_vec(&entry).unwrap()).unwrap();
+
+        assert_eq!(reap_orphans(ledger.path()).len(), 1);
+        assert_eq!(ledger_files(ledger.path()), Vec::<String>::new());
+        assert_eq!(ended_by(&mut group).await, Some(9));
+    }
+
+    #[tokio::test]
+    async fn reap_orphans_leaves_a_process_with_another_start_time_alone() {
+        let ledger = tempfile::tempdir().unwrap();
+        let (mut group, _out) = sleeper().await;
+        let pgid = group.id();
+        // As if the recorded group had ended and its id been reused by this one.
+        let entry = LedgerEntry {
+            pgid,
+            start_time: start_time(pgid).unwrap() - 1,
+            task: "task-1".to_owned(),
+            role: "tester".to_owned(),
+        };
+        fs::write(
+            ledger.path().join(pgid.to_string()),
+            serde_json::to_vec(&entry).unwrap(),
+        )
+        .unwrap();
+
+        assert_eq!(reap_orphans(ledger.path()), []);
+        assert_eq!(ledger_files(ledger.path()), Vec::<String>::new());
+        // Had the reaper sent SIGKILL, the leader would have died of it, not of this SIGTERM.
+        let status = group.terminate(Duration::from_secs(10)).await.unwrap();
+        assert_eq!(status.signal(), Some(15));
+    }
+
+    #[test]
+    fn reap_orphans_removes_garbage_and_entries_of_gone_groups() {
+        let ledger = tempfile::tempdir().unwrap();
+        let dir = ledger.path();
+        // No process ever has this id: Linux pids stay below 2^22.
+        let gone = i32::MAX.unsigned_abs();
+        let entry = |pgid: u32| {
+            serde_json::to_vec(&LedgerEntry {
+                pgid,
+                start_time: 1,
+                task: "task-1".to_owned(),
+                role: "tester".to_owned(),
+            })
+            .unwrap()
+        };
+        fs::write(dir.join(gone.to_string()), entry(gone)).unwrap();
+        fs::write(dir.join("12"), "not json").unwrap();
+        fs::write(dir.join("13"), "").unwrap();
+        fs::write(dir.join(".14.tmp"), "{\"pgid\": 14, \"start_ti").unwrap();
+        fs::write(dir.join("15"), "{\"pgid\": 15}").unwrap();
+        // A well-formed entry under another group's name, and one for no process at all.
+        fs::write(dir.join("16"), entry(gone)).unwrap();
+        fs::write(dir.join("0"), entry(0)).unwrap();
+        fs::write(dir.join("17"), vec![b' '; 100 << 10]).unwrap();
+        fs::create_dir(dir.join("a-directory")).unwrap();
+
+        assert_eq!(reap_orphans(dir), []);
+        assert_eq!(ledger_files(dir), ["a-directory"]);
+        assert_eq!(reap_orphans(&dir.join("missing")), []);
     }
 
     #[tokio::test]

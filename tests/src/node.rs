@@ -161,6 +161,8 @@ pub struct MewNode {
     process: Option<ChildProcess>,
     dir: TempDir,
     url: String,
+    /// Environment variables given to the node besides HOME and PATH.
+    env: Vec<(String, String)>,
 }
 
 impl MewNode {
@@ -179,6 +181,7 @@ impl MewNode {
             process: None,
             dir,
             url: String::new(),
+            env: Vec::new(),
         })
     }
 
@@ -209,6 +212,11 @@ impl MewNode {
         Self::start_with_config(&format!("{ECHO_CONFIG}{config}"), &all).await
     }
 
+    /// Gives the node an environment variable (from its next launch on).
+    pub fn set_env(&mut self, name: &str, value: &str) {
+        self.env.push((name.to_owned(), value.to_owned()));
+    }
+
     /// Writes a role file into the project's `.mew/agents/`.
     pub fn write_role(&self, file: &str, text: &str) -> anyhow::Result<()> {
         let path = self.roles_dir().join(file);
@@ -235,6 +243,7 @@ impl MewNode {
         cmd.env_clear()
             .env("HOME", self.home_dir())
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir(self.dir.path())
             .arg("--project")
             .arg(self.project_dir())

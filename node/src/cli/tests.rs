@@ -231,7 +231,16 @@ fn config_show_origins_prints_one_line_per_key() {
         &[("MEW_LOG_LEVEL", "debug")],
     );
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 15, "{text}");
+    let sources = crate::config::Sources {
+        home: Some(project.path().to_owned()),
+        ..crate::config::Sources::new(project.path())
+    };
+    let defaults = crate::config::Config::load(&sources).unwrap();
+    let keys = defaults
+        .entries(&defaults.resolve().unwrap())
+        .unwrap()
+        .len();
+    assert_eq!(lines.len(), keys, "{text}");
     assert_eq!(lines[0], "node.host = 127.0.0.1  (default)");
     assert!(lines.contains(&"node.port = 7778  (flag --port)"), "{text}");
     assert!(lines.contains(&format!("node.name = team  (file {})", file.display()).as_str()));

@@ -7,7 +7,7 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde_yaml_ng::{Mapping, Value};
 
 use super::merge::{key_name, leaves, singleton};
-use super::schema::Settings;
+use super::schema::{FREE_FORM_MAPS, FreeFormEntry, Settings};
 use super::{ConfigError, Origin};
 
 /// Checks `layer` against `schema` (the tree of built-in defaults, which has every key) and
@@ -54,6 +54,9 @@ fn check_keys(
             message: "expected a mapping of settings".to_owned(),
         });
     };
+    if let Some(entry) = free_form_entry(path) {
+        return check_free_form(layer, entry, root, path, origin, text);
+    }
     let mut checked = Mapping::new();
     for (key, value) in layer {
         path.push(key_name(&key));
@@ -76,6 +79,63 @@ fn check_keys(
                 checked.insert(key, value);
             }
         }
+        path.pop();
+    }
+    Ok(Value::Mapping(checked))
+}
+
+/// What the entries of the map at `path` are, if its keys are the user's to choose
+/// ([`FREE_FORM_MAPS`]).
+fn free_form_entry(path: &[String]) -> Option<FreeFormEntry> {
+    FREE_FORM_MAPS
+        .iter()
+        .find(|map| {
+            let pattern: Vec<&str> = map.path.split('.').collect();
+            pattern.len() == path.len()
+                && pattern
+                    .iter()
+                    .zip(path)
+                    .all(|(part, key)| *part == "*" || part == key)
+        })
+        .map(|map| map.entry)
+}
+
+/// Checks a map whose keys the user chooses: any name is accepted (a string without `.`),
+/// and each entry is checked against the entry schema. An entry written with nothing under it
+/// (`local:`) is a section of defaults.
+fn check_free_form(
+    layer: Mapping,
+    entry: FreeFormEntry,
+    root: &Value,
+    path: &mut Vec<String>,
+    origin: &Origin,
+    text: Option<&str>,
+) -> Result<Value, ConfigError> {
+    let schema = match entry {
+        FreeFormEntry::Section(schema) => Some(schema().map_err(|error| ConfigError::Merged {
+            message: format!("the built-in defaults do not serialize: {error}"),
+        })?),
+        FreeFormEntry::Value => None,
+    };
+    let mut checked = Mapping::new();
+    for (key, value) in layer {
+        let name = key_name(&key);
+        path.push(name.clone());
+        let usable = matches!(&key, Value::String(name) if !name.is_empty() && !name.contains('.'));
+        if !usable {
+            return Err(ConfigError::BadValue {
+                origin: origin.clone(),
+                line: text.and_then(|text| line_of(text, path)),
+                key: path.join("."),
+                message: format!("`{name}` cannot be a name here: use text without `.`"),
+            });
+        }
+        let value = match (&schema, value) {
+            (Some(_), Value::Null) => Value::Mapping(Mapping::new()),
+            (Some(schema), value) => check_keys(value, schema, root, path, origin, text)?,
+            (None, value) => value,
+        };
+        checked.insert(key, value);
         path.pop();
     }
     Ok(Value::Mapping(checked))

@@ -28,6 +28,16 @@ pub enum ConfigError {
         /// The parser's message.
         message: String,
     },
+    /// Claude Code's `.claude/settings.json` (read for its `permissions`) is not a JSON object.
+    #[error("{}: invalid JSON: {message}", path.display())]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The line of the error, 1-based, when there is one.
+        line: Option<usize>,
+        /// What is wrong.
+        message: String,
+    },
     /// A configuration file's top level is not a mapping of sections.
     #[error("{}: expected a mapping of sections (node, log, limits, roles) at the top level", path.display())]
     NotAMapping {

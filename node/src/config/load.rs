@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml_ng::Value;
 
-use super::check::check_layer;
+use super::check::{check_layer, line_of};
 use super::merge::{merge, singleton};
 use super::schema::Settings;
 use super::{Config, ConfigError, LogFormat, Origin};
@@ -49,6 +49,12 @@ impl Sources {
     /// The project's configuration file, `<project>/.mew/config.yaml`.
     pub fn project_file(&self) -> PathBuf {
         self.project.join(".mew").join("config.yaml")
+    }
+
+    /// Claude Code's project settings, `<project>/.claude/settings.json`: only its
+    /// `permissions` object is read.
+    pub fn claude_settings_file(&self) -> PathBuf {
+        self.project.join(".claude").join("settings.json")
     }
 }
 
@@ -118,8 +124,9 @@ impl LoadedConfig {
 
 impl Config {
     /// Reads and merges the layers, lowest first: built-in defaults, `~/.mew/config.yaml`,
-    /// `<project>/.mew/config.yaml`, `sources.config_file`, the `MEW_*` environment variables,
-    /// the flags. Missing user and project files are skipped. Each layer is checked on its own,
+    /// the `permissions` of `<project>/.claude/settings.json`, `<project>/.mew/config.yaml`,
+    /// `sources.config_file`, the `MEW_*` environment variables, the flags. Missing user and
+    /// project files are skipped. Each layer is checked on its own,
     /// so errors name the file (and line), variable or flag, and the key.
     ///
     /// The only I/O is reading the files; call [`LoadedConfig::resolve`] next.
@@ -134,11 +141,17 @@ impl Config {
 
         let files = [
             sources.user_file().map(|path| (path, false)),
+            Some((sources.claude_settings_file(), false)),
             Some((sources.project_file(), false)),
             sources.config_file.clone().map(|path| (path, true)),
         ];
         for (path, required) in files.into_iter().flatten() {
-            if let Some(layer) = read_file_layer(&path, required, &defaults)? {
+            let layer = if path == sources.claude_settings_file() {
+                read_claude_settings(&path, &defaults)?
+            } else {
+                read_file_layer(&path, required, &defaults)?
+            };
+            if let Some(layer) = layer {
                 merge(&mut tree, &mut origins, layer, &Origin::File(path));
             }
         }
@@ -219,6 +232,100 @@ fn read_file_layer(
     };
     let origin = Origin::File(path.to_owned());
     check_layer(value, schema, &origin, Some(&text)).map(Some)
+}
+
+/// Reads the `permissions` object of Claude Code's `.claude/settings.json` as a layer with only
+/// a `permissions:` section; `Ok(None)` if the file or the object is missing. `allow`, `deny`
+/// and `ask` are taken as they are, except that a file-tool rule `Tool(/path)`, which Claude
+/// Code anchors at the project, becomes `Tool(path)` (`//path` stays absolute); `defaultMode`
+/// becomes `mode`. Other keys are ignored. `defaultMode: dontAsk` is refused, because Claude
+/// Code's `dontAsk` refuses what is not pre-approved while Mew's approves what no rule refuses.
+fn read_claude_settings(path: &Path, schema: &Value) -> Result<Option<Value>, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|error| ConfigError::Json {
+            path: path.to_owned(),
+            line: Some(error.line()),
+            message: error.to_string(),
+        })?;
+    let Some(settings) = json.as_object() else {
+        return Err(ConfigError::Json {
+            path: path.to_owned(),
+            line: None,
+            message: "expected an object at the top level".to_owned(),
+        });
+    };
+    let origin = Origin::File(path.to_owned());
+    let bad = |key: &str, message: String| {
+        let keys: Vec<String> = key.split('.').map(str::to_owned).collect();
+        ConfigError::BadValue {
+            origin: origin.clone(),
+            line: line_of(&text, &keys),
+            key: key.to_owned(),
+            message,
+        }
+    };
+    let Some(permissions) = settings.get("permissions") else {
+        return Ok(None);
+    };
+    let Some(permissions) = permissions.as_object() else {
+        return Err(bad("permissions", "expected an object".to_owned()));
+    };
+    let mut section = serde_yaml_ng::Mapping::new();
+    for (key, name) in [
+        ("allow", "allow"),
+        ("deny", "deny"),
+        ("ask", "ask"),
+        ("defaultMode", "mode"),
+    ] {
+        let Some(value) = permissions.get(key) else {
+            continue;
+        };
+        if key == "defaultMode" && value.as_str() == Some("dontAsk") {
+            return Err(bad(
+                "permissions.defaultMode",
+                "`dontAsk` refuses unapproved tools in Claude Code but approves every tool no \
+                 rule refuses in Mew; set permissions.mode in .mew/config.yaml instead"
+                    .to_owned(),
+            ));
+        }
+        let value = match value {
+            serde_json::Value::Array(rules) => serde_json::Value::Array(
+                rules
+                    .iter()
+                    .map(|rule| match rule.as_str() {
+                        Some(rule) => crate::permission::rules::from_claude_settings(rule).into(),
+                        None => rule.clone(),
+                    })
+                    .collect(),
+            ),
+            other => other.clone(),
+        };
+        let value = serde_yaml_ng::to_value(&value)
+            .map_err(|error| bad(&format!("permissions.{key}"), error.to_string()))?;
+        section.insert(Value::String(name.to_owned()), value);
+    }
+    if section.is_empty() {
+        return Ok(None);
+    }
+    let layer = leaf("permissions", Value::Mapping(section));
+    check_layer(layer, schema, &origin, Some(&text))
+        .map(Some)
+        .map_err(|error| match error {
+            ConfigError::BadValue { key, message, .. } if key == "permissions.mode" => {
+                bad("permissions.defaultMode", message)
+            }
+            other => other,
+        })
 }
 
 /// The flags that are set, as (flag name, dotted key, value).

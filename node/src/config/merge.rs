@@ -51,9 +51,16 @@ impl Serialize for Origin {
     }
 }
 
+/// Lists that accumulate across layers instead of being replaced: the permission rules of the
+/// user and the project both apply.
+pub(crate) const UNION_LISTS: &[&str] =
+    &["permissions.allow", "permissions.deny", "permissions.ask"];
+
 /// Merges `layer` over `tree`: mappings merge key by key, anything else (scalars, sequences,
-/// null) replaces what was there. Every leaf the layer sets is recorded in `origins` under its
-/// dotted key, and the origins of anything it replaces below that key are dropped.
+/// null) replaces what was there, except the lists in [`UNION_LISTS`], to which the layer's
+/// items are appended (skipping items already there). Every leaf the layer sets is recorded in
+/// `origins` under its dotted key (for a union list, the last layer that added to it), and the
+/// origins of anything it replaces below that key are dropped.
 pub(crate) fn merge(
     tree: &mut Value,
     origins: &mut BTreeMap<String, Origin>,
@@ -72,6 +79,10 @@ fn merge_at(
 ) {
     match (tree, layer) {
         (Value::Mapping(base), Value::Mapping(layer)) => {
+            // An empty mapping was a leaf (`providers: {}`); filled, it no longer is.
+            if base.is_empty() && !layer.is_empty() {
+                origins.remove(prefix);
+            }
             for (key, value) in layer {
                 let path = join(prefix, &key_name(&key));
                 match base.get_mut(&key) {
@@ -80,6 +91,16 @@ fn merge_at(
                         record(origins, &path, &value, origin);
                         base.insert(key, value);
                     }
+                }
+            }
+        }
+        (Value::Sequence(items), Value::Sequence(added)) if UNION_LISTS.contains(&prefix) => {
+            if !added.is_empty() {
+                origins.insert(prefix.to_owned(), origin.clone());
+            }
+            for item in added {
+                if !items.contains(&item) {
+                    items.push(item);
                 }
             }
         }

@@ -4,7 +4,8 @@
 //! Two steps, as in ripgrep's low-level and high-level arguments:
 //!
 //! 1. [`Config::load`] reads the files and merges every layer (defaults, `~/.mew/config.yaml`,
-//!    `<project>/.mew/config.yaml`, `--config FILE`, environment, flags) into one tree,
+//!    the `permissions` of `<project>/.claude/settings.json`, `<project>/.mew/config.yaml`,
+//!    `--config FILE`, environment, flags) into one tree,
 //!    remembering for each key which layer set it ([`Origin`]). Each layer is checked against
 //!    the schema on its own before merging, so an unknown key or a bad value is reported with
 //!    the file and line (or variable, or flag) that holds it.
@@ -19,12 +20,14 @@ pub(crate) mod duration;
 mod error;
 mod load;
 mod merge;
+mod providers;
 mod resolve;
 mod schema;
 
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
@@ -36,6 +39,7 @@ use serde::{Deserialize, Serialize};
 pub use error::ConfigError;
 pub use load::{FlagOverrides, LoadedConfig, Sources};
 pub use merge::Origin;
+pub use providers::{AgentConfig, ProviderConfig, ProviderKind};
 pub use resolve::Entry;
 
 /// The node's resolved configuration: every default computed, every path absolute.
@@ -51,6 +55,12 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// `roles:` — where role definitions are found.
     pub roles: RolesConfig,
+    /// `permissions:` — the default permission mode and the allow, deny and ask rules.
+    pub permissions: PermissionsConfig,
+    /// `agent:` — which provider and model run model-driven roles.
+    pub agent: AgentConfig,
+    /// `providers:` — the model services, by the names the user gave them.
+    pub providers: BTreeMap<String, ProviderConfig>,
     /// The project directory, absolute: `.mew/` under it holds the project's configuration and
     /// roles.
     #[serde(skip)]
@@ -133,6 +143,26 @@ pub struct RolesConfig {
     /// Extra role directories, absolute, in the order configured. They take precedence over
     /// the standard places (`~/.mew/roles`, the project's `.mew/roles`, ...).
     pub dirs: Vec<PathBuf>,
+}
+
+/// `permissions:` — the default permission mode and the rules that allow, deny or ask about
+/// tool calls (syntax and order: `crate::permission`).
+///
+/// The rule lists of every layer apply together: unlike other lists, which the higher layer
+/// replaces, `allow`, `deny` and `ask` are the union of the user file, the project's
+/// `.claude/settings.json` (its `permissions` object, if the file exists), the project file and
+/// `--config`, lowest first, without duplicates. `mode` is replaced as usual. A bad rule is an
+/// error that names the file, the line of the list and the rule.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct PermissionsConfig {
+    /// The mode for roles that do not set `permissionMode`.
+    pub mode: mew_cards::PermissionMode,
+    /// Rules whose calls run without asking.
+    pub allow: Vec<String>,
+    /// Rules whose calls are refused, in every mode.
+    pub deny: Vec<String>,
+    /// Rules whose calls are asked about even when an allow rule matches.
+    pub ask: Vec<String>,
 }
 
 /// How log lines are written.

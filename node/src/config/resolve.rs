@@ -7,8 +7,8 @@ use serde_yaml_ng::Value;
 
 use super::merge::leaves;
 use super::{
-    Config, ConfigError, LimitsConfig, LoadedConfig, LogConfig, NodeConfig, Origin, RolesConfig,
-    default_public_url,
+    Config, ConfigError, LimitsConfig, LoadedConfig, LogConfig, NodeConfig, Origin,
+    PermissionsConfig, RolesConfig, default_public_url,
 };
 
 /// One leaf of the resolved configuration, with the layer that set it (`mew config show
@@ -94,6 +94,14 @@ impl LoadedConfig {
                 max_body_bytes: limits.max_body_bytes.get(),
             },
             roles: RolesConfig { dirs },
+            permissions: PermissionsConfig {
+                mode: settings.permissions.mode,
+                allow: settings.permissions.allow.clone(),
+                deny: settings.permissions.deny.clone(),
+                ask: settings.permissions.ask.clone(),
+            },
+            agent: self.resolve_agent(),
+            providers: self.resolve_providers()?,
             project_dir: project,
             home_dir: self.home.clone(),
         })

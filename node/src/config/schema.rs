@@ -1,11 +1,13 @@
 //! The configuration as written in files, with its built-in defaults: what each layer is checked against.
 
+use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::providers::{AgentSettings, ProviderSettings, provider_entry_schema};
 use super::{LogFormat, duration};
 
 /// The whole configuration file. Every section and key is optional in a file (`serde(default)`),
@@ -17,6 +19,9 @@ pub(crate) struct Settings {
     pub(crate) log: LogSettings,
     pub(crate) limits: LimitsSettings,
     pub(crate) roles: RolesSettings,
+    pub(crate) permissions: PermissionsSettings,
+    pub(crate) agent: AgentSettings,
+    pub(crate) providers: BTreeMap<String, ProviderSettings>,
 }
 
 /// `node:` — where the node listens and how it presents itself.
@@ -101,6 +106,32 @@ pub(crate) struct RolesSettings {
     pub(crate) dirs: Vec<PathBuf>,
 }
 
+/// `permissions:` — the default mode and the rules; every rule is parsed when its layer is
+/// checked, so a bad one is blamed on its file.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct PermissionsSettings {
+    pub(crate) mode: mew_cards::PermissionMode,
+    #[serde(deserialize_with = "permission_rules")]
+    pub(crate) allow: Vec<String>,
+    #[serde(deserialize_with = "permission_rules")]
+    pub(crate) deny: Vec<String>,
+    #[serde(deserialize_with = "permission_rules")]
+    pub(crate) ask: Vec<String>,
+}
+
+fn permission_rules<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    let rules = Vec::<String>::deserialize(deserializer)?;
+    for rule in &rules {
+        if let Err(error) = crate::permission::rules::Rule::parse(rule) {
+            return Err(serde::de::Error::custom(format!(
+                "bad rule `{rule}`: {error}"
+            )));
+        }
+    }
+    Ok(rules)
+}
+
 /// A non-zero count from a literal (every caller passes a positive constant).
 const fn nonzero(n: usize) -> NonZeroUsize {
     match NonZeroUsize::new(n) {
@@ -117,7 +148,9 @@ fn non_empty<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Er
     Ok(text)
 }
 
-fn http_url<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+pub(super) fn http_url<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
     let url = Option::<String>::deserialize(deserializer)?;
     if let Some(url) = &url {
         let rest = url
@@ -143,3 +176,37 @@ fn filter_directive<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String
         })?;
     Ok(directive)
 }
+
+/// A map whose keys the user chooses (provider names; peers and MCP servers later): the
+/// checker accepts any key there and checks each entry against [`FreeFormMap::entry`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FreeFormMap {
+    /// The map's dotted path; `*` stands for any user-chosen key above it
+    /// (`providers.*.models`).
+    pub(crate) path: &'static str,
+    /// What one entry is.
+    pub(crate) entry: FreeFormEntry,
+}
+
+/// What one entry of a [`FreeFormMap`] is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FreeFormEntry {
+    /// A section, checked key by key against this tree of defaults (an entry written with
+    /// nothing under it is a section of defaults).
+    Section(fn() -> Result<serde_yaml_ng::Value, serde_yaml_ng::Error>),
+    /// A plain value, checked by its type only.
+    Value,
+}
+
+/// Every map whose keys the user chooses. Entry names must not contain `.` (dotted keys name
+/// configuration paths).
+pub(crate) const FREE_FORM_MAPS: &[FreeFormMap] = &[
+    FreeFormMap {
+        path: "providers",
+        entry: FreeFormEntry::Section(provider_entry_schema),
+    },
+    FreeFormMap {
+        path: "providers.*.models",
+        entry: FreeFormEntry::Value,
+    },
+];

@@ -17,7 +17,9 @@
 //!   when the message answers the task's INPUT_REQUIRED question).
 //!
 //! The program runs in its own process group. Cancel and timeout send SIGTERM to the group,
-//! then SIGKILL; when the program exits, whatever it left running in its group is killed.
+//! then SIGKILL; when the program exits, whatever it left running in its group is killed. While
+//! it runs, the group has an entry in the process ledger (see [`crate::process::reap_orphans`]),
+//! so a node that dies without killing it has its successor do so.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -73,20 +75,27 @@ pub(crate) struct CommandExecutor {
     default_timeout: Option<Duration>,
     /// Plain stdout kept per turn, in bytes.
     output_limit: usize,
+    /// The process ledger that records each running program's group; `None` keeps no record.
+    ledger: Option<PathBuf>,
 }
 
 #[cfg_attr(not(test), allow(dead_code))] // wired by the task manager
 impl CommandExecutor {
-    /// An executor that takes environment values from `env` (the node's environment snapshot)
-    /// and limits runs whose role sets no `timeout` to `default_timeout`.
+    /// An executor that takes environment values from `env` (the node's environment snapshot),
+    /// limits runs whose role sets no `timeout` to `default_timeout`, and records each running
+    /// program's process group in the process ledger `ledger` (see
+    /// [`crate::process::ledger_dir`]; `None` records nothing, and a crash of the node then
+    /// leaves the programs running).
     pub(crate) fn new(
         env: Arc<HashMap<String, String>>,
         default_timeout: Option<Duration>,
+        ledger: Option<PathBuf>,
     ) -> Self {
         Self {
             env,
             default_timeout,
             output_limit: DEFAULT_OUTPUT_LIMIT,
+            ledger,
         }
     }
 
@@ -112,6 +121,13 @@ impl CommandExecutor {
         let (mut process, input) = self.prepare(&turn, spec).await?;
         let mut group = ProcessGroup::spawn(&mut process)
             .map_err(|err| ExecError(format!("cannot start {program}: {err}")))?;
+        if let Some(ledger) = &self.ledger {
+            // A group the ledger does not know could outlive a crash of the node: failing here
+            // drops (kills) it.
+            group
+                .record(ledger, turn.task_id.as_str(), &turn.role.name)
+                .map_err(|err| ExecError(format!("cannot start {program}: {err}")))?;
+        }
         tracing::debug!(
             task = %turn.task_id,
             role = %turn.role.name,
@@ -684,6 +700,7 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
+    use crate::process::{LedgerEntry, reap_orphans, start_time};
 
     /// What the executor reported, in order.
     #[derive(Debug, Clone, PartialEq)]
@@ -764,7 +781,7 @@ mod tests {
     }
 
     fn executor() -> CommandExecutor {
-        CommandExecutor::new(snapshot(), None)
+        CommandExecutor::new(snapshot(), None, None)
     }
 
     /// A project role named `tester` that runs `program args...`.
@@ -797,6 +814,7 @@ mod tests {
             history: Vec::new(),
             resumed: false,
             cancel: CancellationToken::new(),
+            private: serde_json::Value::Null,
         }
     }
 
@@ -1064,7 +1082,7 @@ EOF"#;
         assert_eq!(result.unwrap_err().0, "timed out after 200ms");
         assert_eq!(events, []);
 
-        let executor = CommandExecutor::new(snapshot(), Some(Duration::from_millis(300)));
+        let executor = CommandExecutor::new(snapshot(), Some(Duration::from_millis(300)), None);
         let (result, _) = run(&executor, turn(sh("sleep 1000"), Message::user_text("x"))).await;
         assert_eq!(result.unwrap_err().0, "timed out after 300ms");
     }
@@ -1204,6 +1222,127 @@ EOF"#;
         let (result, events) = run(&executor(), turn(role, Message::user_text("x"))).await;
         result.unwrap();
         assert_eq!(output(&events), "done");
+        all_exited(watch).await;
+    }
+
+    /// An executor that records its programs in the ledger `dir`.
+    fn executor_with_ledger(dir: &Path) -> CommandExecutor {
+        CommandExecutor::new(snapshot(), None, Some(dir.to_owned()))
+    }
+
+    /// The names of the files in the ledger `dir`, sorted; none when it does not exist.
+    fn ledger_files(dir: &Path) -> Vec<String> {
+        let Ok(files) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = files
+            .map(|file| file.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn ledger_records_the_program_while_it_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("processes");
+        let pid_file = dir.path().join("pid");
+        let executor = Arc::new(executor_with_ledger(&ledger));
+        let role = sh(&format!(
+            "echo $$ > '{}'; \
+             echo '{{\"statusUpdate\":{{\"status\":{{\"state\":\"TASK_STATE_WORKING\"}}}}}}'; \
+             sleep 1000",
+            pid_file.display()
+        ));
+        let first = turn(role, Message::user_text("x"));
+        let (task_id, cancel) = (first.task_id.clone(), first.cancel.clone());
+        let (sink, mut announced) = Recorder::new(false);
+        let running = tokio::spawn({
+            let executor = executor.clone();
+            async move { executor.run(first, sink).await }
+        });
+        assert_eq!(
+            announced.recv().await,
+            Some(Event::Status(TaskState::Working, None))
+        );
+
+        let pid: u32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(ledger_files(&ledger), [pid.to_string()]);
+        let entry: LedgerEntry =
+            serde_json::from_slice(&std::fs::read(ledger.join(pid.to_string())).unwrap()).unwrap();
+        assert_eq!(entry.pgid, pid);
+        assert_eq!(entry.start_time, start_time(pid).unwrap());
+        assert_eq!(entry.task, task_id.as_str());
+        assert_eq!(entry.role, "tester");
+
+        cancel.cancel();
+        let result = tokio::time::timeout(Duration::from_secs(10), running)
+            .await
+            .expect("the turn did not end within 10 s of cancel")
+            .unwrap();
+        assert_eq!(result.unwrap_err().0, "canceled");
+        assert_eq!(ledger_files(&ledger), Vec::<String>::new());
+
+        // A program that exits by itself, or fails, leaves no entry either.
+        let (result, _) = run(&executor, turn(sh("echo hi"), Message::user_text("x"))).await;
+        result.unwrap();
+        let (result, _) = run(&executor, turn(sh("exit 4"), Message::user_text("x"))).await;
+        assert_eq!(result.unwrap_err().0, "sh exited with status 4");
+        let (result, _) = run(&executor, turn(sh("kill -9 $$"), Message::user_text("x"))).await;
+        assert_eq!(result.unwrap_err().0, "sh was killed by signal 9 (SIGKILL)");
+        assert_eq!(ledger_files(&ledger), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn an_unusable_ledger_fails_the_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("processes");
+        std::fs::write(&ledger, "a file, not a directory").unwrap();
+        // The group is dropped, and so killed, before the program gets far: its output, if
+        // any, is not read.
+        let turn = turn(sh("echo hi"), Message::user_text("x"));
+        let (result, events) = run(&executor_with_ledger(&ledger), turn).await;
+        let reason = result.unwrap_err().0;
+        assert!(
+            reason.starts_with(&format!(
+                "cannot start sh: cannot write the process ledger entry {}: ",
+                ledger.display()
+            )),
+            "{reason}"
+        );
+        assert_eq!(events, []);
+    }
+
+    #[tokio::test]
+    async fn reap_orphans_kills_the_program_of_a_lost_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("processes");
+        let (fifo, watch) = watch(dir.path()).await;
+        let executor = executor_with_ledger(&ledger);
+        let turn = turn(with_background_sleep(&fifo), Message::user_text("x"));
+        let task_id = turn.task_id.clone();
+        let (sink, mut announced) = Recorder::new(false);
+        let mut running = Box::pin(executor.run(turn, sink));
+        tokio::select! {
+            result = &mut running => panic!("the turn ended early: {result:?}"),
+            event = announced.recv() => {
+                assert_eq!(event, Some(Event::Status(TaskState::Working, None)));
+            }
+        }
+        // As when the node dies: nothing kills the group or removes its entry.
+        std::mem::forget(running);
+        assert_eq!(ledger_files(&ledger).len(), 1);
+
+        let reaped = reap_orphans(&ledger);
+        assert_eq!(reaped.len(), 1, "{reaped:?}");
+        assert_eq!(reaped[0].task, task_id.as_str());
+        assert_eq!(reaped[0].role, "tester");
+        assert_eq!(ledger_files(&ledger), Vec::<String>::new());
+        // The program and its background sleep are gone.
         all_exited(watch).await;
     }
 

@@ -22,6 +22,9 @@ pub struct Turn {
     pub history: Vec<Message>,
     /// True when `message` answers this task's INPUT_REQUIRED question.
     pub resumed: bool,
+    /// The runner's private state of this task as last saved (`Null` at first):
+    /// a model role keeps its conversation here, so a task resumes after a restart.
+    pub private: serde_json::Value,
     /// Canceled when the task is canceled, times out, or the node stops.
     pub cancel: CancellationToken,
 }
@@ -44,6 +47,19 @@ pub trait EventSink: Send + Sync {
 
     /// Answers with a direct agent message; the task completes with it.
     async fn message(&self, message: Message) -> Result<(), SinkClosed>;
+
+    /// Reports progress that is not part of the task's history (a tool call
+    /// starting, say): a WORKING status update carrying `note` as metadata.
+    /// Sinks that announce nothing (test recorders) may ignore it.
+    async fn progress(&self, _note: serde_json::Value) -> Result<(), SinkClosed> {
+        Ok(())
+    }
+
+    /// Saves the runner's private state of the task; persisted, not announced.
+    /// Sinks that keep no state (test recorders) may ignore it.
+    async fn save_private(&self, _private: serde_json::Value) -> Result<(), SinkClosed> {
+        Ok(())
+    }
 }
 
 /// The task is over; nothing more can be reported.

@@ -433,7 +433,7 @@ impl TaskManager {
         resumed: bool,
         turn: u64,
     ) {
-        let (task_id, context_id, history) = {
+        let (task_id, context_id, history, private) = {
             let mut state = live.state.lock().await;
             if state.turn != turn || !state.busy {
                 return;
@@ -450,6 +450,7 @@ impl TaskManager {
                 state.stored.task.id.clone(),
                 state.stored.task.context_id.clone(),
                 own,
+                state.stored.private.clone(),
             )
         };
         let mut earlier = match self.context_history(&context_id, &task_id).await {
@@ -475,6 +476,7 @@ impl TaskManager {
             history: earlier,
             resumed,
             cancel: live.cancel.clone(),
+            private,
         };
         let sink: Arc<dyn EventSink> = Arc::new(Sink {
             store: self.store.clone(),
@@ -843,6 +845,33 @@ impl EventSink for Sink {
             Some(status_event(task, status))
         })
         .await
+    }
+
+    async fn progress(&self, note: serde_json::Value) -> Result<(), SinkClosed> {
+        self.record(|task| {
+            let event = TaskStatusUpdateEvent {
+                task_id: task.id.clone(),
+                context_id: task.context_id.clone(),
+                status: TaskStatus::new(task.status.state),
+                metadata: note.as_object().cloned(),
+            };
+            Some(StreamResponse::StatusUpdate(event))
+        })
+        .await
+    }
+
+    async fn save_private(&self, private: serde_json::Value) -> Result<(), SinkClosed> {
+        let mut state = self.live.state.lock().await;
+        if state.turn != self.turn || !state.busy {
+            return Err(SinkClosed);
+        }
+        let previous = std::mem::replace(&mut state.stored.private, private);
+        if let Err(e) = self.store.put(&state.stored).await {
+            warn!(error = %e, "cannot persist the runner's state; the task stops");
+            state.stored.private = previous;
+            return Err(SinkClosed);
+        }
+        Ok(())
     }
 }
 

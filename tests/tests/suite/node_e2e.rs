@@ -1074,3 +1074,48 @@ async fn graceful_stop_is_not_held_up_by_a_subscriber() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A node killed with SIGKILL cannot stop its commands; the process ledger in its data
+/// directory lets the next start kill them (with whatever they started in their group).
+#[tokio::test]
+async fn restart_after_a_crash_kills_the_commands_the_node_left_running() -> anyhow::Result<()> {
+    let mut node = MewNode::new()?;
+    let pid_file = node.dir().join("grandchild.pid");
+    add_sleeper(&node, &pid_file)?;
+    node.launch().await?;
+    let agent = node.agent("/agents/sleeper", Binding::JsonRpc).await?;
+    let task = start(&agent, "go").await?;
+    let pid = sleeper_pid(&pid_file).await?;
+    let ledger = node.data_dir().join("processes");
+    let entries = || -> anyhow::Result<usize> {
+        Ok(std::fs::read_dir(&ledger)
+            .with_context(|| format!("cannot read {}", ledger.display()))?
+            .count())
+    };
+    ensure!(entries()? == 1, "the ledger does not hold the command");
+
+    node.kill_hard().await?;
+    ensure!(
+        !process_gone(pid),
+        "the grandchild died with the node: this test shows nothing"
+    );
+
+    node.launch().await?;
+    wait_until_gone(pid).await?;
+    ensure!(entries()? == 0, "the ledger still holds entries");
+    let agent = node.agent("/agents/sleeper", Binding::HttpJson).await?;
+    let failed = get(&agent, &task.id).await?;
+    ensure!(failed.status.state == TaskState::Failed, "{failed:?}");
+    ensure!(
+        status_text(&failed) == RESTART_REASON,
+        "reason {:?}",
+        status_text(&failed)
+    );
+    let log = node.log();
+    ensure!(
+        log.contains("killed a command the previous run of the node left running")
+            && log.contains(task.id.as_str()),
+        "the node does not say what it killed:\n{log}"
+    );
+    Ok(())
+}

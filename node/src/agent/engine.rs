@@ -1,0 +1,449 @@
+//! The agent loop: ask the model, run the tools it calls, feed the results back, until it answers.
+//!
+//! The request's prefix (system prompt, then tool definitions in a fixed order)
+//! stays byte-identical from call to call so providers can cache it; what
+//! changes per call (the environment block) rides at the end of the newest
+//! user message.
+//! Every tool call gets exactly one result, in call order. Read-only calls of
+//! one model answer run concurrently; the others run one after another.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use mew_cards::PermissionMode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::conversation::{
+    Block, ChatMessage, Delta, ModelRequest, ResultPart, Speaker, StopReason, Usage,
+};
+use crate::permission::{Decision, PermissionEngine};
+use crate::provider::{Provider, ProviderError};
+use crate::tools::registry::ToolRegistry;
+use crate::tools::{Category, ToolContext, ToolOutput};
+
+/// How one agent runs.
+#[derive(Clone, Debug)]
+pub(crate) struct AgentSettings {
+    /// The system prompt; never changes during a run.
+    pub(crate) system: String,
+    /// The concrete model id.
+    pub(crate) model: String,
+    /// Model calls allowed in one run.
+    pub(crate) max_turns: u32,
+    /// Output tokens per model call.
+    pub(crate) max_tokens: u32,
+    /// Consecutive answers that call only unknown tools before the run stops
+    /// (3 for a main agent, 2 for a child).
+    pub(crate) unknown_tool_limit: u32,
+    /// The permission mode.
+    pub(crate) mode: PermissionMode,
+}
+
+/// A tool call waiting for the user's approval, kept with the conversation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct PendingCall {
+    /// The call's id.
+    pub(crate) id: String,
+    /// The tool.
+    pub(crate) name: String,
+    /// Its input.
+    pub(crate) input: Value,
+    /// The question put to the user.
+    pub(crate) question: String,
+}
+
+/// What a run, or part of one, ended with.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Outcome {
+    /// The model answered without calling tools.
+    Answered(String),
+    /// A tool call needs the user's approval first; the run resumes with [`Resume::Approval`].
+    NeedsApproval(PendingCall),
+}
+
+/// How a run continues.
+#[derive(Debug)]
+pub(crate) enum Resume {
+    /// From a conversation whose last message is the user's.
+    Fresh,
+    /// The user approved (or refused) the pending call; the remaining calls of
+    /// that model answer follow.
+    Approval {
+        pending: PendingCall,
+        approved: bool,
+        reason: String,
+    },
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AgentError {
+    /// The model service failed.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    /// The model used all its turns.
+    #[error("the agent reached its limit of {0} model calls without finishing")]
+    MaxTurns(u32),
+    /// The model kept calling tools that do not exist.
+    #[error("the model called unknown tools {0} times in a row ({1}); stopping")]
+    UnknownTools(u32, String),
+    /// The run was canceled.
+    #[error("canceled")]
+    Canceled,
+}
+
+/// What the loop reports while it runs.
+pub(crate) trait Observer: Send + Sync {
+    /// More answer text.
+    fn text(&self, delta: &str);
+    /// A tool call starts.
+    fn tool_started(&self, id: &str, name: &str, input: &Value);
+    /// A tool call ended.
+    fn tool_finished(&self, id: &str, name: &str, output: &ToolOutput);
+}
+
+/// The state a run carries: the conversation and what it cost.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Session {
+    /// The conversation, oldest first.
+    pub(crate) messages: Vec<ChatMessage>,
+    /// Tokens used so far.
+    pub(crate) usage: Usage,
+    /// Tool calls made so far.
+    pub(crate) tool_calls: u64,
+    /// Model calls made so far.
+    pub(crate) model_calls: u64,
+}
+
+/// One agent: a model, its tools and its permissions.
+pub(crate) struct Agent {
+    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) tools: ToolRegistry,
+    pub(crate) permissions: Arc<PermissionEngine>,
+    pub(crate) settings: AgentSettings,
+    pub(crate) context: ToolContext,
+}
+
+/// The fate of one tool call.
+enum Verdict {
+    /// Allowed: run it (its category decides whether it may join a concurrent batch).
+    Run(Category),
+    /// Not run: this error result goes back to the model.
+    Refuse(ToolOutput),
+    /// Needs the user's approval first.
+    Ask(String),
+}
+
+fn result_block(id: &str, output: ToolOutput) -> Block {
+    Block::ToolResult {
+        id: id.to_owned(),
+        content: output.content,
+        is_error: output.is_error,
+    }
+}
+
+impl Agent {
+    /// Runs until the model answers, a call needs approval, or a limit is hit.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropping the future may leave a tool call without a
+    /// result in `session`. Cancel through the context's token instead.
+    pub(crate) async fn run(
+        &self,
+        session: &mut Session,
+        resume: Resume,
+        environment: &str,
+        observer: &dyn Observer,
+    ) -> Result<Outcome, AgentError> {
+        if let Resume::Approval {
+            pending,
+            approved,
+            reason,
+        } = resume
+        {
+            let calls = self.pending_calls(session, &pending.id);
+            let output = if approved {
+                observer.tool_started(&pending.id, &pending.name, &pending.input);
+                self.call(&pending.name, pending.input.clone()).await
+            } else {
+                ToolOutput::error(format!("the user did not allow this call: {reason}"))
+            };
+            observer.tool_finished(&pending.id, &pending.name, &output);
+            self.push_result(session, result_block(&pending.id, output));
+            if let Some(outcome) = self.run_calls(session, calls, observer).await {
+                return Ok(outcome);
+            }
+        }
+        self.close_dangling_calls(session);
+        let mut unknown_streak = 0;
+        loop {
+            if self.context.cancel.is_cancelled() {
+                return Err(AgentError::Canceled);
+            }
+            if session.model_calls >= u64::from(self.settings.max_turns) {
+                return Err(AgentError::MaxTurns(self.settings.max_turns));
+            }
+            let request = self.request(session, environment);
+            let on_delta = |delta: Delta| {
+                if let Delta::Text(text) = delta {
+                    observer.text(&text);
+                }
+            };
+            let response = tokio::select! {
+                response = self.provider.complete(&request, &on_delta) => response?,
+                () = self.context.cancel.cancelled() => return Err(AgentError::Canceled),
+            };
+            session.model_calls += 1;
+            session.usage += response.usage;
+            let assistant = ChatMessage {
+                speaker: Speaker::Assistant,
+                content: response.content,
+            };
+            let calls: Vec<(String, String, Value)> = assistant
+                .tool_uses()
+                .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
+                .collect();
+            let text = assistant.text();
+            session.messages.push(assistant);
+            if calls.is_empty() {
+                if response.stop == StopReason::MaxTokens && text.is_empty() {
+                    return Err(AgentError::Provider(ProviderError::Protocol {
+                        provider: self.provider.name().to_owned(),
+                        message: "the model ran out of output tokens before answering".to_owned(),
+                    }));
+                }
+                return Ok(Outcome::Answered(text));
+            }
+            let unknown: Vec<&str> = calls
+                .iter()
+                .filter(|(_, name, _)| self.tools.get(name).is_none())
+                .map(|(_, n, _)| n.as_str())
+                .collect();
+            if unknown.len() == calls.len() {
+                unknown_streak += 1;
+                if unknown_streak >= self.settings.unknown_tool_limit {
+                    let names = unknown.join(", ");
+                    // Keep the conversation well-formed for whoever reads it next.
+                    self.close_dangling_calls(session);
+                    return Err(AgentError::UnknownTools(unknown_streak, names));
+                }
+            } else {
+                unknown_streak = 0;
+            }
+            session.messages.push(ChatMessage {
+                speaker: Speaker::User,
+                content: Vec::new(),
+            });
+            if let Some(outcome) = self.run_calls(session, calls, observer).await {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// The request for the next model call.
+    fn request(&self, session: &Session, environment: &str) -> ModelRequest {
+        let mut messages = session.messages.clone();
+        if !environment.is_empty()
+            && let Some(last) = messages
+                .iter_mut()
+                .rev()
+                .find(|m| m.speaker == Speaker::User)
+        {
+            // After any tool results: providers want those first in the message.
+            last.content.push(Block::Text {
+                text: environment.to_owned(),
+            });
+        }
+        ModelRequest {
+            model: self.settings.model.clone(),
+            system: self.settings.system.clone(),
+            messages,
+            tools: self.tools.specs(),
+            max_tokens: self.settings.max_tokens,
+        }
+    }
+
+    /// Runs the calls of one model answer and appends their results to the
+    /// last (user) message, in call order; stops at a call that needs approval.
+    /// Consecutive read-only calls that need no approval run concurrently.
+    async fn run_calls(
+        &self,
+        session: &mut Session,
+        calls: Vec<(String, String, Value)>,
+        observer: &dyn Observer,
+    ) -> Option<Outcome> {
+        let decisions: Vec<Verdict> = calls
+            .iter()
+            .map(|(_, name, input)| self.decide(name, input))
+            .collect();
+        let mut index = 0;
+        while index < calls.len() {
+            let batch_end = (index..calls.len())
+                .find(|&i| !matches!(decisions[i], Verdict::Run(Category::Read)))
+                .unwrap_or(calls.len());
+            let end = if batch_end > index {
+                batch_end
+            } else {
+                index + 1
+            };
+            if let Verdict::Ask(question) = &decisions[index] {
+                let (id, name, input) = &calls[index];
+                return Some(Outcome::NeedsApproval(PendingCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                    question: question.clone(),
+                }));
+            }
+            let outputs = join_all(calls[index..end].iter().zip(&decisions[index..end]).map(
+                |((id, name, input), verdict)| async move {
+                    observer.tool_started(id, name, input);
+                    let output = match verdict {
+                        Verdict::Run(_) => self.call(name, input.clone()).await,
+                        Verdict::Refuse(output) => output.clone(),
+                        Verdict::Ask(question) => ToolOutput::error(question.clone()),
+                    };
+                    (id, name, output)
+                },
+            ))
+            .await;
+            for (id, name, output) in outputs {
+                observer.tool_finished(id, name, &output);
+                session.tool_calls += 1;
+                self.push_result(session, result_block(id, output));
+            }
+            index = end;
+        }
+        None
+    }
+
+    /// What happens to a call: it runs, it is refused with an error result, or it needs approval.
+    fn decide(&self, name: &str, input: &Value) -> Verdict {
+        let Some(tool) = self.tools.get(name) else {
+            let known: Vec<String> = self.tools.specs().into_iter().map(|s| s.name).collect();
+            return Verdict::Refuse(ToolOutput::error(format!(
+                "there is no tool {name:?}; the tools are: {}",
+                known.join(", ")
+            )));
+        };
+        if let Some(invalid) = input.get("_invalid_arguments") {
+            return Verdict::Refuse(ToolOutput::error(format!(
+                "the arguments of this call are not valid JSON: {invalid}; call the tool again with a JSON object"
+            )));
+        }
+        match self
+            .permissions
+            .check(self.settings.mode, name, tool.category(), input)
+        {
+            Decision::Allow => Verdict::Run(tool.category()),
+            Decision::Deny { reason } => {
+                Verdict::Refuse(ToolOutput::error(format!("permission denied: {reason}")))
+            }
+            Decision::Ask { question } => Verdict::Ask(question),
+        }
+    }
+
+    /// Runs a tool without asking; a panicking tool is an error result.
+    async fn call(&self, name: &str, input: Value) -> ToolOutput {
+        use futures_util::FutureExt as _;
+        let Some(tool) = self.tools.get(name) else {
+            return ToolOutput::error(format!("there is no tool {name:?}"));
+        };
+        match std::panic::AssertUnwindSafe(tool.call(input, &self.context))
+            .catch_unwind()
+            .await
+        {
+            Ok(output) => output,
+            Err(_) => {
+                ToolOutput::error(format!("the tool {name} failed unexpectedly (it panicked)"))
+            }
+        }
+    }
+
+    /// Appends a tool result to the conversation's last user message.
+    fn push_result(&self, session: &mut Session, block: Block) {
+        match session.messages.last_mut() {
+            Some(last) if last.speaker == Speaker::User => last.content.push(block),
+            _ => session.messages.push(ChatMessage {
+                speaker: Speaker::User,
+                content: vec![block],
+            }),
+        }
+    }
+
+    /// The calls of the last model answer that come after `pending` and have no result yet.
+    fn pending_calls(&self, session: &Session, pending: &str) -> Vec<(String, String, Value)> {
+        let answered = answered_ids(session);
+        let Some(assistant) = session
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.speaker == Speaker::Assistant)
+        else {
+            return Vec::new();
+        };
+        assistant
+            .tool_uses()
+            .skip_while(|(id, _, _)| *id != pending)
+            .skip(1)
+            .filter(|(id, _, _)| !answered.contains(*id))
+            .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
+            .collect()
+    }
+
+    /// Gives every tool call without a result a placeholder result, so the
+    /// conversation stays well-formed (a fork, a restart, or a stopped run).
+    pub(crate) fn close_dangling_calls(&self, session: &mut Session) {
+        close_dangling_calls(session);
+    }
+}
+
+fn answered_ids(session: &Session) -> HashSet<String> {
+    session
+        .messages
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter_map(|b| match b {
+            Block::ToolResult { id, .. } => Some(id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Gives every tool call without a result a placeholder error result.
+pub(crate) fn close_dangling_calls(session: &mut Session) {
+    let answered = answered_ids(session);
+    let mut fixed = Vec::with_capacity(session.messages.len());
+    let messages = std::mem::take(&mut session.messages);
+    let mut iter = messages.into_iter().peekable();
+    while let Some(message) = iter.next() {
+        let dangling: Vec<String> = message
+            .tool_uses()
+            .map(|(id, _, _)| id.to_owned())
+            .filter(|id| !answered.contains(id))
+            .collect();
+        fixed.push(message);
+        if dangling.is_empty() {
+            continue;
+        }
+        let placeholder = |id: String| Block::ToolResult {
+            id,
+            content: vec![ResultPart::Text {
+                text: "[not run: the conversation moved on]".to_owned(),
+            }],
+            is_error: true,
+        };
+        match iter.peek_mut() {
+            Some(next) if next.speaker == Speaker::User => {
+                next.content.extend(dangling.into_iter().map(placeholder));
+            }
+            _ => fixed.push(ChatMessage {
+                speaker: Speaker::User,
+                content: dangling.into_iter().map(placeholder).collect(),
+            }),
+        }
+    }
+    session.messages = fixed;
+}

@@ -1,0 +1,270 @@
+//! The `edit_file` tool: replaces an exact string in a file, atomically.
+
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::files;
+use super::{Category, Tool, ToolContext, ToolOutput, parse_input, run_blocking};
+
+/// Replaces exact text in a file.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct EditFile;
+
+/// The input of `edit_file`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Input {
+    file_path: String,
+    old_string: String,
+    new_string: String,
+    #[serde(default)]
+    replace_all: bool,
+}
+
+#[async_trait]
+impl Tool for EditFile {
+    fn name(&self) -> &str {
+        "edit_file"
+    }
+
+    fn description(&self) -> String {
+        "Replaces exact text in an existing file.\n\
+         - old_string must match the file exactly, whitespace and indentation included. When \
+         copying from read_file output, leave out the line-number prefix (the number and tab).\n\
+         - old_string must occur exactly once, or the edit fails and says how often it occurs: \
+         add surrounding lines to make it unique, or set replace_all to replace every \
+         occurrence (for example to rename a variable).\n\
+         - new_string must differ from old_string.\n\
+         - The write is atomic. To create a file, use write_file."
+            .to_owned()
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "file_path": {
+                    "type": "string",
+                    "description": "The file to change: absolute, or relative to the working directory."
+                },
+                "old_string": {
+                    "type": "string",
+                    "description": "The exact text to replace."
+                },
+                "new_string": {
+                    "type": "string",
+                    "description": "The text to put in its place (must differ from old_string)."
+                },
+                "replace_all": {
+                    "type": "boolean",
+                    "default": false,
+                    "description": "Replace every occurrence of old_string instead of requiring exactly one."
+                }
+            },
+            "required": ["file_path", "old_string", "new_string"],
+            "additionalProperties": false
+        })
+    }
+
+    fn category(&self) -> Category {
+        Category::Edit
+    }
+
+    async fn call(&self, input: Value, ctx: &ToolContext) -> ToolOutput {
+        let input: Input = match parse_input(self.name(), input) {
+            Ok(input) => input,
+            Err(err) => return err,
+        };
+        let path = match files::resolve(ctx, "file_path", &input.file_path) {
+            Ok(path) => path,
+            Err(err) => return err,
+        };
+        if input.old_string.is_empty() {
+            return ToolOutput::error("old_string is empty; to create a file, use write_file");
+        }
+        if input.old_string == input.new_string {
+            return ToolOutput::error("old_string and new_string are identical; nothing to change");
+        }
+        run_blocking(move || edit(&path, &input)).await
+    }
+}
+
+/// Applies the edit to `path`.
+fn edit(path: &Path, input: &Input) -> ToolOutput {
+    let shown = path.display();
+    if path.is_dir() {
+        return ToolOutput::error(format!("{shown} is a directory, not a file"));
+    }
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            return ToolOutput::error(format!("file not found: {shown}"));
+        }
+        Err(err) => return ToolOutput::error(format!("cannot read {shown}: {err}")),
+    };
+    if files::looks_binary(&bytes) {
+        return ToolOutput::error(format!(
+            "{shown} is a binary file; edit_file changes text only"
+        ));
+    }
+    let Ok(text) = String::from_utf8(bytes) else {
+        return ToolOutput::error(format!(
+            "{shown} is not UTF-8 text; edit_file changes text only"
+        ));
+    };
+    let count = text.matches(&input.old_string).count();
+    match count {
+        0 => {
+            return ToolOutput::error(format!(
+                "old_string was not found in {shown}; it must match exactly, whitespace \
+                 included (read the file again to see its current text)"
+            ));
+        }
+        1 => {}
+        _ if input.replace_all => {}
+        _ => {
+            return ToolOutput::error(format!(
+                "old_string occurs {count} times in {shown}; add surrounding lines to make it \
+                 unique, or set replace_all to replace all {count}"
+            ));
+        }
+    }
+    let edited = text.replace(&input.old_string, &input.new_string);
+    if let Err(err) = files::write_atomic(path, edited.as_bytes()) {
+        return ToolOutput::error(format!("cannot write {shown}: {err}"));
+    }
+    let occurrences = if count == 1 {
+        "1 occurrence".to_owned()
+    } else {
+        format!("{count} occurrences")
+    };
+    ToolOutput::text(format!("Edited {shown}: replaced {occurrences}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::files::dir_names;
+    use crate::tools::test_support::context;
+
+    async fn call(dir: &Path, input: Value) -> ToolOutput {
+        EditFile.call(input, &context(dir)).await
+    }
+
+    fn setup(content: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("code.rs");
+        fs::write(&path, content).unwrap();
+        (dir, path)
+    }
+
+    #[tokio::test]
+    async fn replaces_a_unique_match_atomically() {
+        let (dir, path) = setup("fn main() {\n    let x = 1;\n}\n");
+        let out = call(
+            dir.path(),
+            json!({"file_path": "code.rs", "old_string": "let x = 1;", "new_string": "let x = 2;"}),
+        )
+        .await;
+        assert_eq!(
+            out,
+            ToolOutput::text(format!("Edited {}: replaced 1 occurrence", path.display()))
+        );
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            "fn main() {\n    let x = 2;\n}\n"
+        );
+        assert_eq!(dir_names(dir.path()), ["code.rs"]);
+    }
+
+    #[tokio::test]
+    async fn several_matches_need_replace_all() {
+        let (dir, path) = setup("a = foo; b = foo; c = foo;");
+        let input = json!({"file_path": "code.rs", "old_string": "foo", "new_string": "bar"});
+        let out = call(dir.path(), input).await;
+        let expected = format!(
+            "old_string occurs 3 times in {}; add surrounding lines to make it unique, or set \
+             replace_all to replace all 3",
+            path.display()
+        );
+        assert_eq!(out, ToolOutput::error(expected));
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            "a = foo; b = foo; c = foo;"
+        );
+
+        let input = json!({"file_path": "code.rs", "old_string": "foo", "new_string": "bar", "replace_all": true});
+        let out = call(dir.path(), input).await;
+        assert_eq!(
+            out,
+            ToolOutput::text(format!("Edited {}: replaced 3 occurrences", path.display()))
+        );
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            "a = bar; b = bar; c = bar;"
+        );
+    }
+
+    #[tokio::test]
+    async fn replace_all_with_one_match_is_fine() {
+        let (dir, path) = setup("only one here");
+        let input = json!({"file_path": "code.rs", "old_string": "one", "new_string": "1", "replace_all": true});
+        let out = call(dir.path(), input).await;
+        assert!(!out.is_error);
+        assert_eq!(fs::read_to_string(&path).unwrap(), "only 1 here");
+    }
+
+    #[tokio::test]
+    async fn no_match_is_an_error() {
+        let (dir, path) = setup("hello");
+        let input = json!({"file_path": "code.rs", "old_string": "bye", "new_string": "ciao"});
+        let out = call(dir.path(), input).await;
+        assert!(out.is_error);
+        assert!(
+            out.text_content()
+                .starts_with(&format!("old_string was not found in {}", path.display()))
+        );
+        assert_eq!(fs::read_to_string(&path).unwrap(), "hello");
+    }
+
+    #[tokio::test]
+    async fn identical_and_empty_strings_are_errors() {
+        let (dir, _path) = setup("hello");
+        let input = json!({"file_path": "code.rs", "old_string": "hello", "new_string": "hello"});
+        let out = call(dir.path(), input).await;
+        assert_eq!(
+            out,
+            ToolOutput::error("old_string and new_string are identical; nothing to change")
+        );
+        let input = json!({"file_path": "code.rs", "old_string": "", "new_string": "x"});
+        let out = call(dir.path(), input).await;
+        assert_eq!(
+            out,
+            ToolOutput::error("old_string is empty; to create a file, use write_file")
+        );
+    }
+
+    #[tokio::test]
+    async fn missing_and_binary_files_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = json!({"file_path": "gone.txt", "old_string": "a", "new_string": "b"});
+        let out = call(dir.path(), input).await;
+        let expected = format!("file not found: {}", dir.path().join("gone.txt").display());
+        assert_eq!(out, ToolOutput::error(expected));
+
+        fs::write(dir.path().join("bin"), b"a\0b").unwrap();
+        let input = json!({"file_path": "bin", "old_string": "a", "new_string": "b"});
+        let out = call(dir.path(), input).await;
+        let expected = format!(
+            "{} is a binary file; edit_file changes text only",
+            dir.path().join("bin").display()
+        );
+        assert_eq!(out, ToolOutput::error(expected));
+        assert_eq!(fs::read(dir.path().join("bin")).unwrap(), b"a\0b");
+    }
+}

@@ -1,0 +1,149 @@
+//! Tools an agent can call: the `Tool` trait, the registry, and the built-in tools.
+//!
+//! The built-in tools are `read_file`, `write_file`, `edit_file`, `glob`, `grep` and `bash`,
+//! one file each; [`registry::ToolRegistry::builtin`] holds them all, and
+//! [`registry::ToolRegistry::filter`] narrows a registry for a child agent. Every tool answers
+//! with a [`ToolOutput`]: failures are `is_error` answers the model can read, never panics.
+
+mod bash;
+mod edit_file;
+mod files;
+mod glob;
+mod grep;
+mod read_file;
+pub(crate) mod registry;
+mod write_file;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::conversation::{ResultPart, ToolSpec};
+
+/// What a tool does to the world, for the permission engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Category {
+    /// Reads only; runs in the concurrent read-only batch.
+    Read,
+    /// Changes files.
+    Edit,
+    /// Runs commands or has other effects (the strictest).
+    Exec,
+}
+
+/// Where and for whom a tool runs.
+#[derive(Clone, Debug)]
+pub(crate) struct ToolContext {
+    /// The working directory; relative paths resolve against it.
+    pub(crate) cwd: PathBuf,
+    /// The node's environment snapshot (tools pass on only an allowlist).
+    pub(crate) env: Arc<HashMap<String, String>>,
+    /// Canceled when the task is.
+    pub(crate) cancel: CancellationToken,
+}
+
+/// A tool's answer, sent back to the model.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ToolOutput {
+    /// The content.
+    pub(crate) content: Vec<ResultPart>,
+    /// True when the call failed; the model sees the content as an error.
+    pub(crate) is_error: bool,
+}
+
+impl ToolOutput {
+    /// A successful text answer.
+    pub(crate) fn text(text: impl Into<String>) -> Self {
+        Self {
+            content: vec![ResultPart::Text { text: text.into() }],
+            is_error: false,
+        }
+    }
+
+    /// A failed call, explained in text.
+    pub(crate) fn error(text: impl Into<String>) -> Self {
+        Self {
+            content: vec![ResultPart::Text { text: text.into() }],
+            is_error: true,
+        }
+    }
+
+    /// The text parts joined by newlines (images are left out).
+    #[cfg_attr(not(test), allow(dead_code))] // wired by the agent runtime
+    pub(crate) fn text_content(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|part| match part {
+                ResultPart::Text { text } => Some(text.as_str()),
+                ResultPart::Image { .. } => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Parses a tool's JSON input into its typed form; a mismatch is an error answer naming the tool.
+fn parse_input<T: DeserializeOwned>(tool: &str, input: Value) -> Result<T, ToolOutput> {
+    serde_json::from_value(input)
+        .map_err(|err| ToolOutput::error(format!("invalid input for {tool}: {err}")))
+}
+
+/// Runs blocking file-system work off the async runtime. A panic inside `work` becomes an error
+/// answer, so a broken tool fails its call, not the node.
+async fn run_blocking(work: impl FnOnce() -> ToolOutput + Send + 'static) -> ToolOutput {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(output) => output,
+        Err(err) => ToolOutput::error(format!("the tool failed unexpectedly: {err}")),
+    }
+}
+
+/// A tool.
+#[async_trait]
+pub(crate) trait Tool: Send + Sync {
+    /// The name the model calls it by.
+    fn name(&self) -> &str;
+    /// What it does, for the model.
+    fn description(&self) -> String;
+    /// JSON Schema of its input.
+    fn input_schema(&self) -> Value;
+    /// What it does to the world.
+    fn category(&self) -> Category;
+    /// Runs the tool. Errors are answers with `is_error`, never panics.
+    async fn call(&self, input: Value, ctx: &ToolContext) -> ToolOutput;
+
+    /// The spec the model sees.
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().to_owned(),
+            description: self.description(),
+            input_schema: self.input_schema(),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    //! Helpers shared by the tools' tests.
+
+    use super::*;
+
+    /// A context rooted at `cwd`, with the test process's PATH (read, never changed) and a
+    /// variable that no tool may pass on.
+    pub(crate) fn context(cwd: &std::path::Path) -> ToolContext {
+        let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".to_owned());
+        ToolContext {
+            cwd: cwd.to_path_buf(),
+            env: Arc::new(HashMap::from([
+                ("PATH".to_owned(), path),
+                ("MEW_TEST_SECRET".to_owned(), "s3cret".to_owned()),
+            ])),
+            cancel: CancellationToken::new(),
+        }
+    }
+}
