@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::agent::delegate::{AgentTool, Directory, LocalRole};
 use crate::agent::runner::ModelExecutor;
 use crate::config::Config;
 use crate::permission::PermissionEngine;
@@ -108,7 +109,9 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     let permissions = Arc::new(
         PermissionEngine::from_config(&config).context("cannot read the permission rules")?,
     );
+    let directory = Arc::new(Directory::default());
     let published: Vec<Arc<RoleDefinition>> = catalog.published().cloned().collect();
+    let all_roles: Vec<Arc<RoleDefinition>> = catalog.roles().cloned().collect();
     let problems: Vec<_> = catalog.problems().to_vec();
     let roles = Arc::new(NodeRoles {
         catalog,
@@ -119,7 +122,14 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         )),
         model: Arc::new(ModelExecutor {
             providers: providers.clone(),
-            tools: ToolRegistry::builtin(),
+            tools: {
+                let mut tools = ToolRegistry::builtin();
+                tools.register(Arc::new(AgentTool {
+                    directory: directory.clone(),
+                    max_depth: 3,
+                }));
+                tools
+            },
             permissions,
             env,
             project_dir: config.project_dir.clone(),
@@ -133,6 +143,23 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         node_name: config.node.name.clone(),
         ..CardOptions::default()
     };
+    // Every role, published or not, can take delegated work from this node's agents.
+    let local = all_roles
+        .iter()
+        .map(|role| {
+            let card = role_card(role, &role_base_url(&base, &role.name), &options);
+            let agent: Arc<dyn AgentTransport> =
+                Arc::new(RoleAgent::role(manager.clone(), role.clone(), card));
+            (
+                role.name.clone(),
+                LocalRole {
+                    description: role.description.clone(),
+                    agent,
+                },
+            )
+        })
+        .collect();
+    directory.set_local(local);
     let published_roles: Vec<PublishedRole> = published
         .iter()
         .map(|role| {

@@ -267,7 +267,7 @@ impl Agent {
 
     /// Runs the calls of one model answer and appends their results to the
     /// last (user) message, in call order; stops at a call that needs approval.
-    /// Consecutive read-only calls that need no approval run concurrently.
+    /// Consecutive read-only and delegating calls that need no approval run concurrently.
     async fn run_calls(
         &self,
         session: &mut Session,
@@ -281,7 +281,12 @@ impl Agent {
         let mut index = 0;
         while index < calls.len() {
             let batch_end = (index..calls.len())
-                .find(|&i| !matches!(decisions[i], Verdict::Run(Category::Read)))
+                .find(|&i| {
+                    !matches!(
+                        decisions[i],
+                        Verdict::Run(Category::Read | Category::Delegate)
+                    )
+                })
                 .unwrap_or(calls.len());
             let end = if batch_end > index {
                 batch_end

@@ -116,6 +116,8 @@ fn agent(model: &ScriptedModel, tools: ToolRegistry, unknown_tool_limit: u32) ->
             cwd: dir,
             env: Arc::default(),
             cancel: CancellationToken::new(),
+            task_id: None,
+            depth: 0,
         },
     }
 }

@@ -237,10 +237,15 @@ impl Executor for ModelExecutor {
             .resolve_model(&turn.role.model, &self.default_model);
         let role = &turn.role;
         let tools = self.tools.filter(&FilterLayers {
-            withhold: ALL_AGENT_DISALLOWED_TOOLS
-                .iter()
-                .map(|t| (*t).to_owned())
-                .collect(),
+            // Only a task started by a user may delegate: children get no Agent tool.
+            withhold: if turn.depth == 0 {
+                Vec::new()
+            } else {
+                ALL_AGENT_DISALLOWED_TOOLS
+                    .iter()
+                    .map(|t| (*t).to_owned())
+                    .collect()
+            },
             background: role.background,
             disallowed: role.disallowed_tools.clone(),
             allowed: role.tools.clone(),
@@ -254,7 +259,8 @@ impl Executor for ModelExecutor {
                 model,
                 max_turns: role.effective_max_turns(),
                 max_tokens: self.max_tokens,
-                unknown_tool_limit: 3,
+                // Children are held to a shorter leash than the main agent.
+                unknown_tool_limit: if turn.depth == 0 { 3 } else { 2 },
                 // A role's own mode wins; `default` defers to the configured mode.
                 mode: match role.permission_mode {
                     PermissionMode::Default => self.permissions.default_mode(),
@@ -265,6 +271,8 @@ impl Executor for ModelExecutor {
                 cwd: self.project_dir.clone(),
                 env: self.env.clone(),
                 cancel: turn.cancel.clone(),
+                task_id: Some(turn.task_id.clone()),
+                depth: turn.depth,
             },
         };
 

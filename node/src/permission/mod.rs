@@ -186,7 +186,7 @@ impl PermissionEngine {
             return Decision::Allow;
         }
         match (mode, category) {
-            (_, Category::Read)
+            (_, Category::Read | Category::Delegate)
             | (PermissionMode::BypassPermissions | PermissionMode::DontAsk, _)
             | (PermissionMode::AcceptEdits, Category::Edit) => Decision::Allow,
             (PermissionMode::Plan, _) => plan_denial(category),
@@ -254,7 +254,7 @@ impl PermissionEngine {
 fn plan_denial(category: Category) -> Decision {
     let what = match category {
         Category::Edit => "no edits",
-        Category::Read | Category::Exec => "no commands",
+        Category::Read | Category::Exec | Category::Delegate => "no commands",
     };
     Decision::Deny {
         reason: format!("plan mode: {what}"),

@@ -80,11 +80,20 @@ impl RoleAgent {
                 "this node does not send push notifications yet",
             ));
         }
+        // A delegating agent names its task in `mew.parentTask`: the link of a task tree,
+        // local or across nodes.
+        let parent = request
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("mew"))
+            .and_then(|mew| mew.get("parentTask"))
+            .and_then(serde_json::Value::as_str)
+            .map(mew_cards::TaskId::from);
         let submission = Submission {
             role: self.role.clone(),
             message: request.message,
             owner: ctx.principal.clone(),
-            parent: None,
+            parent,
             metadata: request.metadata,
         };
         self.manager.submit(submission, &self.scope(ctx)).await

@@ -22,6 +22,9 @@ pub struct Turn {
     pub history: Vec<Message>,
     /// True when `message` answers this task's INPUT_REQUIRED question.
     pub resumed: bool,
+    /// How deep the task is in a delegation chain: 0 when a user started it,
+    /// one more than its parent's when an agent delegated it.
+    pub depth: u32,
     /// The runner's private state of this task as last saved (`Null` at first):
     /// a model role keeps its conversation here, so a task resumes after a restart.
     pub private: serde_json::Value,

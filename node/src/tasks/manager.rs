@@ -246,6 +246,11 @@ impl TaskManager {
                 format!("the node has {queued} tasks waiting already; try again later"),
             ));
         }
+        // A task delegated by a task running on this node runs on its parent's slot.
+        let slot = match &submission.parent {
+            Some(parent) if self.live_map().contains_key(parent) => Slot::Parents,
+            _ => Slot::Wait,
+        };
         let id = TaskId::generate();
         let context_id = submission
             .message
@@ -288,7 +293,7 @@ impl TaskManager {
             let stream = self.watch(&live, &state);
             (state.stored.task.clone(), stream)
         };
-        self.spawn_turn(live, submission.role, message, false, 1);
+        self.spawn_turn(live, submission.role, message, false, 1, slot);
         Ok((task, stream))
     }
 
@@ -363,7 +368,7 @@ impl TaskManager {
             (state.stored.task.clone(), stream, role, state.turn)
         };
         self.queued.fetch_add(1, Ordering::SeqCst);
-        self.spawn_turn(live, role, message, true, turn);
+        self.spawn_turn(live, role, message, true, turn, Slot::Wait);
         Ok((task, stream))
     }
 
@@ -402,12 +407,17 @@ impl TaskManager {
         message: Message,
         resumed: bool,
         turn: u64,
+        slot: Slot,
     ) {
         let manager = self.clone();
         let span = info_span!("task", task_id = %live.id, role = %role.name);
         self.tracker.spawn(
             async move {
-                let permit = manager.wait_for_slot(&live).await;
+                let permit = match slot {
+                    Slot::Wait => manager.wait_for_slot(&live).await.map(Some),
+                    // Its parent holds a slot and waits for it: waiting too could deadlock.
+                    Slot::Parents => (!live.cancel.is_cancelled()).then_some(None),
+                };
                 manager.queued.fetch_sub(1, Ordering::SeqCst);
                 if let Some(_permit) = permit {
                     manager.run_turn(&live, role, message, resumed, turn).await;
@@ -433,7 +443,7 @@ impl TaskManager {
         resumed: bool,
         turn: u64,
     ) {
-        let (task_id, context_id, history, private) = {
+        let (task_id, context_id, history, private, depth) = {
             let mut state = live.state.lock().await;
             if state.turn != turn || !state.busy {
                 return;
@@ -451,6 +461,7 @@ impl TaskManager {
                 state.stored.task.context_id.clone(),
                 own,
                 state.stored.private.clone(),
+                delegation_depth(state.stored.task.metadata.as_ref()),
             )
         };
         let mut earlier = match self.context_history(&context_id, &task_id).await {
@@ -477,6 +488,7 @@ impl TaskManager {
             resumed,
             cancel: live.cancel.clone(),
             private,
+            depth,
         };
         let sink: Arc<dyn EventSink> = Arc::new(Sink {
             store: self.store.clone(),
@@ -727,6 +739,15 @@ impl TaskManager {
     }
 }
 
+/// Whether a turn waits for a slot of its own.
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    /// It takes one of the node's slots, in order.
+    Wait,
+    /// It runs on the slot of its parent, a task running on this node.
+    Parents,
+}
+
 enum LiveOrDone {
     Live(Arc<Live>),
     Done(Box<StoredTask>),
@@ -873,6 +894,16 @@ impl EventSink for Sink {
         }
         Ok(())
     }
+}
+
+/// The delegation depth a task's metadata records (`mew.depth`), 0 if none.
+pub(crate) fn delegation_depth(metadata: Option<&mew_cards::Metadata>) -> u32 {
+    metadata
+        .and_then(|m| m.get("mew"))
+        .and_then(|mew| mew.get("depth"))
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|d| u32::try_from(d).ok())
+        .unwrap_or(0)
 }
 
 /// A message from the agent, addressed to `task`.

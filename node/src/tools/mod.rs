@@ -35,6 +35,9 @@ pub(crate) enum Category {
     Edit,
     /// Runs commands or has other effects (the strictest).
     Exec,
+    /// Hands work to another agent, whose own permissions govern what it does;
+    /// runs in the concurrent batch, like reads.
+    Delegate,
 }
 
 /// Where and for whom a tool runs.
@@ -46,6 +49,10 @@ pub(crate) struct ToolContext {
     pub(crate) env: Arc<HashMap<String, String>>,
     /// Canceled when the task is.
     pub(crate) cancel: CancellationToken,
+    /// The task the calls are made for (the parent of any delegated task).
+    pub(crate) task_id: Option<mew_cards::TaskId>,
+    /// How deep that task is in a delegation chain (0: started by a user).
+    pub(crate) depth: u32,
 }
 
 /// A tool's answer, sent back to the model.
@@ -144,6 +151,8 @@ pub(crate) mod test_support {
                 ("MEW_TEST_SECRET".to_owned(), "s3cret".to_owned()),
             ])),
             cancel: CancellationToken::new(),
+            task_id: None,
+            depth: 0,
         }
     }
 }

@@ -313,3 +313,168 @@ async fn the_answer_streams_as_artifact_chunks_with_tool_progress() -> anyhow::R
     model.assert_done();
     Ok(())
 }
+
+fn command_role(name: &str, command: &str) -> String {
+    format!("---\nname: {name}\ndescription: Runs {command}.\ncommand: {command}\n---\n")
+}
+
+/// The tasks of a node, newest first, through its front agent.
+async fn tasks_of(node: &MewNode) -> anyhow::Result<Vec<Task>> {
+    let agent = node.agent("", Binding::JsonRpc).await?;
+    let request = mew_cards::ListTasksRequest {
+        include_artifacts: Some(true),
+        ..Default::default()
+    };
+    Ok(agent
+        .list_tasks(&CallContext::default(), request)
+        .await?
+        .tasks)
+}
+
+fn parent_of(task: &Task) -> Option<String> {
+    task.metadata
+        .as_ref()?
+        .get("mew")?
+        .get("parentTask")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[tokio::test]
+async fn a_model_role_delegates_to_a_local_role_through_the_agent_tool() -> anyhow::Result<()> {
+    let model =
+        ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "Agent",
+            json!({"prompt": "one two three", "description": "count words", "subagent_type": "wc"}),
+        )
+        .expect_tools_include(["Agent"]),
+        Step::text("Three words.").expect_tool_results(["call_1"]).expect_last_user("3"),
+    ])?;
+    let roles = [
+        ("boss.md", role("boss", "tools: [Agent]\n")),
+        ("wc.md", command_role("wc", "[wc, -w]")),
+    ];
+    let refs: Vec<(&str, &str)> = roles.iter().map(|(f, t)| (*f, t.as_str())).collect();
+    let node = node(&model, "openai", &refs).await?;
+    let boss = send(
+        &node,
+        "boss",
+        Message::user_text("count the words of 'one two three'"),
+    )
+    .await?;
+    ensure!(
+        boss.status.state == TaskState::Completed,
+        "{:?}: {}",
+        boss.status.state,
+        status_text(&boss)
+    );
+    let tasks = tasks_of(&node).await?;
+    let child = tasks
+        .iter()
+        .find(|t| t.id != boss.id)
+        .context("no child task")?;
+    ensure!(
+        parent_of(child).as_deref() == Some(boss.id.as_str()),
+        "child metadata {:?}",
+        child.metadata
+    );
+    ensure!(
+        child.status.state == TaskState::Completed,
+        "child {:?}",
+        child.status.state
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn delegation_crosses_nodes_and_cancel_follows_it() -> anyhow::Result<()> {
+    // Node B serves a fast role and a slow one; node A's model delegates to them by URL.
+    let b = MewNode::start(&[
+        ("upper.md", &command_role("upper", "[tr, a-z, A-Z]")),
+        ("slow.md", &command_role("slow", "[sleep, \"1000\"]")),
+    ])
+    .await?;
+    let upper_url = b.role_url("upper");
+    let slow_url = b.role_url("slow");
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "Agent",
+            json!({"prompt": "shout this", "description": "shout", "subagent_type": upper_url}),
+        ),
+        Step::text("It shouted.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("SHOUT THIS"),
+        Step::tool_call(
+            "call_2",
+            "Agent",
+            json!({"prompt": "take your time", "description": "wait", "subagent_type": slow_url}),
+        ),
+    ])?;
+    let a = node(
+        &model,
+        "openai",
+        &[("boss.md", &role("boss", "tools: [Agent]\n"))],
+    )
+    .await?;
+
+    let boss = send(&a, "boss", Message::user_text("shout")).await?;
+    ensure!(
+        boss.status.state == TaskState::Completed,
+        "{:?}: {}",
+        boss.status.state,
+        status_text(&boss)
+    );
+    let on_b = tasks_of(&b).await?;
+    ensure!(
+        on_b.len() == 1 && parent_of(&on_b[0]).as_deref() == Some(boss.id.as_str()),
+        "tasks on B: {on_b:?}"
+    );
+
+    // A second task delegates to the slow role; cancelling it on A cancels the child on B.
+    let agent = a.agent("/agents/boss", Binding::JsonRpc).await?;
+    let config = mew_cards::SendMessageConfiguration {
+        return_immediately: true,
+        ..Default::default()
+    };
+    let request = SendMessageRequest {
+        configuration: Some(config),
+        ..SendMessageRequest::new(Message::user_text("wait"))
+    };
+    let waiting = match agent.send_message(&CallContext::default(), request).await? {
+        SendMessageResponse::Task(task) => task,
+        other => bail!("expected a task, got {other:?}"),
+    };
+    let child =
+        mew_tests::node::poll_until("the slow child on B", Duration::from_secs(20), || async {
+            Ok(tasks_of(&b)
+                .await?
+                .into_iter()
+                .find(|t| parent_of(t).as_deref() == Some(waiting.id.as_str())))
+        })
+        .await?;
+    let cancel = mew_cards::CancelTaskRequest {
+        id: waiting.id.clone(),
+        ..Default::default()
+    };
+    agent.cancel_task(&CallContext::default(), cancel).await?;
+    let b_agent = b.agent("", Binding::JsonRpc).await?;
+    mew_tests::node::poll_until(
+        "the child on B canceled",
+        Duration::from_secs(20),
+        || async {
+            let request = mew_cards::GetTaskRequest {
+                id: child.id.clone(),
+                ..Default::default()
+            };
+            let task = b_agent.get_task(&CallContext::default(), request).await?;
+            Ok((task.status.state == TaskState::Canceled).then_some(()))
+        },
+    )
+    .await?;
+    model.assert_done();
+    Ok(())
+}
