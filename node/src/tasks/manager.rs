@@ -103,6 +103,7 @@ struct Stamped {
 /// A task that is running or can still change.
 struct Live {
     id: TaskId,
+    context_id: ContextId,
     cancel: CancellationToken,
     state: Mutex<LiveState>,
 }
@@ -209,6 +210,7 @@ impl TaskManager {
         let (events, _) = broadcast::channel(self.limits.event_buffer.max(1));
         Arc::new(Live {
             id: stored.task.id.clone(),
+            context_id: stored.task.context_id.clone(),
             cancel: self.shutdown.child_token(),
             state: Mutex::new(LiveState {
                 stored,
@@ -410,7 +412,12 @@ impl TaskManager {
         slot: Slot,
     ) {
         let manager = self.clone();
-        let span = info_span!("task", task_id = %live.id, role = %role.name);
+        let span = info_span!(
+            "task",
+            task_id = %live.id,
+            context_id = %live.context_id,
+            role = %role.name
+        );
         self.tracker.spawn(
             async move {
                 let permit = match slot {
