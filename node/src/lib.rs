@@ -5,6 +5,7 @@ mod bench;
 pub mod cli;
 pub mod config;
 mod node;
+mod peers;
 mod permission;
 mod process;
 mod provider;

@@ -1,10 +1,13 @@
-//! `mew up`: assembles the node (roles, task store, task manager, HTTP surface) and runs it until stopped.
+//! The node's runtime (roles, task store, task manager), which `mew up`, `mew run` and
+//! `mew chat` assemble alike, and `mew up`, which serves it over HTTP until stopped.
 
 use std::collections::HashMap;
+use std::fs::{File, TryLockError};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use mew_cards::{CardOptions, RoleDefinition, front_card, role_base_url, role_card};
+use mew_cards::{AgentCard, CardOptions, RoleDefinition, front_card, role_base_url, role_card};
 use mew_transport::{AgentTransport, ServerOptions};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -14,6 +17,7 @@ use tracing::{info, warn};
 use crate::agent::delegate::{AgentTool, Directory, LocalRole};
 use crate::agent::runner::ModelExecutor;
 use crate::config::Config;
+use crate::peers::Peers;
 use crate::permission::PermissionEngine;
 use crate::process::{ledger_dir, reap_orphans};
 use crate::provider::Providers;
@@ -54,9 +58,10 @@ pub(crate) fn load_catalog(config: &Config) -> Catalog {
     Catalog::load(&dirs)
 }
 
-/// Starts the node and serves until Ctrl-C or SIGTERM.
-pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
-    let catalog = load_catalog(&config);
+/// Loads the roles as the node runs them: the catalog (its problems logged and skipped) and
+/// the default role, which must be one of them.
+pub(crate) fn load_roles(config: &Config) -> anyhow::Result<(Catalog, Arc<RoleDefinition>)> {
+    let catalog = load_catalog(config);
     for problem in catalog.problems() {
         match problem.severity {
             Severity::Error => {
@@ -69,103 +74,260 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         bail!(
             "the default role {:?} is not a known role; known roles: {}",
             config.node.default_role,
-            catalog
-                .roles()
-                .map(|r| r.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            role_names(&catalog)
         );
     };
+    Ok((catalog, default_role))
+}
 
+/// The names of the catalog's roles, comma-separated.
+fn role_names(catalog: &Catalog) -> String {
+    catalog
+        .roles()
+        .map(|r| r.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The node's runtime without its HTTP surface: roles, the task store, the task manager and
+/// what runs tasks. `mew up` serves it over HTTP; `mew run` and `mew chat` use its role agents
+/// in-process.
+pub(crate) struct Runtime {
+    /// The configuration it runs with; cards name `node.public_url`.
+    pub(crate) config: Config,
+    /// Every task.
+    pub(crate) manager: Arc<TaskManager>,
+    /// The model providers.
+    pub(crate) providers: Arc<Providers>,
+    /// The peer nodes and their roles.
+    pub(crate) peers: Arc<Peers>,
+    /// The task store's file.
+    pub(crate) database: PathBuf,
+    default_role: Arc<RoleDefinition>,
+    roles: Arc<NodeRoles>,
+    store: SqliteStore,
+    /// Held while the runtime uses the data directory.
+    _lock: File,
+}
+
+impl Runtime {
+    /// Loads the roles ([`load_roles`]) and starts the runtime over them.
+    pub(crate) async fn load(config: Config, env: HashMap<String, String>) -> anyhow::Result<Self> {
+        let (catalog, default_role) = load_roles(&config)?;
+        Self::start(config, catalog, default_role, env).await
+    }
+
+    /// Starts the runtime: takes the data directory (one process at a time), opens the task
+    /// store in it, kills the commands a crashed run left running, sets up the providers, the
+    /// permission rules and what runs each kind of role, and starts the task manager (which
+    /// fails the tasks a crashed run left unfinished). `env` is the environment that providers,
+    /// tools and commands draw on.
+    pub(crate) async fn start(
+        config: Config,
+        catalog: Catalog,
+        default_role: Arc<RoleDefinition>,
+        env: HashMap<String, String>,
+    ) -> anyhow::Result<Self> {
+        let lock = lock_data_dir(&config.node.data_dir)?;
+        let database = config.node.data_dir.join("tasks.db");
+        let store = SqliteStore::open(&database)
+            .with_context(|| format!("cannot open the task store at {}", database.display()))?;
+        // Before the task manager fails the tasks a crashed node left running: kill their commands.
+        let ledger = ledger_dir(&config.node.data_dir);
+        for reaped in reap_orphans(&ledger) {
+            warn!(
+                task = %reaped.task,
+                role = %reaped.role,
+                pgid = reaped.pgid,
+                "killed a command the previous run of the node left running"
+            );
+        }
+        let env = Arc::new(env);
+        let limits = Limits {
+            max_running: config.limits.max_running_tasks,
+            max_queued: config.limits.max_queued_tasks,
+            task_timeout: config.limits.task_timeout,
+            event_buffer: config.limits.event_buffer,
+        };
+        let providers = Arc::new(
+            Providers::from_config(&config, &env).context("cannot set up the model providers")?,
+        );
+        let permissions = Arc::new(
+            PermissionEngine::from_config(&config).context("cannot read the permission rules")?,
+        );
+        let peers = Peers::start(&config.peers, &mew_transport::ClientOptions::default()).await;
+        let directory = Arc::new(Directory::new(peers.clone()));
+        let roles = Arc::new(NodeRoles {
+            catalog,
+            command: Arc::new(CommandExecutor::new(
+                env.clone(),
+                config.limits.task_timeout,
+                Some(ledger),
+            )),
+            model: Arc::new(ModelExecutor {
+                providers: providers.clone(),
+                tools: {
+                    let mut tools = ToolRegistry::builtin();
+                    tools.register(Arc::new(AgentTool {
+                        directory: directory.clone(),
+                        max_depth: 3,
+                    }));
+                    tools
+                },
+                permissions,
+                env,
+                project_dir: config.project_dir.clone(),
+                default_model: config.agent.model.clone(),
+                max_tokens: config.agent.max_tokens,
+            }),
+        });
+        let manager = TaskManager::start(Arc::new(store.clone()), roles.clone(), limits).await?;
+        let runtime = Self {
+            config,
+            manager,
+            providers,
+            peers,
+            database,
+            default_role,
+            roles,
+            store,
+            _lock: lock,
+        };
+        // Every role, published or not, can take delegated work from this node's agents.
+        let local = runtime
+            .catalog()
+            .roles()
+            .map(|role| {
+                let agent: Arc<dyn AgentTransport> = Arc::new(runtime.role_agent(role));
+                (
+                    role.name.clone(),
+                    LocalRole {
+                        description: role.description.clone(),
+                        agent,
+                    },
+                )
+            })
+            .collect();
+        directory.set_local(local);
+        Ok(runtime)
+    }
+
+    /// Every role the node knows.
+    pub(crate) fn catalog(&self) -> &Catalog {
+        &self.roles.catalog
+    }
+
+    /// The role `name`; the error lists the known roles.
+    pub(crate) fn known_role(&self, name: &str) -> anyhow::Result<Arc<RoleDefinition>> {
+        self.catalog().get(name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "there is no role {name:?}; known roles: {}",
+                role_names(self.catalog())
+            )
+        })
+    }
+
+    fn card_options(&self) -> CardOptions {
+        CardOptions {
+            node_name: self.config.node.name.clone(),
+            ..CardOptions::default()
+        }
+    }
+
+    /// The card of `role`, served under `node.public_url`.
+    pub(crate) fn role_card(&self, role: &RoleDefinition) -> AgentCard {
+        let base = role_base_url(&self.config.node.public_url, &role.name);
+        role_card(role, &base, &self.card_options())
+    }
+
+    /// The agent of `role` alone.
+    pub(crate) fn role_agent(&self, role: &Arc<RoleDefinition>) -> RoleAgent {
+        RoleAgent::role(self.manager.clone(), role.clone(), self.role_card(role))
+    }
+
+    /// The node's front agent: runs the default role, sees every task; its card lists the
+    /// published roles.
+    pub(crate) fn front_agent(&self) -> RoleAgent {
+        let published: Vec<&RoleDefinition> =
+            self.catalog().published().map(AsRef::as_ref).collect();
+        let card = front_card(
+            &published,
+            &self.config.node.public_url,
+            &self.default_role.name,
+            &self.card_options(),
+        );
+        RoleAgent::front(self.manager.clone(), self.default_role.clone(), card)
+    }
+
+    /// Stops the tasks (waiting up to `node.shutdown_grace`), closes the task store and lets
+    /// go of the data directory.
+    pub(crate) async fn shutdown(self) {
+        let Self {
+            config,
+            manager,
+            roles,
+            store,
+            _lock,
+            ..
+        } = self;
+        manager.shutdown(config.node.shutdown_grace).await;
+        drop(manager);
+        drop(roles);
+        if let Err(e) = store.close().await {
+            warn!(error = %e, "closing the task store failed");
+        }
+    }
+}
+
+/// Takes `dir` for this process: creates it, and locks `dir/node.lock` until the returned file
+/// is dropped (or the process dies). A second process on the same data directory would fail
+/// the first one's running tasks and kill its commands as if they were left over from a crash.
+fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    let path = dir.join("node.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => bail!(
+            "the data directory {} is in use by another mew process (`mew up`, `mew run` or \
+             `mew chat`); stop it, or give this one another data directory (node.data_dir, \
+             MEW_DATA_DIR, --data-dir)",
+            dir.display()
+        ),
+        Err(TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
+}
+
+/// Starts the node and serves until Ctrl-C or SIGTERM.
+pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
+    let (catalog, default_role) = load_roles(&config)?;
     let listener = TcpListener::bind(config.node.listen_address())
         .await
         .with_context(|| format!("cannot listen on {}", config.node.listen_address()))?;
     config.node.bound_to(listener.local_addr()?);
     let base = config.node.public_url.clone();
+    let env = std::env::vars().collect();
+    let runtime = Runtime::start(config, catalog, default_role, env).await?;
+    let config = &runtime.config;
+    let manager = &runtime.manager;
+    let providers = &runtime.providers;
+    let database = &runtime.database;
 
-    let database = config.node.data_dir.join("tasks.db");
-    let store = SqliteStore::open(&database)
-        .with_context(|| format!("cannot open the task store at {}", database.display()))?;
-    // Before the task manager fails the tasks a crashed node left running: kill their commands.
-    let ledger = ledger_dir(&config.node.data_dir);
-    for reaped in reap_orphans(&ledger) {
-        warn!(
-            task = %reaped.task,
-            role = %reaped.role,
-            pgid = reaped.pgid,
-            "killed a command the previous run of the node left running"
-        );
-    }
-    let env: Arc<HashMap<String, String>> = Arc::new(std::env::vars().collect());
-    let limits = Limits {
-        max_running: config.limits.max_running_tasks,
-        max_queued: config.limits.max_queued_tasks,
-        task_timeout: config.limits.task_timeout,
-        event_buffer: config.limits.event_buffer,
-    };
-    let providers = Arc::new(
-        Providers::from_config(&config, &env).context("cannot set up the model providers")?,
-    );
-    let permissions = Arc::new(
-        PermissionEngine::from_config(&config).context("cannot read the permission rules")?,
-    );
-    let directory = Arc::new(Directory::default());
-    let published: Vec<Arc<RoleDefinition>> = catalog.published().cloned().collect();
-    let all_roles: Vec<Arc<RoleDefinition>> = catalog.roles().cloned().collect();
-    let problems: Vec<_> = catalog.problems().to_vec();
-    let roles = Arc::new(NodeRoles {
-        catalog,
-        command: Arc::new(CommandExecutor::new(
-            env.clone(),
-            config.limits.task_timeout,
-            Some(ledger),
-        )),
-        model: Arc::new(ModelExecutor {
-            providers: providers.clone(),
-            tools: {
-                let mut tools = ToolRegistry::builtin();
-                tools.register(Arc::new(AgentTool {
-                    directory: directory.clone(),
-                    max_depth: 3,
-                }));
-                tools
-            },
-            permissions,
-            env,
-            project_dir: config.project_dir.clone(),
-            default_model: config.agent.model.clone(),
-            max_tokens: config.agent.max_tokens,
-        }),
-    });
-    let manager = TaskManager::start(Arc::new(store.clone()), roles, limits).await?;
-
-    let options = CardOptions {
-        node_name: config.node.name.clone(),
-        ..CardOptions::default()
-    };
-    // Every role, published or not, can take delegated work from this node's agents.
-    let local = all_roles
-        .iter()
-        .map(|role| {
-            let card = role_card(role, &role_base_url(&base, &role.name), &options);
-            let agent: Arc<dyn AgentTransport> =
-                Arc::new(RoleAgent::role(manager.clone(), role.clone(), card));
-            (
-                role.name.clone(),
-                LocalRole {
-                    description: role.description.clone(),
-                    agent,
-                },
-            )
-        })
-        .collect();
-    directory.set_local(local);
+    let published: Vec<Arc<RoleDefinition>> = runtime.catalog().published().cloned().collect();
+    let problems: Vec<_> = runtime.catalog().problems().to_vec();
     let published_roles: Vec<PublishedRole> = published
         .iter()
         .map(|role| {
-            let card = role_card(role, &role_base_url(&base, &role.name), &options);
-            let agent: Arc<dyn AgentTransport> =
-                Arc::new(RoleAgent::role(manager.clone(), role.clone(), card.clone()));
+            let card = runtime.role_card(role);
+            let agent: Arc<dyn AgentTransport> = Arc::new(runtime.role_agent(role));
             PublishedRole {
                 name: role.name.clone(),
                 agent,
@@ -173,15 +335,13 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
             }
         })
         .collect();
-    let refs: Vec<&RoleDefinition> = published.iter().map(AsRef::as_ref).collect();
-    let front = front_card(&refs, &base, &default_role.name, &options);
-    let front: Arc<dyn AgentTransport> =
-        Arc::new(RoleAgent::front(manager.clone(), default_role, front));
+    let front: Arc<dyn AgentTransport> = Arc::new(runtime.front_agent());
     let status = json!({
         "name": config.node.name,
         "url": base,
         "roles": published.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
         "problems": problems,
+        "peers": runtime.peers.status_json(),
     });
     let server_options = ServerOptions {
         max_body_bytes: config.limits.max_body_bytes,
@@ -210,6 +370,20 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         None => println!(
             "mew: no model provider configured: model roles fail until one is (set ANTHROPIC_API_KEY or OPENAI_API_KEY, or add `providers:` to the config)"
         ),
+    }
+    for peer in runtime.peers.list() {
+        match &peer.error {
+            Some(error) => println!(
+                "mew: peer {} at {} is unreachable: {error}",
+                peer.name, peer.url
+            ),
+            None => println!(
+                "mew: peer {} at {}: {} roles",
+                peer.name,
+                peer.url,
+                peer.roles.len()
+            ),
+        }
     }
     println!("mew: tasks in {}", database.display());
     info!(url = %base, roles = published.len(), "node started");
@@ -241,11 +415,8 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         }
     }
     info!("shutting down");
-    manager.shutdown(config.node.shutdown_grace).await;
-    drop(manager);
-    if let Err(e) = store.close().await {
-        warn!(error = %e, "closing the task store failed");
-    }
+    drop(published_roles);
+    runtime.shutdown().await;
     Ok(())
 }
 

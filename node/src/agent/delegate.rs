@@ -16,6 +16,7 @@ use mew_transport::{AgentTransport, CallContext, RemoteAgent};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::peers::Peers;
 use crate::tools::{Category, Tool, ToolContext, ToolOutput};
 
 /// A role of this node, as the `Agent` tool reaches it.
@@ -27,14 +28,23 @@ pub(crate) struct LocalRole {
 }
 
 /// The roles a delegating agent can reach by name.
-#[derive(Default)]
 pub(crate) struct Directory {
-    /// This node's roles, by name, with their descriptions; set once the task
-    /// manager exists (the manager's runners hold this directory).
+    /// This node's roles, by name; set once the task manager exists (the
+    /// manager's runners hold this directory).
     local: OnceLock<HashMap<String, LocalRole>>,
+    /// The configured peers' roles, as `peer/role`.
+    peers: Arc<Peers>,
 }
 
 impl Directory {
+    /// A directory of `peers`, and of this node's roles once they are set.
+    pub(crate) fn new(peers: Arc<Peers>) -> Self {
+        Self {
+            local: OnceLock::new(),
+            peers,
+        }
+    }
+
     /// Sets this node's roles; later calls change nothing.
     pub(crate) fn set_local(&self, roles: HashMap<String, LocalRole>) {
         let _ = self.local.set(roles);
@@ -56,6 +66,12 @@ impl Directory {
             })
             .unwrap_or_default();
         lines.sort();
+        let remote = self.peers.describe_for_model();
+        if !remote.is_empty() {
+            lines.push(String::new());
+            lines.push("Roles of peer nodes:".to_owned());
+            lines.extend(remote.lines().map(|line| format!("- {line}")));
+        }
         lines.join("\n")
     }
 
@@ -69,6 +85,9 @@ impl Directory {
                 .await
                 .map(|agent| Arc::new(agent) as Arc<dyn AgentTransport>)
                 .map_err(|e| format!("cannot reach the agent at {target}: {e}"));
+        }
+        if target.contains('/') {
+            return self.peers.resolve(target).await.map_err(|e| e.to_string());
         }
         let known: Vec<&str> = self
             .local
@@ -131,7 +150,8 @@ impl Tool for AgentTool {
         format!(
             "Hands a task to another agent and returns its answer. The agent works on its own, \
              with its own tools and an empty conversation: give it everything it needs in the \
-             prompt. subagent_type is one of the roles below, or the URL of any A2A agent.\n\n\
+             prompt. subagent_type is one of the roles below (`peer/role` for a role of a \
+             peer node), or the URL of any A2A agent.\n\n\
              Roles of this node:\n{}",
             self.directory.describe()
         )

@@ -8,10 +8,14 @@
 mod agents;
 mod bench;
 mod card;
+mod chat;
 mod config;
+mod local;
 mod logging;
 mod output;
+mod peers;
 mod remote;
+mod run;
 mod send;
 mod tasks;
 mod up;
@@ -131,6 +135,13 @@ pub(crate) enum Command {
     Send(send::SendArgs),
     /// List, show, cancel or watch the tasks of a node
     Tasks(tasks::TasksArgs),
+    /// Run one task of a role in this process, without HTTP, and print its answer as it streams
+    Run(run::RunArgs),
+    /// Talk with a role in the terminal, without HTTP: each line continues the conversation
+    Chat(chat::ChatArgs),
+    /// Fetch every configured peer now and list its state and roles; exit 1 if one is
+    /// unreachable
+    Peers,
 }
 
 impl Command {
@@ -143,7 +154,10 @@ impl Command {
             | Command::Card(_)
             | Command::Agents
             | Command::Send(_)
-            | Command::Tasks(_) => None,
+            | Command::Tasks(_)
+            | Command::Run(_)
+            | Command::Chat(_)
+            | Command::Peers => None,
         }
     }
 }
@@ -166,12 +180,14 @@ pub(crate) enum Failure {
     Usage(anyhow::Error),
     /// The command ran and failed: exit status 1.
     Runtime(anyhow::Error),
+    /// The user interrupted the command (Ctrl-C): exit status 130.
+    Interrupted(anyhow::Error),
 }
 
 impl Failure {
     fn error(&self) -> &anyhow::Error {
         match self {
-            Failure::Usage(error) | Failure::Runtime(error) => error,
+            Failure::Usage(error) | Failure::Runtime(error) | Failure::Interrupted(error) => error,
         }
     }
 
@@ -179,6 +195,7 @@ impl Failure {
         match self {
             Failure::Usage(_) => 2,
             Failure::Runtime(_) => 1,
+            Failure::Interrupted(_) => 130,
         }
     }
 }
@@ -259,6 +276,17 @@ async fn run(command: Command, context: Context) -> Result<(), Failure> {
         }
         Command::Send(args) => send::send(args, &context).await.map_err(Failure::Runtime),
         Command::Tasks(args) => tasks::tasks(args, &context).await.map_err(Failure::Runtime),
+        Command::Run(args) => {
+            let mut terminal = local::Terminal::stdio();
+            run::run(args, context.config, context.json, &mut terminal).await
+        }
+        Command::Chat(args) => {
+            let mut terminal = local::Terminal::stdio();
+            chat::chat(args, context.config, context.json, &mut terminal).await
+        }
+        Command::Peers => peers::peers(&context, &mut std::io::stdout().lock())
+            .await
+            .map_err(Failure::Runtime),
     }
 }
 

@@ -20,6 +20,7 @@ pub(crate) mod duration;
 mod error;
 mod load;
 mod merge;
+mod peers;
 mod providers;
 mod resolve;
 mod schema;
@@ -39,6 +40,7 @@ use serde::{Deserialize, Serialize};
 pub use error::ConfigError;
 pub use load::{FlagOverrides, LoadedConfig, Sources};
 pub use merge::Origin;
+pub use peers::{PeerBinding, PeerConfig};
 pub use providers::{AgentConfig, ProviderConfig, ProviderKind};
 pub use resolve::Entry;
 
@@ -61,6 +63,8 @@ pub struct Config {
     pub agent: AgentConfig,
     /// `providers:` — the model services, by the names the user gave them.
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// `peers:` — other A2A agents this node may delegate to, by the names the user gave them.
+    pub peers: BTreeMap<String, PeerConfig>,
     /// The project directory, absolute: `.mew/` under it holds the project's configuration and
     /// roles.
     #[serde(skip)]

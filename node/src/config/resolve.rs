@@ -102,6 +102,7 @@ impl LoadedConfig {
             },
             agent: self.resolve_agent(),
             providers: self.resolve_providers()?,
+            peers: self.resolve_peers()?,
             project_dir: project,
             home_dir: self.home.clone(),
         })

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::peers::{PeerSettings, peer_entry_schema};
 use super::providers::{AgentSettings, ProviderSettings, provider_entry_schema};
 use super::{LogFormat, duration};
 
@@ -22,6 +23,7 @@ pub(crate) struct Settings {
     pub(crate) permissions: PermissionsSettings,
     pub(crate) agent: AgentSettings,
     pub(crate) providers: BTreeMap<String, ProviderSettings>,
+    pub(crate) peers: BTreeMap<String, PeerSettings>,
 }
 
 /// `node:` — where the node listens and how it presents itself.
@@ -208,5 +210,9 @@ pub(crate) const FREE_FORM_MAPS: &[FreeFormMap] = &[
     FreeFormMap {
         path: "providers.*.models",
         entry: FreeFormEntry::Value,
+    },
+    FreeFormMap {
+        path: "peers",
+        entry: FreeFormEntry::Section(peer_entry_schema),
     },
 ];

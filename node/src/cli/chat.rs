@@ -1,0 +1,632 @@
+//! `mew chat [--role R]`: a conversation with a role in the terminal, without HTTP: each line
+//! is a task in one context, so the role sees what was said before.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use clap::Args;
+use mew_cards::{
+    ContextId, GetTaskRequest, ListTasksRequest, Message, Role, RoleDefinition, Task, TaskId,
+};
+use mew_transport::{AgentTransport, CallContext};
+
+use super::Failure;
+use super::local::{Ending, Printer, Terminal, Typed, converse, one_line};
+use super::output::state_name;
+use super::remote::remote_error;
+use crate::config::Config;
+use crate::node::Runtime;
+use crate::roles::catalog::render_agents;
+
+/// How many characters of a task's prompt a listing shows.
+const PROMPT_CHARS: usize = 60;
+/// How many conversations `/resume` lists.
+const RECENT_CONTEXTS: usize = 10;
+/// How many tasks a listing reads at most.
+const LIST_PAGE: i32 = 100;
+
+/// What `/help` prints.
+const HELP: &str = "\
+Type a message to send it to the role; each one continues the conversation.
+  /clear          start a new conversation
+  /agents         list the roles
+  /role NAME      talk to another role; the conversation goes on
+  /tasks          the tasks of this chat
+  /resume [ID]    continue the conversation of an earlier task (without ID: list recent ones)
+  /help           this help
+  /quit           leave (so does the end of the input, Ctrl-D)
+Ctrl-C cancels the running task; at the prompt, it leaves.
+A line that starts with // is sent with one / removed.
+";
+
+/// `mew chat`.
+#[derive(Debug, Args)]
+pub(crate) struct ChatArgs {
+    /// The role to talk to [default: node.default_role]
+    #[arg(long, value_name = "ROLE")]
+    pub(crate) role: Option<String>,
+}
+
+/// A line typed in a chat.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Line {
+    /// A message for the role.
+    Say(String),
+    /// `/clear`: start a new context.
+    Clear,
+    /// `/agents`: list the roles.
+    Agents,
+    /// `/tasks`: list this chat's tasks.
+    Tasks,
+    /// `/resume [ID]`: continue the context of a task (or a context), or list recent ones.
+    Resume(Option<String>),
+    /// `/role [NAME]`: switch to a role, or show the current one.
+    Role(Option<String>),
+    /// `/help`.
+    Help,
+    /// `/quit` or `/exit`.
+    Quit,
+    /// An empty line.
+    Nothing,
+    /// A command this chat does not know, without its slash.
+    Unknown(String),
+}
+
+/// What `line` asks for. Commands start with `/`; `//` escapes a message that starts with `/`.
+pub(crate) fn parse_line(line: &str) -> Line {
+    let line = line.trim();
+    if line.is_empty() {
+        return Line::Nothing;
+    }
+    if let Some(rest) = line.strip_prefix("//") {
+        return Line::Say(format!("/{rest}"));
+    }
+    let Some(command) = line.strip_prefix('/') else {
+        return Line::Say(line.to_owned());
+    };
+    let (name, rest) = command
+        .split_once(char::is_whitespace)
+        .unwrap_or((command, ""));
+    let argument = Some(rest.trim())
+        .filter(|rest| !rest.is_empty())
+        .map(str::to_owned);
+    match name {
+        "clear" | "new" => Line::Clear,
+        "agents" => Line::Agents,
+        "tasks" => Line::Tasks,
+        "resume" => Line::Resume(argument),
+        "role" => Line::Role(argument),
+        "help" | "?" => Line::Help,
+        "quit" | "exit" => Line::Quit,
+        _ => Line::Unknown(name.to_owned()),
+    }
+}
+
+/// The state of a chat.
+struct Chat {
+    /// The role lines go to.
+    role: Arc<RoleDefinition>,
+    /// The conversation lines continue; `None` before the first and after `/clear`.
+    context: Option<ContextId>,
+    /// Every context of this chat, in the order it entered them.
+    contexts: Vec<ContextId>,
+}
+
+impl Chat {
+    /// Continues in `context` from now on.
+    fn enter(&mut self, context: ContextId) {
+        if !self.contexts.contains(&context) {
+            self.contexts.push(context.clone());
+        }
+        self.context = Some(context);
+    }
+}
+
+/// Starts the node's runtime (no HTTP) and talks with a role: each line read from
+/// `terminal` is sent as a message in the chat's context and the answer printed as it
+/// streams; lines that start with `/` are commands (`/help`). Ends at `/quit` or the end of
+/// the input, or with [`Failure::Interrupted`] at a Ctrl-C while no task runs.
+pub(crate) async fn chat<O: Write, E: Write>(
+    args: ChatArgs,
+    config: Config,
+    json: bool,
+    terminal: &mut Terminal<O, E>,
+) -> Result<(), Failure> {
+    let env = std::env::vars().collect();
+    let runtime = Runtime::load(config, env).await.map_err(Failure::Runtime)?;
+    let ended = chat_in(&runtime, args, json, terminal).await;
+    runtime.shutdown().await;
+    ended
+}
+
+/// [`chat`] on a runtime that is already up.
+async fn chat_in<O: Write, E: Write>(
+    runtime: &Runtime,
+    args: ChatArgs,
+    json: bool,
+    terminal: &mut Terminal<O, E>,
+) -> Result<(), Failure> {
+    let name = args
+        .role
+        .as_deref()
+        .unwrap_or(&runtime.config.node.default_role);
+    let role = runtime.known_role(name).map_err(Failure::Usage)?;
+    let front = runtime.front_agent();
+    let mut chat = Chat {
+        role,
+        context: None,
+        contexts: Vec::new(),
+    };
+    let mut printer = Printer::new(json, false);
+    let io = |error: std::io::Error| Failure::Runtime(error.into());
+    if terminal.interactive {
+        terminal
+            .note(
+                &mut printer,
+                &format!(
+                    "mew chat with {}: /help lists the commands, /quit leaves\n",
+                    chat.role.name
+                ),
+            )
+            .map_err(io)?;
+    }
+    loop {
+        if terminal.interactive {
+            terminal
+                .note(&mut printer, &format!("{}> ", chat.role.name))
+                .map_err(io)?;
+        }
+        let line = match terminal.typed().await.map_err(Failure::Runtime)? {
+            Typed::Line(line) => line,
+            Typed::End => {
+                if terminal.interactive {
+                    terminal.note(&mut printer, "\n").map_err(io)?;
+                }
+                return Ok(());
+            }
+            Typed::Interrupted => {
+                terminal.note(&mut printer, "\n").map_err(io)?;
+                return Err(Failure::Interrupted(anyhow!("interrupted")));
+            }
+        };
+        match parse_line(&line) {
+            Line::Nothing => {}
+            Line::Quit => return Ok(()),
+            Line::Help => terminal.out.write_all(HELP.as_bytes()).map_err(io)?,
+            Line::Agents => terminal
+                .out
+                .write_all(render_agents(runtime.catalog(), json).as_bytes())
+                .map_err(io)?,
+            Line::Clear => {
+                chat.context = None;
+                terminal
+                    .note(&mut printer, "(a new conversation)\n")
+                    .map_err(io)?;
+            }
+            Line::Role(None) => terminal
+                .note(
+                    &mut printer,
+                    &format!("talking to {}; /agents lists the roles\n", chat.role.name),
+                )
+                .map_err(io)?,
+            Line::Role(Some(name)) => {
+                let note = match runtime.known_role(&name) {
+                    Ok(role) => {
+                        chat.role = role;
+                        format!("talking to {} now\n", chat.role.name)
+                    }
+                    Err(error) => format!("{error:#}\n"),
+                };
+                terminal.note(&mut printer, &note).map_err(io)?;
+            }
+            Line::Tasks => {
+                let listing = list_chat_tasks(&front, &chat).await;
+                print_listing(terminal, &mut printer, listing)?;
+            }
+            Line::Resume(None) => {
+                let listing = list_recent(&front).await;
+                print_listing(terminal, &mut printer, listing)?;
+            }
+            Line::Resume(Some(id)) => {
+                let note = match find_context(&front, &id).await {
+                    Ok(context) => {
+                        let note = format!("(continuing context {context})\n");
+                        chat.enter(context);
+                        note
+                    }
+                    Err(error) => format!("{error:#}\n"),
+                };
+                terminal.note(&mut printer, &note).map_err(io)?;
+            }
+            Line::Unknown(name) => terminal
+                .note(
+                    &mut printer,
+                    &format!("unknown command /{name}; /help lists the commands\n"),
+                )
+                .map_err(io)?,
+            Line::Say(text) => {
+                let agent = runtime.role_agent(&chat.role);
+                let mut message = Message::user_text(text);
+                message.context_id = chat.context.clone();
+                let permission_asks = !chat.role.is_command();
+                match converse(&agent, message, permission_asks, terminal, &mut printer).await {
+                    Ok(Ending::Task(task) | Ending::Interrupted(Some(task))) => {
+                        chat.enter(task.context_id);
+                    }
+                    Ok(Ending::Message | Ending::Interrupted(None)) => {}
+                    Err(error) if super::is_broken_pipe(&error) => {
+                        return Err(Failure::Runtime(error));
+                    }
+                    Err(error) => terminal
+                        .note(&mut printer, &format!("mew: {error:#}\n"))
+                        .map_err(io)?,
+                }
+            }
+        }
+        terminal.out.flush().map_err(io)?;
+    }
+}
+
+/// Writes a listing to `out`, or its error as a note.
+fn print_listing<O: Write, E: Write>(
+    terminal: &mut Terminal<O, E>,
+    printer: &mut Printer,
+    listing: anyhow::Result<String>,
+) -> Result<(), Failure> {
+    let written = match listing {
+        Ok(text) => printer
+            .close(&mut terminal.out)
+            .and_then(|()| terminal.out.write_all(text.as_bytes())),
+        Err(error) => terminal.note(printer, &format!("mew: {error:#}\n")),
+    };
+    written.map_err(|error| Failure::Runtime(error.into()))
+}
+
+/// The tasks of `context`, oldest first.
+async fn context_tasks(
+    agent: &dyn AgentTransport,
+    context: &ContextId,
+) -> anyhow::Result<Vec<Task>> {
+    let request = ListTasksRequest {
+        context_id: context.clone(),
+        page_size: Some(LIST_PAGE),
+        ..ListTasksRequest::default()
+    };
+    let mut tasks = agent
+        .list_tasks(&CallContext::anonymous(), request)
+        .await
+        .map_err(remote_error)?
+        .tasks;
+    tasks.reverse();
+    Ok(tasks)
+}
+
+/// `/tasks`: the tasks of each context of the chat, the current one marked.
+async fn list_chat_tasks(agent: &dyn AgentTransport, chat: &Chat) -> anyhow::Result<String> {
+    if chat.contexts.is_empty() {
+        return Ok("no tasks in this chat yet\n".to_owned());
+    }
+    let mut out = String::new();
+    for context in &chat.contexts {
+        let current = if chat.context.as_ref() == Some(context) {
+            " (current)"
+        } else {
+            ""
+        };
+        out.push_str(&format!("context {context}{current}\n"));
+        for task in context_tasks(agent, context).await? {
+            out.push_str(&task_line(&task, false));
+        }
+    }
+    Ok(out)
+}
+
+/// `/resume` without an id: the latest task of each recent conversation on the node.
+async fn list_recent(agent: &dyn AgentTransport) -> anyhow::Result<String> {
+    let request = ListTasksRequest {
+        page_size: Some(LIST_PAGE),
+        ..ListTasksRequest::default()
+    };
+    let tasks = agent
+        .list_tasks(&CallContext::anonymous(), request)
+        .await
+        .map_err(remote_error)?
+        .tasks;
+    let mut seen: Vec<&ContextId> = Vec::new();
+    let mut out = String::new();
+    for task in &tasks {
+        if seen.len() == RECENT_CONTEXTS || seen.contains(&&task.context_id) {
+            continue;
+        }
+        seen.push(&task.context_id);
+        out.push_str(&task_line(task, true));
+    }
+    if out.is_empty() {
+        return Ok("no conversations yet\n".to_owned());
+    }
+    Ok(format!(
+        "recent conversations, latest task first; continue one with /resume TASK_ID:\n{out}"
+    ))
+}
+
+/// One task in a listing: id, (when,) state and the start of its prompt.
+fn task_line(task: &Task, when: bool) -> String {
+    let prompt = task
+        .history
+        .iter()
+        .find(|message| message.role == Role::User)
+        .map(|message| one_line(&message.text(), PROMPT_CHARS))
+        .unwrap_or_default();
+    let time = match (&task.status.timestamp, when) {
+        (Some(timestamp), true) => format!("  {timestamp}"),
+        _ => String::new(),
+    };
+    format!(
+        "  {}{time}  {:<14}  {prompt}\n",
+        task.id,
+        state_name(task.status.state)
+    )
+}
+
+/// The context `id` names: that of the task `id`, or the context `id` itself if it has tasks.
+async fn find_context(agent: &dyn AgentTransport, id: &str) -> anyhow::Result<ContextId> {
+    let request = GetTaskRequest {
+        id: TaskId::from(id.to_owned()),
+        ..GetTaskRequest::default()
+    };
+    if let Ok(task) = agent.get_task(&CallContext::anonymous(), request).await {
+        return Ok(task.context_id);
+    }
+    let context = ContextId::from(id.to_owned());
+    if context_tasks(agent, &context).await?.is_empty() {
+        anyhow::bail!("there is no task or context {id}; /resume lists recent ones");
+    }
+    Ok(context)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use mew_tests::model::{ScriptedModel, Step};
+
+    use super::*;
+    use crate::cli::local::Interrupts;
+    use crate::cli::local::testing::{Project, printed, terminal};
+
+    /// The conversation a model request carries, as JSON text.
+    fn conversation(request: &mew_tests::model::Recorded) -> String {
+        request.body["messages"].to_string()
+    }
+
+    #[test]
+    fn lines_are_messages_or_commands() {
+        let cases = [
+            ("hello there", Line::Say("hello there".to_owned())),
+            ("  padded  ", Line::Say("padded".to_owned())),
+            ("", Line::Nothing),
+            ("   ", Line::Nothing),
+            ("/clear", Line::Clear),
+            ("/new", Line::Clear),
+            ("/agents", Line::Agents),
+            ("/tasks", Line::Tasks),
+            ("/resume", Line::Resume(None)),
+            (
+                "/resume  0190-abc ",
+                Line::Resume(Some("0190-abc".to_owned())),
+            ),
+            ("/role", Line::Role(None)),
+            ("/role Plan", Line::Role(Some("Plan".to_owned()))),
+            ("/help", Line::Help),
+            ("/?", Line::Help),
+            ("/quit", Line::Quit),
+            ("/exit", Line::Quit),
+            ("/frobnicate now", Line::Unknown("frobnicate".to_owned())),
+            (
+                "//etc/passwd is a file",
+                Line::Say("/etc/passwd is a file".to_owned()),
+            ),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(parse_line(line), expected, "{line:?}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lines_continue_one_conversation_until_clear() {
+        let model = ScriptedModel::start(vec![
+            Step::text("Nice to meet you, Ada.").expect_last_user("my name is Ada"),
+            Step::text("Your name is Ada.").expect_last_user("what is my name?"),
+            Step::text("I do not know your name.").expect_last_user("what is my name?"),
+        ])
+        .unwrap();
+        let project = Project::new(Some(&model), &[]);
+        let mut terminal = terminal(
+            "my name is Ada\nwhat is my name?\n/clear\nwhat is my name?\n/quit\nnot read\n",
+            false,
+        );
+
+        let result = chat(
+            ChatArgs { role: None },
+            project.config.clone(),
+            false,
+            &mut terminal,
+        )
+        .await;
+
+        assert!(result.is_ok(), "{result:?}");
+        let (out, err) = printed(&terminal);
+        assert_eq!(
+            out,
+            "Nice to meet you, Ada.\nYour name is Ada.\nI do not know your name.\n"
+        );
+        assert_eq!(err, "(a new conversation)\n");
+        let requests = model.requests();
+        assert_eq!(requests.len(), 3);
+        let first = conversation(&requests[0]);
+        assert!(!first.contains("Nice to meet you"), "{first}");
+        let second = conversation(&requests[1]);
+        assert!(second.contains("my name is Ada"), "{second}");
+        assert!(second.contains("Nice to meet you, Ada."), "{second}");
+        let third = conversation(&requests[2]);
+        assert!(!third.contains("Ada"), "{third}");
+        model.assert_done();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn roles_switch_and_tasks_list_this_chats_contexts() {
+        let upper = "---\nname: upper\ndescription: Upper case.\ncommand: [tr, a-z, A-Z]\n---\n";
+        let lower = "---\nname: lower\ndescription: Lower case.\ncommand: [tr, A-Z, a-z]\n---\n";
+        let project = Project::new(None, &[("upper.md", upper), ("lower.md", lower)]);
+        let mut terminal = terminal(
+            "Hello\n/role nope\n/role lower\nHello\n/clear\nAgain\n/tasks\n/bogus\n",
+            false,
+        );
+
+        let result = chat(
+            ChatArgs {
+                role: Some("upper".to_owned()),
+            },
+            project.config.clone(),
+            false,
+            &mut terminal,
+        )
+        .await;
+
+        assert!(result.is_ok(), "{result:?}");
+        let (out, err) = printed(&terminal);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[..3], ["HELLO", "hello", "again"]);
+        // Two contexts: the first with two tasks (one per role), then the one after /clear.
+        assert!(lines[3].starts_with("context "), "{out}");
+        assert!(!lines[3].ends_with("(current)"), "{out}");
+        assert!(lines[4].ends_with("  completed       Hello"), "{out}");
+        assert!(lines[5].ends_with("  completed       Hello"), "{out}");
+        assert!(
+            lines[6].starts_with("context ") && lines[6].ends_with(" (current)"),
+            "{out}"
+        );
+        assert!(lines[7].ends_with("  completed       Again"), "{out}");
+        assert_eq!(lines.len(), 8, "{out}");
+        assert_eq!(
+            err,
+            "there is no role \"nope\"; known roles: Explore, Plan, general-purpose, lower, upper\n\
+             talking to lower now\n\
+             (a new conversation)\n\
+             unknown command /bogus; /help lists the commands\n"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn resume_continues_the_context_of_an_earlier_task() {
+        let model = ScriptedModel::start(vec![
+            Step::text("Hi Ada.").expect_last_user("my name is Ada"),
+            Step::text("Your name is Ada.").expect_last_user("what is my name?"),
+        ])
+        .unwrap();
+        let project = Project::new(Some(&model), &[]);
+        let mut first = terminal("my name is Ada\n", false);
+        chat(
+            ChatArgs { role: None },
+            project.config.clone(),
+            false,
+            &mut first,
+        )
+        .await
+        .unwrap();
+        let runtime = Runtime::load(project.config.clone(), HashMap::new())
+            .await
+            .unwrap();
+        let tasks = runtime
+            .front_agent()
+            .list_tasks(&CallContext::anonymous(), ListTasksRequest::default())
+            .await
+            .unwrap()
+            .tasks;
+        runtime.shutdown().await;
+        assert_eq!(tasks.len(), 1);
+        let earlier = &tasks[0];
+
+        let mut second = terminal(
+            &format!(
+                "/resume\n/resume bogus\n/resume {}\nwhat is my name?\n",
+                earlier.id
+            ),
+            false,
+        );
+        chat(
+            ChatArgs { role: None },
+            project.config.clone(),
+            false,
+            &mut second,
+        )
+        .await
+        .unwrap();
+
+        let (out, err) = printed(&second);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0],
+            "recent conversations, latest task first; continue one with /resume TASK_ID:"
+        );
+        assert!(
+            lines[1].starts_with(&format!("  {}  ", earlier.id)),
+            "{out}"
+        );
+        assert!(
+            lines[1].ends_with("  completed       my name is Ada"),
+            "{out}"
+        );
+        assert_eq!(lines[2], "Your name is Ada.");
+        assert_eq!(lines.len(), 3, "{out}");
+        assert_eq!(
+            err,
+            format!(
+                "there is no task or context bogus; /resume lists recent ones\n\
+                 (continuing context {})\n",
+                earlier.context_id
+            )
+        );
+        let requests = model.requests();
+        assert_eq!(requests.len(), 2);
+        let resumed = conversation(&requests[1]);
+        assert!(
+            resumed.contains("my name is Ada") && resumed.contains("Hi Ada."),
+            "{resumed}"
+        );
+        model.assert_done();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ctrl_c_at_the_prompt_leaves_with_130() {
+        let project = Project::new(None, &[]);
+        let (interrupt, interrupts) = Interrupts::channel();
+        let mut terminal = Terminal::new(
+            std::io::Cursor::new("never sent\n".to_owned()),
+            Vec::new(),
+            Vec::new(),
+            true,
+            interrupts,
+        );
+        interrupt.send(()).unwrap();
+
+        let failure = chat(
+            ChatArgs { role: None },
+            project.config.clone(),
+            false,
+            &mut terminal,
+        )
+        .await
+        .unwrap_err();
+
+        assert_eq!(failure.exit_code(), 130);
+        let (out, err) = printed(&terminal);
+        assert_eq!(out, "");
+        assert_eq!(
+            err,
+            "mew chat with general-purpose: /help lists the commands, /quit leaves\n\
+             general-purpose> \n"
+        );
+    }
+}
