@@ -403,6 +403,10 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         }
     };
     let app = tower::ServiceExt::map_request(app, crate::server::strip_trailing_slash);
+    // Small SSE frames must leave at once: no Nagle delay waiting for an ACK.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(
         listener,
         axum::ServiceExt::<axum::extract::Request>::into_make_service(app),

@@ -33,6 +33,9 @@ async fn main() -> anyhow::Result<()> {
             post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], ANSWER) }),
         );
     println!("READY {base_url}");
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app).await?;
     Ok(())
 }

@@ -17,6 +17,9 @@ async fn main() -> anyhow::Result<()> {
     let base_url = format!("http://{}", listener.local_addr()?);
     let router = mew_transport::router(Arc::new(EchoAgent::new(&base_url)));
     println!("READY {base_url}");
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router).await?;
     Ok(())
 }
