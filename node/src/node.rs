@@ -14,8 +14,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::agent::delegate::{AgentTool, Directory, LocalRole};
+use crate::agent::delegate::{AgentTool, Directory, LocalRole, SendMessageTool};
 use crate::agent::runner::ModelExecutor;
+use crate::agent::task_tools::{TaskGet, TaskList, TaskStop};
 use crate::config::Config;
 use crate::peers::Peers;
 use crate::permission::PermissionEngine;
@@ -170,15 +171,26 @@ impl Runtime {
                     let mut tools = ToolRegistry::builtin();
                     tools.register(Arc::new(AgentTool {
                         directory: directory.clone(),
-                        max_depth: 3,
+                        max_depth: config.agent.max_depth,
+                    }));
+                    tools.register(Arc::new(SendMessageTool {
+                        directory: directory.clone(),
+                    }));
+                    tools.register(Arc::new(TaskList {
+                        directory: directory.clone(),
+                    }));
+                    tools.register(Arc::new(TaskGet {
+                        directory: directory.clone(),
+                    }));
+                    tools.register(Arc::new(TaskStop {
+                        directory: directory.clone(),
                     }));
                     tools
                 },
                 permissions,
                 env,
                 project_dir: config.project_dir.clone(),
-                default_model: config.agent.model.clone(),
-                max_tokens: config.agent.max_tokens,
+                agent: config.agent.clone(),
             }),
         });
         let manager = TaskManager::start(Arc::new(store.clone()), roles.clone(), limits).await?;
@@ -198,12 +210,13 @@ impl Runtime {
             .catalog()
             .roles()
             .map(|role| {
-                let agent: Arc<dyn AgentTransport> = Arc::new(runtime.role_agent(role));
+                let agent = Arc::new(runtime.role_agent(role));
                 (
                     role.name.clone(),
                     LocalRole {
                         description: role.description.clone(),
-                        agent,
+                        agent: agent.clone(),
+                        forker: agent,
                     },
                 )
             })

@@ -1,23 +1,48 @@
-//! The `Agent` tool: hands work to a role on this node or on another one, through `AgentTransport`.
+//! The `Agent` and `SendMessage` tools: hand work to a role on this node or on another one, through `AgentTransport`.
 //!
 //! Local roles and remote ones take the same path: the tool resolves the name
 //! to an `Arc<dyn AgentTransport>` (the in-process role agent, or a
 //! `RemoteAgent`), sends a streaming message whose metadata names the parent
-//! task and the delegation depth, and folds the child's events into its
-//! answer. Cancelling the parent cancels the child, wherever it runs.
+//! task and the delegation depth, records the child in the parent's metadata
+//! (see [`super::children`]), and folds the child's events into its answer.
+//!
+//! A foreground child that is still running after `agent.background_after`
+//! moves to the background instead of failing; a background child (asked for,
+//! a fork, or moved) leaves a `<task-notification>` for its parent when it
+//! ends, and the parent's loop waits for those before it answers. At most
+//! `agent.max_children` children of one task run at once; more calls wait.
+//! Cancelling the parent cancels its children, wherever they run.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use mew_cards::{CancelTaskRequest, Message, SendMessageRequest, StreamResponse, Task, TaskState};
-use mew_transport::{AgentTransport, CallContext, RemoteAgent};
+use mew_cards::{
+    CancelTaskRequest, ContextId, GetTaskRequest, Message, SendMessageRequest, StreamResponse,
+    Task, TaskId, TaskState,
+};
+use mew_transport::{AgentTransport, CallContext, EventStream, RemoteAgent};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
 
+use super::children::{ChildLink, Children, Notifier, notice};
+use super::conversation::{Block, ChatMessage, Speaker};
 use crate::peers::Peers;
 use crate::tools::{Category, Tool, ToolContext, ToolOutput};
+
+/// Starts a task of a local role whose conversation begins where another's is.
+#[async_trait]
+pub(crate) trait Forker: Send + Sync {
+    /// Submits `request` as a new task whose runner starts from `private`.
+    async fn fork(
+        &self,
+        request: SendMessageRequest,
+        private: Value,
+    ) -> Result<EventStream, mew_transport::Error>;
+}
 
 /// A role of this node, as the `Agent` tool reaches it.
 pub(crate) struct LocalRole {
@@ -25,6 +50,8 @@ pub(crate) struct LocalRole {
     pub(crate) description: String,
     /// Its in-process agent.
     pub(crate) agent: Arc<dyn AgentTransport>,
+    /// Starts forks of it.
+    pub(crate) forker: Arc<dyn Forker>,
 }
 
 /// The roles a delegating agent can reach by name.
@@ -34,6 +61,13 @@ pub(crate) struct Directory {
     local: OnceLock<HashMap<String, LocalRole>>,
     /// The configured peers' roles, as `peer/role`.
     peers: Arc<Peers>,
+}
+
+/// An agent to delegate to, and how a link names it.
+pub(crate) struct Resolved {
+    pub(crate) agent: Arc<dyn AgentTransport>,
+    /// A local role's name, or the remote agent's URL.
+    pub(crate) locator: String,
 }
 
 impl Directory {
@@ -50,8 +84,8 @@ impl Directory {
         let _ = self.local.set(roles);
     }
 
-    fn local(&self, name: &str) -> Option<Arc<dyn AgentTransport>> {
-        self.local.get()?.get(name).map(|role| role.agent.clone())
+    fn local(&self, name: &str) -> Option<&LocalRole> {
+        self.local.get()?.get(name)
     }
 
     fn describe(&self) -> String {
@@ -75,30 +109,299 @@ impl Directory {
         lines.join("\n")
     }
 
-    /// The agent a `subagent_type` names: a local role, or an agent's URL.
-    async fn resolve(&self, target: &str) -> Result<Arc<dyn AgentTransport>, String> {
-        if let Some(agent) = self.local(target) {
-            return Ok(agent);
+    /// The agent a `subagent_type` (or a link's `agent`) names: a local role,
+    /// a peer's role (`peer/role`), or an agent's URL.
+    pub(crate) async fn resolve(&self, target: &str) -> Result<Resolved, String> {
+        if let Some(role) = self.local(target) {
+            return Ok(Resolved {
+                agent: role.agent.clone(),
+                locator: target.to_owned(),
+            });
         }
         if target.starts_with("http://") || target.starts_with("https://") {
-            return RemoteAgent::resolve(target)
+            let agent = RemoteAgent::resolve(target)
                 .await
-                .map(|agent| Arc::new(agent) as Arc<dyn AgentTransport>)
-                .map_err(|e| format!("cannot reach the agent at {target}: {e}"));
+                .map_err(|e| format!("cannot reach the agent at {target}: {e}"))?;
+            return Ok(Resolved {
+                agent: Arc::new(agent),
+                locator: target.trim_end_matches('/').to_owned(),
+            });
         }
         if target.contains('/') {
-            return self.peers.resolve(target).await.map_err(|e| e.to_string());
+            let agent = self
+                .peers
+                .resolve(target)
+                .await
+                .map_err(|e| e.to_string())?;
+            // Links name remote agents by URL: readers elsewhere know no peer names.
+            let locator = match agent.card().await {
+                Ok(card) => card
+                    .supported_interfaces
+                    .first()
+                    .map(|i| i.url.trim_end_matches('/').to_owned())
+                    .unwrap_or_else(|| target.to_owned()),
+                Err(_) => target.to_owned(),
+            };
+            return Ok(Resolved { agent, locator });
         }
-        let known: Vec<&str> = self
+        let mut known: Vec<&str> = self
             .local
             .get()
             .map(|r| r.keys().map(String::as_str).collect())
             .unwrap_or_default();
+        known.sort_unstable();
         Err(format!(
             "there is no agent {target:?}; the roles of this node are: {}",
             known.join(", ")
         ))
     }
+}
+
+/// What the child ended with, for the parent model.
+pub(crate) fn result_text(task: &Task) -> String {
+    let said = task
+        .status
+        .message
+        .as_ref()
+        .map(Message::text)
+        .unwrap_or_default();
+    if !said.is_empty() {
+        return said;
+    }
+    task.artifacts
+        .iter()
+        .flat_map(|a| a.parts.iter().filter_map(|p| p.as_text()))
+        .collect()
+}
+
+/// Whether the task waits for a permission decision only a user may make.
+fn asks_permission(task: &Task) -> bool {
+    task.status.state == TaskState::InputRequired
+        && task
+            .status
+            .message
+            .as_ref()
+            .and_then(|m| m.metadata.as_ref())
+            .and_then(|m| m.get("mew"))
+            .and_then(|mew| mew.get("ask"))
+            .and_then(Value::as_str)
+            == Some(super::runner::PERMISSION_ASK)
+}
+
+/// The permission question of `task`, to be put to the user.
+fn relay_of(task: &Task, target: &str) -> ToolOutput {
+    ToolOutput {
+        relay: Some(task.id.to_string()),
+        ..ToolOutput::text(format!(
+            "{target} (task {}) asks: {}",
+            task.id,
+            result_text(task)
+        ))
+    }
+}
+
+fn answer_of(task: &Task, target: &str) -> ToolOutput {
+    let text = result_text(task);
+    if asks_permission(task) {
+        return relay_of(task, target);
+    }
+    match task.status.state {
+        TaskState::Completed => ToolOutput::text(text),
+        TaskState::InputRequired | TaskState::AuthRequired => ToolOutput::text(format!(
+            "{target} (task {}) stopped to ask: {text}\nAnswer it with SendMessage.",
+            task.id
+        )),
+        state => ToolOutput::error(format!("{target} (task {}) ended {state}: {text}", task.id)),
+    }
+}
+
+/// The opening of a fork's task message: the seed's fork boilerplate.
+const FORK_PREAMBLE: &str = "<fork_boilerplate>\nYou are a fork of the agent whose conversation \
+     is above, started to do one task on your own. Do not fork or delegate again, do not ask \
+     questions: do the task directly and stay within its scope. Start your report with \
+     \"Scope:\" and keep it under 500 words.\n</fork_boilerplate>\n\n";
+
+/// How a child task starts.
+enum Start {
+    /// A message to an agent.
+    Send(SendMessageRequest),
+    /// A fork of the parent's role with the parent's conversation.
+    Fork(Arc<dyn Forker>, SendMessageRequest, Value),
+}
+
+/// Everything one delegation needs.
+struct Delegation {
+    agent: Arc<dyn AgentTransport>,
+    start: Start,
+    link: ChildLink,
+    background: bool,
+}
+
+/// The metadata of a delegated message: who delegates, and how deep the chain is.
+fn link_metadata(ctx: &ToolContext, description: &str) -> serde_json::Map<String, Value> {
+    let mut link = json!({ "depth": ctx.depth + 1, "description": description });
+    if let Some(parent) = &ctx.task_id {
+        link["parentTask"] = json!(parent.as_str());
+    }
+    serde_json::Map::from_iter([("mew".to_owned(), link)])
+}
+
+/// Runs a delegation: waits for a place, starts the child, records it, and
+/// either follows it to its end or leaves it running in the background.
+async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
+    let call = CallContext::default();
+    let children = ctx.children.clone();
+    let permit = match &children {
+        Some(children) => match children.place(&ctx.cancel).await {
+            Some(permit) => Some(permit),
+            None => return ToolOutput::error("canceled"),
+        },
+        None => None,
+    };
+    let started = match d.start {
+        Start::Send(request) => d.agent.send_streaming_message(&call, request).await,
+        Start::Fork(forker, request, private) => forker.fork(request, private).await,
+    };
+    let mut stream = match started {
+        Ok(stream) => stream,
+        Err(e) => return ToolOutput::error(format!("{} refused the task: {e}", d.link.agent)),
+    };
+    let mut child = tokio::select! {
+        event = stream.next() => match event {
+            Some(Ok(StreamResponse::Task(task))) => task,
+            Some(Ok(StreamResponse::Message(message))) => return ToolOutput::text(message.text()),
+            Some(Ok(_)) => return ToolOutput::error(format!("{} answered without a task", d.link.agent)),
+            Some(Err(e)) => return ToolOutput::error(format!("{} failed: {e}", d.link.agent)),
+            None => return ToolOutput::error(format!("{} ended without a task", d.link.agent)),
+        },
+        () = ctx.cancel.cancelled() => return ToolOutput::error("canceled"),
+    };
+    d.link.task_id = child.id.to_string();
+    let Some(children) = children else {
+        // Outside a task: nothing to record, no background; follow to the end.
+        return match follow(&mut stream, &mut child, &d.agent, &ctx.cancel).await {
+            Followed::Ended => answer_of(&child, &d.link.agent),
+            Followed::Canceled => ToolOutput::error("canceled"),
+            Followed::Failed(e) => ToolOutput::error(format!("{} failed: {e}", d.link.agent)),
+        };
+    };
+    d.link.background = d.background;
+    children.record(&d.link).await;
+    if d.background {
+        let notifier = children.started_in_background();
+        let answer = launched(&d.link, "async_launched");
+        spawn_follower(
+            stream,
+            child,
+            d.agent,
+            d.link,
+            notifier,
+            ctx.cancel.clone(),
+            permit,
+        );
+        return answer;
+    }
+    let limit = children.background_after;
+    let followed = tokio::time::timeout(
+        limit,
+        follow(&mut stream, &mut child, &d.agent, &ctx.cancel),
+    )
+    .await;
+    match followed {
+        Ok(Followed::Ended) => answer_of(&child, &d.link.agent),
+        Ok(Followed::Canceled) => ToolOutput::error("canceled"),
+        Ok(Followed::Failed(e)) => ToolOutput::error(format!("{} failed: {e}", d.link.agent)),
+        Err(_) => {
+            // Still running: it carries on in the background instead of failing.
+            d.link.background = true;
+            children.record(&d.link).await;
+            let notifier = children.started_in_background();
+            let answer = launched(&d.link, "timed_out_to_background");
+            spawn_follower(
+                stream,
+                child,
+                d.agent,
+                d.link,
+                notifier,
+                ctx.cancel.clone(),
+                permit,
+            );
+            answer
+        }
+    }
+}
+
+/// The answer for a child that runs on in the background.
+fn launched(link: &ChildLink, status: &str) -> ToolOutput {
+    let name = link.name.as_deref().unwrap_or("");
+    ToolOutput::text(
+        json!({
+            "task_id": link.task_id,
+            "name": name,
+            "status": status,
+            "note": "The task runs in the background; a <task-notification> tells you when it \
+                     ends. TaskGet shows its progress, TaskStop stops it."
+        })
+        .to_string(),
+    )
+}
+
+enum Followed {
+    Ended,
+    Canceled,
+    Failed(String),
+}
+
+/// Applies the child's events to `child` until its stream ends; cancels the
+/// child if `cancel` fires first.
+async fn follow(
+    stream: &mut EventStream,
+    child: &mut Task,
+    agent: &Arc<dyn AgentTransport>,
+    cancel: &CancellationToken,
+) -> Followed {
+    loop {
+        tokio::select! {
+            event = stream.next() => match event {
+                Some(Ok(StreamResponse::Task(task))) => *child = task,
+                Some(Ok(StreamResponse::Message(message))) => {
+                    child.status.message = Some(message);
+                }
+                Some(Ok(event)) => child.apply(&event),
+                Some(Err(e)) => return Followed::Failed(e.to_string()),
+                None => return Followed::Ended,
+            },
+            () = cancel.cancelled() => {
+                let request = CancelTaskRequest { id: child.id.clone(), ..CancelTaskRequest::default() };
+                let _ = agent.cancel_task(&CallContext::default(), request).await;
+                return Followed::Canceled;
+            }
+        }
+    }
+}
+
+/// Follows a background child to its end, then leaves its notice.
+fn spawn_follower(
+    mut stream: EventStream,
+    mut child: Task,
+    agent: Arc<dyn AgentTransport>,
+    link: ChildLink,
+    notifier: Notifier,
+    cancel: CancellationToken,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    tokio::spawn(async move {
+        let _permit = permit;
+        let text = match follow(&mut stream, &mut child, &agent, &cancel).await {
+            Followed::Ended => {
+                let state = child.status.state.to_string();
+                notice(&link, &state, &result_text(&child))
+            }
+            Followed::Canceled => notice(&link, "canceled", "its parent was canceled"),
+            Followed::Failed(e) => notice(&link, "unknown", &format!("lost track of it: {e}")),
+        };
+        notifier.send(text);
+    });
 }
 
 /// The `Agent` tool.
@@ -110,33 +413,56 @@ pub(crate) struct AgentTool {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Input {
+struct AgentInput {
     prompt: String,
     description: String,
+    #[serde(default)]
     subagent_type: String,
+    #[serde(default)]
+    run_in_background: bool,
+    #[serde(default)]
+    name: Option<String>,
 }
 
-/// What the child ended with, for the parent model.
-fn answer_of(task: &Task, target: &str) -> ToolOutput {
-    let said = task
-        .status
-        .message
-        .as_ref()
-        .map(Message::text)
-        .unwrap_or_default();
-    let artifacts: String = task
-        .artifacts
-        .iter()
-        .flat_map(|a| a.parts.iter().filter_map(|p| p.as_text()))
-        .collect();
-    let text = if said.is_empty() { artifacts } else { said };
-    match task.status.state {
-        TaskState::Completed => ToolOutput::text(text),
-        TaskState::InputRequired | TaskState::AuthRequired => ToolOutput::text(format!(
-            "{target} (task {}) stopped to ask: {text}",
-            task.id
-        )),
-        state => ToolOutput::error(format!("{target} (task {}) ended {state}: {text}", task.id)),
+impl AgentTool {
+    /// The start of a fork: the parent's conversation, its dangling calls closed, and the task.
+    fn fork(&self, ctx: &ToolContext, input: &AgentInput) -> Result<(Resolved, Start), String> {
+        let children = ctx.children.as_ref().ok_or("a fork needs a parent task")?;
+        let role = self
+            .directory
+            .local(&children.role)
+            .ok_or_else(|| format!("cannot fork: role {:?} is not served here", children.role))?;
+        let mut session = super::engine::Session {
+            messages: children.fork_source(),
+            ..Default::default()
+        };
+        super::engine::close_dangling_calls(&mut session);
+        if !matches!(session.messages.first(), Some(m) if m.speaker == Speaker::User) {
+            session.messages.insert(
+                0,
+                ChatMessage {
+                    speaker: Speaker::User,
+                    content: vec![Block::Text {
+                        text: "(the conversation so far)".to_owned(),
+                    }],
+                },
+            );
+        }
+        let private = json!({ "session": session });
+        let mut request = SendMessageRequest::new(Message::user_text(format!(
+            "{FORK_PREAMBLE}{}",
+            input.prompt
+        )));
+        let mut metadata = link_metadata(ctx, &input.description);
+        if let Some(mew) = metadata.get_mut("mew") {
+            mew["fork"] = json!(true);
+        }
+        request.metadata = Some(metadata);
+        let resolved = Resolved {
+            agent: role.agent.clone(),
+            locator: children.role.clone(),
+        };
+        Ok((resolved, Start::Fork(role.forker.clone(), request, private)))
     }
 }
 
@@ -151,7 +477,11 @@ impl Tool for AgentTool {
             "Hands a task to another agent and returns its answer. The agent works on its own, \
              with its own tools and an empty conversation: give it everything it needs in the \
              prompt. subagent_type is one of the roles below (`peer/role` for a role of a \
-             peer node), or the URL of any A2A agent.\n\n\
+             peer node), or the URL of any A2A agent; leave it empty to fork yourself: the fork \
+             sees this conversation and runs in the background. run_in_background returns at \
+             once and a <task-notification> arrives when the task ends; a task still running \
+             after a while moves to the background by itself. Give it a name to continue it \
+             later with SendMessage.\n\n\
              Roles of this node:\n{}",
             self.directory.describe()
         )
@@ -163,9 +493,11 @@ impl Tool for AgentTool {
             "properties": {
                 "prompt": {"type": "string", "description": "The task, complete and self-contained."},
                 "description": {"type": "string", "description": "A short (3-5 words) description of the task."},
-                "subagent_type": {"type": "string", "description": "A role of this node, or an agent's URL."}
+                "subagent_type": {"type": "string", "description": "A role of this node, `peer/role`, or an agent's URL; empty to fork yourself."},
+                "run_in_background": {"type": "boolean", "description": "Return at once; a notification follows when the task ends."},
+                "name": {"type": "string", "description": "A name for the task, to address it with SendMessage."}
             },
-            "required": ["prompt", "description", "subagent_type"],
+            "required": ["prompt", "description"],
             "additionalProperties": false
         })
     }
@@ -174,61 +506,231 @@ impl Tool for AgentTool {
         Category::Delegate
     }
 
+    async fn answer(&self, task: &str, reply: &str, ctx: &ToolContext) -> ToolOutput {
+        pass_reply(&self.directory, ctx, task, reply).await
+    }
+
     async fn call(&self, input: Value, ctx: &ToolContext) -> ToolOutput {
-        let input: Input = match serde_json::from_value(input) {
+        let input: AgentInput = match serde_json::from_value(input) {
             Ok(input) => input,
             Err(e) => return ToolOutput::error(format!("invalid input for Agent: {e}")),
         };
-        let depth = ctx.depth + 1;
-        if depth > self.max_depth {
+        if ctx.depth + 1 > self.max_depth {
             return ToolOutput::error(format!(
-                "delegation is limited to {} levels; do this task yourself",
+                "delegation is limited to {} level(s); do this task yourself",
                 self.max_depth
             ));
         }
-        let agent = match self.directory.resolve(&input.subagent_type).await {
-            Ok(agent) => agent,
+        let target = input.subagent_type.trim();
+        let (resolved, start, background) = if target.is_empty() {
+            match self.fork(ctx, &input) {
+                // A fork always runs in the background, as in the seed.
+                Ok((resolved, start)) => (resolved, start, true),
+                Err(e) => return ToolOutput::error(e),
+            }
+        } else {
+            let resolved = match self.directory.resolve(target).await {
+                Ok(resolved) => resolved,
+                Err(e) => return ToolOutput::error(e),
+            };
+            let mut request = SendMessageRequest::new(Message::user_text(input.prompt.clone()));
+            request.metadata = Some(link_metadata(ctx, &input.description));
+            (resolved, Start::Send(request), input.run_in_background)
+        };
+        let link = ChildLink {
+            task_id: String::new(),
+            agent: resolved.locator,
+            name: input.name.filter(|n| !n.trim().is_empty()),
+            description: input.description,
+            background,
+        };
+        let delegation = Delegation {
+            agent: resolved.agent,
+            start,
+            link,
+            background,
+        };
+        delegate(ctx, delegation).await
+    }
+}
+
+/// Finds a child of this conversation by name or task id; the newest wins.
+pub(crate) async fn find_child(children: &Children, key: &str) -> Result<ChildLink, String> {
+    let links = children.links().await;
+    links
+        .iter()
+        .rev()
+        .find(|l| l.task_id == key || l.name.as_deref() == Some(key))
+        .cloned()
+        .ok_or_else(|| {
+            let known: Vec<String> = links
+                .iter()
+                .map(|l| match &l.name {
+                    Some(name) => format!("{name} ({})", l.task_id),
+                    None => l.task_id.clone(),
+                })
+                .collect();
+            if known.is_empty() {
+                format!("there is no task {key:?}: this conversation has delegated nothing yet")
+            } else {
+                format!(
+                    "there is no task {key:?}; the tasks of this conversation are: {}",
+                    known.join(", ")
+                )
+            }
+        })
+}
+
+/// The current state of a child, from the agent that runs it.
+pub(crate) async fn fetch_child(
+    directory: &Directory,
+    link: &ChildLink,
+) -> Result<(Resolved, Task), String> {
+    let resolved = directory.resolve(&link.agent).await?;
+    let request = GetTaskRequest {
+        id: TaskId::from(link.task_id.as_str()),
+        history_length: Some(0),
+        ..GetTaskRequest::default()
+    };
+    let task = resolved
+        .agent
+        .get_task(&CallContext::default(), request)
+        .await
+        .map_err(|e| format!("cannot get task {} from {}: {e}", link.task_id, link.agent))?;
+    Ok((resolved, task))
+}
+
+/// Gives the user's reply to a delegated task that asked a permission question, and
+/// follows the task again (in the foreground) to its next answer.
+async fn pass_reply(
+    directory: &Directory,
+    ctx: &ToolContext,
+    task: &str,
+    reply: &str,
+) -> ToolOutput {
+    let Some(children) = ctx.children.as_ref() else {
+        return ToolOutput::error("replies reach delegated tasks only inside a task");
+    };
+    let link = match find_child(children, task).await {
+        Ok(link) => link,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let resolved = match directory.resolve(&link.agent).await {
+        Ok(resolved) => resolved,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let mut message = Message::user_text(reply);
+    message.task_id = Some(TaskId::from(link.task_id.as_str()));
+    let mut request = SendMessageRequest::new(message);
+    request.metadata = Some(link_metadata(ctx, &link.description));
+    let delegation = Delegation {
+        agent: resolved.agent,
+        start: Start::Send(request),
+        link: ChildLink {
+            background: false,
+            ..link
+        },
+        background: false,
+    };
+    delegate(ctx, delegation).await
+}
+
+/// The `SendMessage` tool: continues a delegated task by name or id.
+pub(crate) struct SendMessageTool {
+    pub(crate) directory: Arc<Directory>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SendInput {
+    to: String,
+    message: String,
+    #[serde(default)]
+    run_in_background: bool,
+}
+
+#[async_trait]
+impl Tool for SendMessageTool {
+    fn name(&self) -> &str {
+        "SendMessage"
+    }
+
+    fn description(&self) -> String {
+        "Sends a message to a task you delegated earlier in this conversation (by its name or \
+         task id) and returns its answer. A task that asked a question gets your reply; a \
+         finished task continues in its own conversation with the new message. A task that is \
+         still running cannot take messages: wait for it, or stop it with TaskStop."
+            .to_owned()
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "to": {"type": "string", "description": "The task's name or id."},
+                "message": {"type": "string", "description": "What to tell it."},
+                "run_in_background": {"type": "boolean", "description": "Return at once; a notification follows when the task ends."}
+            },
+            "required": ["to", "message"],
+            "additionalProperties": false
+        })
+    }
+
+    fn category(&self) -> Category {
+        Category::Delegate
+    }
+
+    async fn answer(&self, task: &str, reply: &str, ctx: &ToolContext) -> ToolOutput {
+        pass_reply(&self.directory, ctx, task, reply).await
+    }
+
+    async fn call(&self, input: Value, ctx: &ToolContext) -> ToolOutput {
+        let input: SendInput = match serde_json::from_value(input) {
+            Ok(input) => input,
+            Err(e) => return ToolOutput::error(format!("invalid input for SendMessage: {e}")),
+        };
+        let Some(children) = ctx.children.as_ref() else {
+            return ToolOutput::error("SendMessage works only inside a task");
+        };
+        let link = match find_child(children, input.to.trim()).await {
+            Ok(link) => link,
             Err(e) => return ToolOutput::error(e),
         };
-        let mut request = SendMessageRequest::new(Message::user_text(input.prompt));
-        let mut link = json!({ "depth": depth, "description": input.description });
-        if let Some(parent) = &ctx.task_id {
-            link["parentTask"] = json!(parent.as_str());
-        }
-        request.metadata = Some(serde_json::Map::from_iter([("mew".to_owned(), link)]));
-        let call = CallContext::default();
-        let mut stream = match agent.send_streaming_message(&call, request).await {
-            Ok(stream) => stream,
-            Err(e) => {
-                return ToolOutput::error(format!("{} refused the task: {e}", input.subagent_type));
-            }
+        let (resolved, task) = match fetch_child(&self.directory, &link).await {
+            Ok(found) => found,
+            Err(e) => return ToolOutput::error(e),
         };
-        let mut child: Option<Task> = None;
-        loop {
-            tokio::select! {
-                event = stream.next() => match event {
-                    Some(Ok(StreamResponse::Task(task))) => child = Some(task),
-                    Some(Ok(StreamResponse::Message(message))) => return ToolOutput::text(message.text()),
-                    Some(Ok(event)) => {
-                        if let Some(task) = child.as_mut() {
-                            task.apply(&event);
-                        }
-                    }
-                    Some(Err(e)) => return ToolOutput::error(format!("{} failed: {e}", input.subagent_type)),
-                    None => break,
-                },
-                () = ctx.cancel.cancelled() => {
-                    if let Some(task) = &child {
-                        let cancel = CancelTaskRequest { id: task.id.clone(), ..CancelTaskRequest::default() };
-                        let _ = agent.cancel_task(&call, cancel).await;
-                    }
-                    return ToolOutput::error("canceled");
-                }
-            }
+        if asks_permission(&task) {
+            // The model may not answer it: the question goes to the user.
+            return relay_of(&task, &link.agent);
         }
-        match child {
-            Some(task) => answer_of(&task, &input.subagent_type),
-            None => ToolOutput::error(format!("{} ended without a task", input.subagent_type)),
+        let mut message = Message::user_text(input.message);
+        let state = task.status.state;
+        if state.is_interrupted() {
+            message.task_id = Some(task.id.clone());
+        } else if state.is_terminal() {
+            message.context_id = Some(ContextId::from(task.context_id.as_str()));
+        } else {
+            return ToolOutput::error(format!(
+                "task {} ({}) is still {state}: it takes messages once it ends or asks; wait for \
+                 its notification, or stop it with TaskStop",
+                link.task_id,
+                link.name.as_deref().unwrap_or(&link.description)
+            ));
         }
+        let mut request = SendMessageRequest::new(message);
+        request.metadata = Some(link_metadata(ctx, &link.description));
+        let link = ChildLink {
+            task_id: String::new(),
+            background: input.run_in_background,
+            ..link
+        };
+        let delegation = Delegation {
+            agent: resolved.agent,
+            start: Start::Send(request),
+            link,
+            background: input.run_in_background,
+        };
+        delegate(ctx, delegation).await
     }
 }

@@ -4,8 +4,12 @@
 //! stays byte-identical from call to call so providers can cache it; what
 //! changes per call (the environment block) rides at the end of the newest
 //! user message.
-//! Every tool call gets exactly one result, in call order. Read-only calls of
+//! Every tool call gets exactly one result, in call order. Notices of
+//! background children join the next request; a run does not end while
+//! background children still run. Read-only calls of
 //! one model answer run concurrently; the others run one after another.
+//! When the next request would near the context window, the older part of the
+//! conversation is first replaced by a summary the model writes (`compact.rs`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -34,6 +38,10 @@ pub(crate) struct AgentSettings {
     pub(crate) max_turns: u32,
     /// Output tokens per model call.
     pub(crate) max_tokens: u32,
+    /// The model's context window, in tokens.
+    pub(crate) context_window: u64,
+    /// The share of the context window at which the conversation is compacted.
+    pub(crate) compact_at: f64,
     /// Consecutive answers that call only unknown tools before the run stops
     /// (3 for a main agent, 2 for a child).
     pub(crate) unknown_tool_limit: u32,
@@ -52,6 +60,10 @@ pub(crate) struct PendingCall {
     pub(crate) input: Value,
     /// The question put to the user.
     pub(crate) question: String,
+    /// Set when the question is a delegated task's (this id): the call already ran, and the
+    /// user's reply goes to that task instead of deciding whether the call runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) relay: Option<String>,
 }
 
 /// What a run, or part of one, ended with.
@@ -115,6 +127,9 @@ pub(crate) struct Session {
     pub(crate) tool_calls: u64,
     /// Model calls made so far.
     pub(crate) model_calls: u64,
+    /// How full the context window is, and how often it was compacted.
+    #[serde(default)]
+    pub(crate) window: super::compact::WindowUse,
 }
 
 /// One agent: a model, its tools and its permissions.
@@ -164,12 +179,25 @@ impl Agent {
         } = resume
         {
             let calls = self.pending_calls(session, &pending.id);
-            let output = if approved {
+            let output = if let Some(task) = &pending.relay {
+                match self.tools.get(&pending.name) {
+                    Some(tool) => tool.answer(task, &reason, &self.context).await,
+                    None => ToolOutput::error(format!("there is no tool {:?}", pending.name)),
+                }
+            } else if approved {
                 observer.tool_started(&pending.id, &pending.name, &pending.input);
                 self.call(&pending.name, pending.input.clone()).await
             } else {
                 ToolOutput::error(format!("the user did not allow this call: {reason}"))
             };
+            if let Some(task) = output.relay.clone() {
+                // The task asks again: the user answers again.
+                return Ok(Outcome::NeedsApproval(PendingCall {
+                    question: output.text_content(),
+                    relay: Some(task),
+                    ..pending
+                }));
+            }
             observer.tool_finished(&pending.id, &pending.name, &output);
             self.push_result(session, result_block(&pending.id, output));
             if let Some(outcome) = self.run_calls(session, calls, observer).await {
@@ -185,6 +213,19 @@ impl Agent {
             if session.model_calls >= u64::from(self.settings.max_turns) {
                 return Err(AgentError::MaxTurns(self.settings.max_turns));
             }
+            if let Some(children) = &self.context.children {
+                for notice in children.take_notices().await {
+                    push_text(session, notice);
+                }
+            }
+            super::compact::compact_if_needed(
+                self.provider.as_ref(),
+                &self.settings,
+                &self.tools.specs(),
+                session,
+                &self.context.cancel,
+            )
+            .await?;
             let request = self.request(session, environment);
             let on_delta = |delta: Delta| {
                 if let Delta::Text(text) = delta {
@@ -207,12 +248,24 @@ impl Agent {
                 .collect();
             let text = assistant.text();
             session.messages.push(assistant);
+            super::compact::record_usage(session, response.usage);
             if calls.is_empty() {
                 if response.stop == StopReason::MaxTokens && text.is_empty() {
                     return Err(AgentError::Provider(ProviderError::Protocol {
                         provider: self.provider.name().to_owned(),
                         message: "the model ran out of output tokens before answering".to_owned(),
                     }));
+                }
+                // Background children report before the run ends: their notices are the
+                // model's next input.
+                if let Some(children) = &self.context.children
+                    && let Some(notice) = children.next_notice(&self.context.cancel).await
+                {
+                    push_text(session, notice);
+                    continue;
+                }
+                if self.context.cancel.is_cancelled() {
+                    return Err(AgentError::Canceled);
                 }
                 return Ok(Outcome::Answered(text));
             }
@@ -274,6 +327,11 @@ impl Agent {
         calls: Vec<(String, String, Value)>,
         observer: &dyn Observer,
     ) -> Option<Outcome> {
+        if let Some(children) = &self.context.children
+            && calls.iter().any(|(_, name, input)| is_fork(name, input))
+        {
+            children.set_fork_source(session.messages.clone());
+        }
         let decisions: Vec<Verdict> = calls
             .iter()
             .map(|(_, name, input)| self.decide(name, input))
@@ -300,6 +358,7 @@ impl Agent {
                     name: name.clone(),
                     input: input.clone(),
                     question: question.clone(),
+                    relay: None,
                 }));
             }
             let outputs = join_all(calls[index..end].iter().zip(&decisions[index..end]).map(
@@ -314,10 +373,35 @@ impl Agent {
                 },
             ))
             .await;
-            for (id, name, output) in outputs {
+            let mut relayed = None;
+            for ((id, name, mut output), (_, _, input)) in
+                outputs.into_iter().zip(&calls[index..end])
+            {
+                if let Some(task) = output.relay.take() {
+                    let question = output.text_content();
+                    if relayed.is_none() {
+                        // The first permission question of the batch goes to the user;
+                        // its call gets its result once the user has answered.
+                        relayed = Some(PendingCall {
+                            id: id.clone(),
+                            name: name.clone(),
+                            input: input.clone(),
+                            question,
+                            relay: Some(task),
+                        });
+                        continue;
+                    }
+                    output = ToolOutput::error(format!(
+                        "{question}\nOnly the user can answer this; call SendMessage with \
+                         to={task} to put the question to them."
+                    ));
+                }
                 observer.tool_finished(id, name, &output);
                 session.tool_calls += 1;
                 self.push_result(session, result_block(id, output));
+            }
+            if let Some(pending) = relayed {
+                return Some(Outcome::NeedsApproval(pending));
             }
             index = end;
         }
@@ -402,6 +486,27 @@ impl Agent {
     /// conversation stays well-formed (a fork, a restart, or a stopped run).
     pub(crate) fn close_dangling_calls(&self, session: &mut Session) {
         close_dangling_calls(session);
+    }
+}
+
+/// Whether a call starts a fork: `Agent` without a `subagent_type`.
+fn is_fork(name: &str, input: &Value) -> bool {
+    name == "Agent"
+        && input
+            .get("subagent_type")
+            .and_then(Value::as_str)
+            .is_none_or(|t| t.trim().is_empty())
+}
+
+/// Adds text to the conversation's last message if it is the user's, else as a new user message.
+pub(crate) fn push_text(session: &mut Session, text: String) {
+    let block = Block::Text { text };
+    match session.messages.last_mut() {
+        Some(last) if last.speaker == Speaker::User => last.content.push(block),
+        _ => session.messages.push(ChatMessage {
+            speaker: Speaker::User,
+            content: vec![block],
+        }),
     }
 }
 

@@ -109,6 +109,8 @@ fn agent(model: &ScriptedModel, tools: ToolRegistry, unknown_tool_limit: u32) ->
             model: "test-model".into(),
             max_turns: 10,
             max_tokens: 1024,
+            context_window: 200_000,
+            compact_at: 0.8,
             unknown_tool_limit,
             mode: PermissionMode::BypassPermissions,
         },
@@ -118,6 +120,7 @@ fn agent(model: &ScriptedModel, tools: ToolRegistry, unknown_tool_limit: u32) ->
             cancel: CancellationToken::new(),
             task_id: None,
             depth: 0,
+            children: None,
         },
     }
 }
@@ -290,4 +293,54 @@ fn dangling_calls_are_closed_for_a_fork() {
         results(&s, 2),
         [("done".to_owned(), false), ("open".to_owned(), true)]
     );
+}
+
+#[tokio::test]
+async fn a_long_run_compacts_its_conversation_and_finishes() {
+    use mew_tests::model::Usage as Tokens;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let record = |n: i64, input: u64| {
+        Step::tool_call(format!("r{n}"), "record", json!({"n": n}))
+            .with_usage(Tokens::new(input, 10))
+    };
+    let model = ScriptedModel::start(vec![
+        record(1, 500),
+        record(2, 900),
+        record(3, 1300),
+        // 1610 tokens: the next request would pass 80% of the 2000-token window.
+        record(4, 1600),
+        Step::text("Summary: the user wants 1 to 5 recorded; 1 is done.")
+            .expect_tools_exclude(["record"])
+            .with_usage(Tokens::new(300, 40)),
+        record(5, 400).expect_tool_results(["r2", "r3", "r4"]),
+        Step::text("all recorded").expect_tool_results(["r5"]),
+    ])
+    .unwrap();
+    let mut tools = ToolRegistry::new();
+    tools.register(Arc::new(Recorder(order.clone())));
+    let mut agent = agent(&model, tools, 3);
+    agent.settings.context_window = 2_000;
+    // Six model calls: the summary call is not a turn.
+    agent.settings.max_turns = 6;
+    let mut s = session("record 1 to 5");
+    let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert_eq!(outcome, Outcome::Answered("all recorded".into()));
+    model.assert_done();
+    assert_eq!(*order.lock().unwrap(), [1, 2, 3, 4, 5]);
+    let requests = model.requests();
+    assert!(
+        requests[4].tool_names().is_empty(),
+        "no tools for the summary"
+    );
+    assert_eq!(requests[5].tool_result_ids(), ["r2", "r3", "r4"]);
+    assert_eq!(s.window.compactions, 1);
+    assert_eq!(s.model_calls, 6);
+    assert_eq!(s.usage.input, 500 + 900 + 1300 + 1600 + 300 + 400 + 10);
+    assert_eq!(s.messages[0].speaker, Speaker::User);
+    assert!(
+        s.messages[0]
+            .text()
+            .contains("Summary: the user wants 1 to 5 recorded")
+    );
+    assert!(!s.messages[0].text().contains("record 1 to 5"));
 }

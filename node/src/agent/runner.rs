@@ -12,10 +12,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::children::Children;
 use super::conversation::{Block, ChatMessage, Speaker};
 use super::engine::{
     Agent, AgentError, AgentSettings, Observer, Outcome, PendingCall, Resume, Session,
 };
+use crate::config::AgentConfig;
 use crate::permission::PermissionEngine;
 use crate::provider::Providers;
 use crate::tasks::executor::{EventSink, ExecError, Executor, Turn};
@@ -38,9 +40,24 @@ pub(crate) struct ModelExecutor {
     pub(crate) permissions: Arc<PermissionEngine>,
     pub(crate) env: Arc<HashMap<String, String>>,
     pub(crate) project_dir: PathBuf,
-    /// The model of roles whose model is `inherit`.
-    pub(crate) default_model: String,
-    pub(crate) max_tokens: u32,
+    /// The `agent:` configuration: default model, limits, delegation and compaction.
+    pub(crate) agent: AgentConfig,
+}
+
+/// The `mew.ask` of a status message whose question only the user may answer.
+pub(crate) const PERMISSION_ASK: &str = "permission";
+
+/// A task's own usage as its metadata shows it (`metadata.mew.usage`); `mew tasks tree`
+/// adds the children's to it.
+fn usage_json(session: &Session) -> Value {
+    json!({
+        "inputTokens": session.usage.input,
+        "outputTokens": session.usage.output,
+        "cacheReadTokens": session.usage.cache_read,
+        "cacheWriteTokens": session.usage.cache_write,
+        "modelCalls": session.model_calls,
+        "toolCalls": session.tool_calls,
+    })
 }
 
 impl ModelExecutor {
@@ -234,11 +251,11 @@ impl Executor for ModelExecutor {
         })?;
         let model = self
             .providers
-            .resolve_model(&turn.role.model, &self.default_model);
+            .resolve_model(&turn.role.model, &self.agent.model);
         let role = &turn.role;
         let tools = self.tools.filter(&FilterLayers {
-            // Only a task started by a user may delegate: children get no Agent tool.
-            withhold: if turn.depth == 0 {
+            // Delegation chains end at the configured depth: deeper tasks get no Agent tool.
+            withhold: if turn.depth < self.agent.max_depth {
                 Vec::new()
             } else {
                 ALL_AGENT_DISALLOWED_TOOLS
@@ -258,7 +275,9 @@ impl Executor for ModelExecutor {
                 system: Self::system_prompt(&turn),
                 model,
                 max_turns: role.effective_max_turns(),
-                max_tokens: self.max_tokens,
+                max_tokens: self.agent.max_tokens,
+                context_window: self.agent.context_window,
+                compact_at: self.agent.compact_at,
                 // Children are held to a shorter leash than the main agent.
                 unknown_tool_limit: if turn.depth == 0 { 3 } else { 2 },
                 // A role's own mode wins; `default` defers to the configured mode.
@@ -273,6 +292,12 @@ impl Executor for ModelExecutor {
                 cancel: turn.cancel.clone(),
                 task_id: Some(turn.task_id.clone()),
                 depth: turn.depth,
+                children: Some(Arc::new(Children::new(
+                    sink.clone(),
+                    role.name.clone(),
+                    self.agent.max_children,
+                    self.agent.background_after,
+                ))),
             },
         };
 
@@ -291,10 +316,16 @@ impl Executor for ModelExecutor {
                 if state.session.messages.is_empty() {
                     state.session.messages = conversation_of(&turn.history);
                 }
-                state.session.messages.push(ChatMessage {
-                    speaker: Speaker::User,
-                    content: blocks_of(&turn.message),
-                });
+                // A fork's conversation may end with the user's turn: extend it.
+                match state.session.messages.last_mut() {
+                    Some(last) if last.speaker == Speaker::User => {
+                        last.content.extend(blocks_of(&turn.message));
+                    }
+                    _ => state.session.messages.push(ChatMessage {
+                        speaker: Speaker::User,
+                        content: blocks_of(&turn.message),
+                    }),
+                }
                 Resume::Fresh
             }
         };
@@ -313,6 +344,9 @@ impl Executor for ModelExecutor {
         let _ = forwarder.await;
 
         let closed = |_| ExecError("the task ended while its answer was being recorded".to_owned());
+        let _ = sink
+            .annotate("usage", usage_json(&state.session), false)
+            .await;
         match outcome {
             Ok(Outcome::Answered(text)) => {
                 sink.save_private(serde_json::to_value(&state).unwrap_or(Value::Null))
@@ -328,20 +362,29 @@ impl Executor for ModelExecutor {
                     .map_err(closed)
             }
             Ok(Outcome::NeedsApproval(pending)) => {
-                let question = format!(
-                    "{}\nReply \"yes\" to allow it; anything else refuses it.",
-                    pending.question
-                );
+                // A delegated task's question already says how to answer it.
+                let question = if pending.relay.is_some() {
+                    pending.question.clone()
+                } else {
+                    format!(
+                        "{}\nReply \"yes\" to allow it; anything else refuses it.",
+                        pending.question
+                    )
+                };
                 state.pending = Some(pending);
                 sink.save_private(serde_json::to_value(&state).unwrap_or(Value::Null))
                     .await
                     .map_err(closed)?;
-                sink.status(
-                    TaskState::InputRequired,
-                    Some(Message::agent_text(question)),
-                )
-                .await
-                .map_err(closed)
+                let mut ask = Message::agent_text(question);
+                // Marks a question only the user may answer: a delegating agent relays
+                // it to its own user instead of answering it.
+                ask.metadata = Some(serde_json::Map::from_iter([(
+                    "mew".to_owned(),
+                    json!({ "ask": PERMISSION_ASK }),
+                )]));
+                sink.status(TaskState::InputRequired, Some(ask))
+                    .await
+                    .map_err(closed)
             }
             Err(AgentError::Canceled) => Err(ExecError("canceled".to_owned())),
             Err(error) => {

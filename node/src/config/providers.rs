@@ -6,6 +6,11 @@
 //!                            # is set, else `openai` if OPENAI_API_KEY is set
 //!   model: sonnet            # the model of roles whose model is `inherit`
 //!   max_tokens: 8192
+//!   max_depth: 1             # delegation depth: 1 lets only user-started tasks use `Agent`
+//!   max_children: 4          # children one task may run at once; more calls wait
+//!   background_after: 120s   # a foreground child still running then moves to the background
+//!   context_window: 200000   # tokens; the conversation is compacted at compact_at of it
+//!   compact_at: 0.8
 //! providers:
 //!   anthropic:               # a name of your choice
 //!     kind: anthropic        # anthropic | openai; may be left out when the name is a kind
@@ -47,6 +52,21 @@ pub struct AgentConfig {
     pub model: String,
     /// The most output tokens one model call may produce.
     pub max_tokens: u32,
+    /// How deep delegation chains may go from this node: a task at depth `d` (0 when a user
+    /// started it) gets the `Agent` tool only while `d < max_depth`. 1: only tasks a user
+    /// started may delegate.
+    pub max_depth: u32,
+    /// Children one task may have running at once; more `Agent` calls wait for a place.
+    pub max_children: usize,
+    /// How long a foreground `Agent` call waits for its child before the child moves to the
+    /// background (it keeps running; the parent is notified when it ends).
+    #[serde(serialize_with = "duration::serialize")]
+    pub background_after: Duration,
+    /// The model's context window in tokens; the conversation is compacted when a request
+    /// would fill `compact_at` of it.
+    pub context_window: u64,
+    /// The share of the context window (0 to 1) at which the conversation is compacted.
+    pub compact_at: f64,
 }
 
 /// `providers.NAME:` — one model service.
@@ -143,6 +163,13 @@ pub(crate) struct AgentSettings {
     #[serde(deserialize_with = "name")]
     pub(crate) model: String,
     pub(crate) max_tokens: NonZeroU32,
+    pub(crate) max_depth: u32,
+    pub(crate) max_children: NonZeroU32,
+    #[serde(serialize_with = "duration::serialize", deserialize_with = "positive")]
+    pub(crate) background_after: Duration,
+    pub(crate) context_window: NonZeroU32,
+    #[serde(deserialize_with = "share")]
+    pub(crate) compact_at: f64,
 }
 
 impl Default for AgentSettings {
@@ -151,8 +178,23 @@ impl Default for AgentSettings {
             provider: None,
             model: "sonnet".to_owned(),
             max_tokens: NonZeroU32::new(8192).unwrap_or(NonZeroU32::MIN),
+            max_depth: 1,
+            max_children: NonZeroU32::new(4).unwrap_or(NonZeroU32::MIN),
+            background_after: Duration::from_secs(120),
+            context_window: NonZeroU32::new(200_000).unwrap_or(NonZeroU32::MIN),
+            compact_at: 0.8,
         }
     }
+}
+
+fn share<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    let value = f64::deserialize(deserializer)?;
+    if !(value > 0.0 && value <= 1.0) {
+        return Err(serde::de::Error::custom(
+            "must be a share of the context window: more than 0, at most 1",
+        ));
+    }
+    Ok(value)
 }
 
 /// `providers.NAME:` as written. Every key has a default, so each can be checked on its own;
@@ -247,6 +289,11 @@ impl LoadedConfig {
             provider: agent.provider.clone(),
             model: agent.model.clone(),
             max_tokens: agent.max_tokens.get(),
+            max_depth: agent.max_depth,
+            max_children: usize::try_from(agent.max_children.get()).unwrap_or(usize::MAX),
+            background_after: agent.background_after,
+            context_window: u64::from(agent.context_window.get()),
+            compact_at: agent.compact_at,
         }
     }
 
@@ -347,7 +394,12 @@ mod tests {
             AgentConfig {
                 provider: None,
                 model: "sonnet".into(),
-                max_tokens: 8192
+                max_tokens: 8192,
+                max_depth: 1,
+                max_children: 4,
+                background_after: Duration::from_secs(120),
+                context_window: 200_000,
+                compact_at: 0.8,
             }
         );
         assert!(config.providers.is_empty());
@@ -357,6 +409,8 @@ mod tests {
     fn reads_providers_with_names_of_the_users_choice() {
         let config = load(
             "agent:\n  provider: local\n  model: opus\n  max_tokens: 1000\n\
+             \x20 max_depth: 2\n  max_children: 1\n  background_after: 5s\n\
+             \x20 context_window: 32000\n  compact_at: 0.5\n\
              providers:\n\
              \x20 anthropic:\n    models: {sonnet: claude-sonnet-4-5, fast: claude-haiku-4-5}\n\
              \x20   timeout: 60s\n    max_retries: 2\n    retry_backoff: 10ms\n\
@@ -369,7 +423,12 @@ mod tests {
             AgentConfig {
                 provider: Some("local".into()),
                 model: "opus".into(),
-                max_tokens: 1000
+                max_tokens: 1000,
+                max_depth: 2,
+                max_children: 1,
+                background_after: Duration::from_secs(5),
+                context_window: 32_000,
+                compact_at: 0.5,
             }
         );
         let anthropic = &config.providers["anthropic"];
@@ -479,6 +538,9 @@ mod tests {
             ("providers:\n  a.b:\n    kind: openai\n", "providers.a.b"),
             ("providers:\n  a: 5\n", "providers.a"),
             ("agent:\n  max_tokens: 0\n", "agent.max_tokens"),
+            ("agent:\n  max_children: 0\n", "agent.max_children"),
+            ("agent:\n  background_after: 0s\n", "agent.background_after"),
+            ("agent:\n  compact_at: 1.5\n", "agent.compact_at"),
             ("agent:\n  model: ''\n", "agent.model"),
         ] {
             let (message, _) = error(text);

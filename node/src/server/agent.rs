@@ -9,6 +9,7 @@ use mew_cards::{
 };
 use mew_transport::{AgentTransport, CallContext, Error, EventStream, collect_send};
 
+use crate::agent::delegate::Forker;
 use crate::tasks::manager::{Scope, Submission, TaskManager};
 
 /// A role served as an A2A agent. The node's front agent is one too: it runs
@@ -64,6 +65,17 @@ impl RoleAgent {
         ctx: &CallContext,
         request: SendMessageRequest,
     ) -> Result<(Task, EventStream), Error> {
+        self.submit_with(ctx, request, serde_json::Value::Null)
+            .await
+    }
+
+    /// Submits `request`; a new task's runner starts from `private`.
+    async fn submit_with(
+        &self,
+        ctx: &CallContext,
+        request: SendMessageRequest,
+        private: serde_json::Value,
+    ) -> Result<(Task, EventStream), Error> {
         if request.history_length().is_some_and(|n| n < 0) {
             return Err(Error::protocol(
                 ErrorKind::InvalidParams,
@@ -95,8 +107,23 @@ impl RoleAgent {
             owner: ctx.principal.clone(),
             parent,
             metadata: request.metadata,
+            private,
         };
         self.manager.submit(submission, &self.scope(ctx)).await
+    }
+}
+
+#[async_trait]
+impl Forker for RoleAgent {
+    async fn fork(
+        &self,
+        request: SendMessageRequest,
+        private: serde_json::Value,
+    ) -> Result<EventStream, Error> {
+        Ok(self
+            .submit_with(&CallContext::default(), request, private)
+            .await?
+            .1)
     }
 }
 

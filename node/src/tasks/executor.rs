@@ -63,6 +63,24 @@ pub trait EventSink: Send + Sync {
     async fn save_private(&self, _private: serde_json::Value) -> Result<(), SinkClosed> {
         Ok(())
     }
+
+    /// Sets `metadata.mew.<key>` of the task to `value`, or appends `value` to
+    /// that array when `append`; persisted, not announced (readers see it in the
+    /// task). Sinks that keep no state (test recorders) may ignore it.
+    async fn annotate(
+        &self,
+        _key: &str,
+        _value: serde_json::Value,
+        _append: bool,
+    ) -> Result<(), SinkClosed> {
+        Ok(())
+    }
+
+    /// Every entry of the `metadata.mew.<key>` arrays of the tasks of this
+    /// task's context (this one included), oldest task first.
+    async fn context_annotations(&self, _key: &str) -> Vec<serde_json::Value> {
+        Vec::new()
+    }
 }
 
 /// The task is over; nothing more can be reported.

@@ -91,6 +91,9 @@ pub(crate) struct Submission {
     pub(crate) parent: Option<TaskId>,
     /// Metadata for a new task.
     pub(crate) metadata: Option<mew_cards::Metadata>,
+    /// The runner's starting state for a new task (`Null`: none); a fork starts
+    /// from its parent's conversation.
+    pub(crate) private: serde_json::Value,
 }
 
 /// An event with its position in its task's sequence.
@@ -280,7 +283,7 @@ impl TaskManager {
             owner: submission.owner,
             parent: submission.parent,
             created: now,
-            private: serde_json::Value::Null,
+            private: submission.private,
         };
         if let Err(e) = self.store.put(&stored).await {
             self.queued.fetch_sub(1, Ordering::SeqCst);
@@ -900,6 +903,65 @@ impl EventSink for Sink {
             return Err(SinkClosed);
         }
         Ok(())
+    }
+
+    async fn annotate(
+        &self,
+        key: &str,
+        value: serde_json::Value,
+        append: bool,
+    ) -> Result<(), SinkClosed> {
+        let mut state = self.live.state.lock().await;
+        if state.turn != self.turn {
+            return Err(SinkClosed);
+        }
+        let previous = state.stored.task.metadata.clone();
+        let metadata = state
+            .stored
+            .task
+            .metadata
+            .get_or_insert_with(Default::default);
+        let mew = metadata
+            .entry("mew")
+            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+        if !mew.is_object() {
+            *mew = serde_json::Value::Object(serde_json::Map::new());
+        }
+        if let Some(mew) = mew.as_object_mut() {
+            if append {
+                let list = mew
+                    .entry(key)
+                    .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+                match list.as_array_mut() {
+                    Some(items) => items.push(value),
+                    None => *list = serde_json::Value::Array(vec![value]),
+                }
+            } else {
+                mew.insert(key.to_owned(), value);
+            }
+        }
+        if let Err(e) = self.store.put(&state.stored).await {
+            warn!(error = %e, "cannot persist the task's metadata");
+            state.stored.task.metadata = previous;
+            return Err(SinkClosed);
+        }
+        Ok(())
+    }
+
+    async fn context_annotations(&self, key: &str) -> Vec<serde_json::Value> {
+        let tasks = match self.store.context(&self.live.context_id).await {
+            Ok(tasks) => tasks,
+            Err(e) => {
+                warn!(error = %e, "cannot read the context's tasks");
+                return Vec::new();
+            }
+        };
+        tasks
+            .iter()
+            .filter_map(|t| t.task.metadata.as_ref()?.get("mew")?.get(key)?.as_array())
+            .flatten()
+            .cloned()
+            .collect()
     }
 }
 

@@ -162,6 +162,7 @@ impl Fixture {
             owner: None,
             parent: None,
             metadata: None,
+            private: serde_json::Value::Null,
         };
         self.manager.submit(submission, &Scope::default()).await
     }
@@ -477,6 +478,7 @@ async fn unfinished_tasks_fail_on_restart_and_interrupted_ones_resume() {
         owner: None,
         parent: None,
         metadata: None,
+        private: serde_json::Value::Null,
     };
     let (_, stream) = manager.submit(submission, &Scope::default()).await.unwrap();
     let _: Vec<_> = stream.collect().await;

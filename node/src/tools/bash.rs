@@ -302,6 +302,7 @@ fn render(ending: &Ending, out: &Captured, err: &Captured, timeout: Duration) ->
                 ToolOutput {
                     content: ToolOutput::text(text).content,
                     is_error: code != 0,
+                    relay: None,
                 }
             }
             None => {

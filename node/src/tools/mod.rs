@@ -53,6 +53,9 @@ pub(crate) struct ToolContext {
     pub(crate) task_id: Option<mew_cards::TaskId>,
     /// How deep that task is in a delegation chain (0: started by a user).
     pub(crate) depth: u32,
+    /// The task's children, for the tools that delegate and manage delegated tasks
+    /// (`None` outside a task).
+    pub(crate) children: Option<Arc<crate::agent::children::Children>>,
 }
 
 /// A tool's answer, sent back to the model.
@@ -62,6 +65,10 @@ pub(crate) struct ToolOutput {
     pub(crate) content: Vec<ResultPart>,
     /// True when the call failed; the model sees the content as an error.
     pub(crate) is_error: bool,
+    /// Set when a delegated task (this id) waits for a permission decision that only the
+    /// user may make: the run stops and puts the question (the content) to the user, whose
+    /// reply goes to that task through [`Tool::answer`].
+    pub(crate) relay: Option<String>,
 }
 
 impl ToolOutput {
@@ -70,6 +77,7 @@ impl ToolOutput {
         Self {
             content: vec![ResultPart::Text { text: text.into() }],
             is_error: false,
+            relay: None,
         }
     }
 
@@ -78,6 +86,7 @@ impl ToolOutput {
         Self {
             content: vec![ResultPart::Text { text: text.into() }],
             is_error: true,
+            relay: None,
         }
     }
 
@@ -124,6 +133,16 @@ pub(crate) trait Tool: Send + Sync {
     /// Runs the tool. Errors are answers with `is_error`, never panics.
     async fn call(&self, input: Value, ctx: &ToolContext) -> ToolOutput;
 
+    /// Gives the user's `reply` to the delegated task `task`, which asked for it through
+    /// [`ToolOutput::relay`]. Only the runtime calls this, never the model: a model cannot
+    /// answer a permission question meant for the user.
+    async fn answer(&self, task: &str, _reply: &str, _ctx: &ToolContext) -> ToolOutput {
+        ToolOutput::error(format!(
+            "{} cannot pass a reply to task {task}",
+            self.name()
+        ))
+    }
+
     /// The spec the model sees.
     fn spec(&self) -> ToolSpec {
         ToolSpec {
@@ -153,6 +172,7 @@ pub(crate) mod test_support {
             cancel: CancellationToken::new(),
             task_id: None,
             depth: 0,
+            children: None,
         }
     }
 }

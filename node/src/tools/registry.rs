@@ -51,10 +51,11 @@ pub(crate) const ALIASES: &[(&str, &str)] = &[
     ("install_skill", "InstallSkill"),
 ];
 
-/// Tools no child agent gets unless nesting is on: the runtime puts them in
-/// [`FilterLayers::withhold`]. `Agent` would let children fork without bound.
-#[cfg_attr(not(test), allow(dead_code))] // wired by the agent runtime
-pub(crate) const ALL_AGENT_DISALLOWED_TOOLS: &[&str] = &["Agent"];
+/// Tools no child agent gets unless nesting allows its depth: the runtime puts them in
+/// [`FilterLayers::withhold`]. `Agent` would let children fork without bound, and the task
+/// tools only manage tasks an agent delegated.
+pub(crate) const ALL_AGENT_DISALLOWED_TOOLS: &[&str] =
+    &["Agent", "SendMessage", "TaskGet", "TaskList", "TaskStop"];
 
 /// The only tools a background agent keeps (plus every MCP tool): atomic file and shell work
 /// and skills, none of the task-management or agent tools.
@@ -393,8 +394,10 @@ mod tests {
             ..Default::default()
         };
         let filtered = full().filter(&layers);
-        assert!(filtered.get("Agent").is_none());
-        assert_eq!(filtered.len(), full().len() - 1);
+        for tool in ["Agent", "SendMessage", "TaskStop"] {
+            assert!(filtered.get(tool).is_none(), "{tool} kept");
+        }
+        assert_eq!(filtered.len(), full().len() - 3);
     }
 
     #[test]

@@ -22,6 +22,16 @@ async fn node(
     kind: &str,
     roles: &[(&str, &str)],
 ) -> anyhow::Result<MewNode> {
+    node_with(model, kind, "", roles).await
+}
+
+/// [`node`] with more `agent:` settings (lines indented by two spaces).
+async fn node_with(
+    model: &ScriptedModel,
+    kind: &str,
+    agent: &str,
+    roles: &[(&str, &str)],
+) -> anyhow::Result<MewNode> {
     let (base, key) = match kind {
         "openai" => (format!("{}/v1", model.base_url()), ""),
         _ => (
@@ -30,7 +40,7 @@ async fn node(
         ),
     };
     let config = format!(
-        "agent:\n  provider: scripted\n  model: sonnet\nproviders:\n  scripted:\n    kind: {kind}\n    base_url: {base}{key}\n    max_retries: 0\n"
+        "agent:\n  provider: scripted\n  model: sonnet\n{agent}providers:\n  scripted:\n    kind: {kind}\n    base_url: {base}{key}\n    max_retries: 0\n"
     );
     let mut node = MewNode::new()?;
     node.set_env(KEY_VAR, KEY);
@@ -477,4 +487,375 @@ async fn delegation_crosses_nodes_and_cancel_follows_it() -> anyhow::Result<()> 
     .await?;
     model.assert_done();
     Ok(())
+}
+
+/// The children a task recorded (`metadata.mew.children`).
+fn children_of(task: &Task) -> Vec<serde_json::Value> {
+    task.metadata
+        .as_ref()
+        .and_then(|m| m.get("mew"))
+        .and_then(|mew| mew.get("children"))
+        .and_then(serde_json::Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn task_on(node: &MewNode, id: &mew_cards::TaskId) -> anyhow::Result<Task> {
+    let agent = node.agent("", Binding::JsonRpc).await?;
+    let request = mew_cards::GetTaskRequest {
+        id: id.clone(),
+        ..Default::default()
+    };
+    Ok(agent.get_task(&CallContext::default(), request).await?)
+}
+
+#[tokio::test]
+async fn a_background_child_notifies_its_parent_which_answers_after_it() -> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "Agent",
+            json!({"prompt": "hello", "description": "shout later", "subagent_type": "slowshout",
+                   "run_in_background": true, "name": "shouter"}),
+        ),
+        Step::text("I will wait for it.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("async_launched"),
+        Step::text("It shouted HELLO.")
+            .expect_last_user("task-notification")
+            .expect_last_user("HELLO"),
+    ])?;
+    let roles = [
+        ("boss.md", role("boss", "tools: [Agent]\n")),
+        (
+            "slowshout.md",
+            command_role("slowshout", "[sh, -c, \"sleep 1; tr a-z A-Z\"]"),
+        ),
+    ];
+    let refs: Vec<(&str, &str)> = roles.iter().map(|(f, t)| (*f, t.as_str())).collect();
+    let node = node(&model, "openai", &refs).await?;
+    let boss = send(
+        &node,
+        "boss",
+        Message::user_text("shout hello, in the background"),
+    )
+    .await?;
+    ensure!(
+        boss.status.state == TaskState::Completed && status_text(&boss) == "It shouted HELLO.",
+        "{:?}: {}",
+        boss.status.state,
+        status_text(&boss)
+    );
+    let boss = task_on(&node, &boss.id).await?;
+    let links = children_of(&boss);
+    ensure!(links.len() == 1, "children recorded: {links:?}");
+    ensure!(
+        links[0]["name"] == "shouter"
+            && links[0]["background"] == true
+            && links[0]["agent"] == "slowshout",
+        "link {:?}",
+        links[0]
+    );
+    let child_id = links[0]["taskId"].as_str().context("taskId")?;
+    let child = task_on(&node, &mew_cards::TaskId::from(child_id)).await?;
+    ensure!(
+        child.status.state == TaskState::Completed
+            && parent_of(&child).as_deref() == Some(boss.id.as_str()),
+        "child {child:?}"
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_slow_foreground_child_moves_to_the_background_instead_of_failing() -> anyhow::Result<()>
+{
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "Agent",
+            json!({"prompt": "hello", "description": "shout slowly", "subagent_type": "slowshout"}),
+        ),
+        Step::text("Still going; I will wait.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("timed_out_to_background"),
+        Step::text("Done: HELLO.").expect_last_user("HELLO"),
+    ])?;
+    let roles = [
+        ("boss.md", role("boss", "tools: [Agent]\n")),
+        (
+            "slowshout.md",
+            command_role("slowshout", "[sh, -c, \"sleep 3; tr a-z A-Z\"]"),
+        ),
+    ];
+    let refs: Vec<(&str, &str)> = roles.iter().map(|(f, t)| (*f, t.as_str())).collect();
+    let node = node_with(&model, "openai", "  background_after: 1s\n", &refs).await?;
+    let boss = send(&node, "boss", Message::user_text("shout hello")).await?;
+    ensure!(
+        boss.status.state == TaskState::Completed && status_text(&boss) == "Done: HELLO.",
+        "{:?}: {}",
+        boss.status.state,
+        status_text(&boss)
+    );
+    let links = children_of(&task_on(&node, &boss.id).await?);
+    ensure!(
+        links.iter().any(|l| l["background"] == true),
+        "the move to the background is not recorded: {links:?}"
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn send_message_continues_a_finished_child_after_a_restart() -> anyhow::Result<()> {
+    // One scripted model serves the boss and its helper; foreground calls keep the order.
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "Agent",
+            json!({"prompt": "remember the number 42", "description": "remember",
+                   "subagent_type": "helper", "name": "keeper"}),
+        ),
+        Step::text("I will remember 42.").expect_last_user("remember the number 42"),
+        Step::text("Delegated.").expect_tool_results(["call_1"]),
+        Step::tool_call(
+            "call_2",
+            "SendMessage",
+            json!({"to": "keeper", "message": "which number was it?"}),
+        )
+        .expect_last_user("ask the keeper")
+        .expect_tools_include(["SendMessage"]),
+        Step::text("The number is 42.").expect_last_user("which number was it?"),
+        Step::text("The keeper says 42.")
+            .expect_tool_results(["call_2"])
+            .expect_last_user("The number is 42."),
+    ])?;
+    let roles = [
+        ("boss.md", role("boss", "tools: [Agent, SendMessage]\n")),
+        ("helper.md", role("helper", "")),
+    ];
+    let refs: Vec<(&str, &str)> = roles.iter().map(|(f, t)| (*f, t.as_str())).collect();
+    let mut node = node(&model, "openai", &refs).await?;
+    let first = send(
+        &node,
+        "boss",
+        Message::user_text("have someone remember 42"),
+    )
+    .await?;
+    ensure!(
+        first.status.state == TaskState::Completed,
+        "{:?}: {}",
+        first.status.state,
+        status_text(&first)
+    );
+
+    node.restart().await?;
+    let mut again = Message::user_text("ask the keeper");
+    again.context_id = Some(first.context_id.clone());
+    let second = send(&node, "boss", again).await?;
+    ensure!(
+        second.status.state == TaskState::Completed
+            && status_text(&second) == "The keeper says 42.",
+        "{:?}: {}",
+        second.status.state,
+        status_text(&second)
+    );
+    // The helper's second task continues its first one's conversation.
+    let requests = model.requests();
+    let continued = requests.get(4).context("the helper's second request")?;
+    ensure!(
+        continued.body.to_string().contains("I will remember 42."),
+        "the continued helper did not see its earlier conversation: {}",
+        continued.body
+    );
+    let helpers: Vec<Task> = tasks_of(&node)
+        .await?
+        .into_iter()
+        .filter(|t| t.id != first.id && t.id != second.id)
+        .collect();
+    ensure!(
+        helpers.len() == 2 && helpers[0].context_id == helpers[1].context_id,
+        "helper tasks: {helpers:?}"
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_permission_ask_on_another_node_surfaces_as_input_required_and_the_reply_resumes_it()
+-> anyhow::Result<()> {
+    let b_model = ScriptedModel::with_key(
+        vec![
+            Step::tool_call("toolu_1", "bash", json!({"command": "echo done > out.txt"})),
+            Step::text("Wrote it.").expect_tool_results(["toolu_1"]),
+        ],
+        KEY,
+    )?;
+    let b = node(
+        &b_model,
+        "anthropic",
+        &[("writer.md", &role("writer", "tools: [bash]\n"))],
+    )
+    .await?;
+    let a_model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "Agent",
+            json!({"prompt": "write out.txt", "description": "write", "subagent_type": b.role_url("writer")}),
+        ),
+        Step::text("B wrote it.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("Wrote it."),
+    ])?;
+    let a = node(
+        &a_model,
+        "openai",
+        &[("boss.md", &role("boss", "tools: [Agent]\n"))],
+    )
+    .await?;
+
+    let asked = send(&a, "boss", Message::user_text("get out.txt written on B")).await?;
+    ensure!(
+        asked.status.state == TaskState::InputRequired,
+        "{:?}: {}",
+        asked.status.state,
+        status_text(&asked)
+    );
+    ensure!(
+        status_text(&asked).contains("echo done > out.txt"),
+        "A's question does not carry B's: {:?}",
+        status_text(&asked)
+    );
+    ensure!(
+        !b.project_dir().join("out.txt").exists(),
+        "B ran the command before anyone approved it"
+    );
+
+    let mut yes = Message::user_text("yes");
+    yes.task_id = Some(asked.id.clone());
+    let done = send(&a, "boss", yes).await?;
+    ensure!(
+        done.status.state == TaskState::Completed && status_text(&done) == "B wrote it.",
+        "{:?}: {}",
+        done.status.state,
+        status_text(&done)
+    );
+    let written = std::fs::read_to_string(b.project_dir().join("out.txt")).context("out.txt")?;
+    ensure!(written.trim() == "done", "out.txt holds {written:?}");
+    a_model.assert_done();
+    b_model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fork_sees_the_parent_conversation_and_reports_back() -> anyhow::Result<()> {
+    // The boss's second request and the fork's first one race: both get the same answer.
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "Agent",
+            json!({"prompt": "count to three", "description": "count"}),
+        ),
+        Step::text("Scope: counted 1 2 3."),
+        Step::text("Scope: counted 1 2 3."),
+        Step::text("The fork counted.").expect_last_user("task-notification"),
+    ])?;
+    let node = node(
+        &model,
+        "openai",
+        &[("boss.md", &role("boss", "tools: [Agent, read_file]\n"))],
+    )
+    .await?;
+    let boss = send(&node, "boss", Message::user_text("fork yourself to count")).await?;
+    ensure!(
+        boss.status.state == TaskState::Completed && status_text(&boss) == "The fork counted.",
+        "{:?}: {}",
+        boss.status.state,
+        status_text(&boss)
+    );
+    let requests = model.requests();
+    let fork = requests
+        .iter()
+        .find(|r| r.last_user_text().contains("fork_boilerplate"))
+        .context("no request from the fork")?;
+    let body = fork.body.to_string();
+    ensure!(
+        body.contains("fork yourself to count") && fork.last_user_text().contains("count to three"),
+        "the fork did not get the parent's conversation and its task: {body}"
+    );
+    ensure!(
+        fork.tool_result_ids() == ["call_1"],
+        "the fork's copy of the Agent call has no result: {body}"
+    );
+    let names = fork.tool_names();
+    ensure!(
+        names.contains(&"read_file".to_owned()) && !names.contains(&"Agent".to_owned()),
+        "fork tools {names:?}"
+    );
+    let links = children_of(&task_on(&node, &boss.id).await?);
+    ensure!(
+        links.len() == 1 && links[0]["agent"] == "boss" && links[0]["background"] == true,
+        "links {links:?}"
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn children_beyond_the_limit_wait_for_a_place() -> anyhow::Result<()> {
+    // Two delegations in one answer run as one concurrent batch; with max_children 1 the
+    // second child starts only after the first has ended.
+    let call = |id: &str, prompt: &str| {
+        mew_tests::model::ToolCall::new(
+            id,
+            "Agent",
+            json!({"prompt": prompt, "description": "shout", "subagent_type": "slowshout"}),
+        )
+    };
+    let model = ScriptedModel::start(vec![
+        Step::tool_calls(vec![call("call_1", "one"), call("call_2", "two")]),
+        Step::text("Both shouted.").expect_tool_results(["call_1", "call_2"]),
+    ])?;
+    let roles = [
+        ("boss.md", role("boss", "tools: [Agent]\n")),
+        (
+            "slowshout.md",
+            command_role("slowshout", "[sh, -c, \"sleep 1; tr a-z A-Z\"]"),
+        ),
+    ];
+    let refs: Vec<(&str, &str)> = roles.iter().map(|(f, t)| (*f, t.as_str())).collect();
+    let node = node_with(&model, "openai", "  max_children: 1\n", &refs).await?;
+    let boss = send(&node, "boss", Message::user_text("shout twice")).await?;
+    ensure!(
+        boss.status.state == TaskState::Completed,
+        "{:?}: {}",
+        boss.status.state,
+        status_text(&boss)
+    );
+    let mut children: Vec<Task> = tasks_of(&node)
+        .await?
+        .into_iter()
+        .filter(|t| t.id != boss.id)
+        .collect();
+    ensure!(children.len() == 2, "children: {children:?}");
+    // Task ids are UUIDv7: their order is their creation order.
+    children.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+    let first_ended = children[0].status.timestamp.context("first end")?;
+    // The id keeps milliseconds: allow one more. Without the limit the second child would
+    // start with the first, a whole second before it ends.
+    let second_created = mew_cards::Timestamp::from_unix_nanos(
+        (i128::from(uuid_millis(children[1].id.as_str())?) + 1) * 1_000_000,
+    );
+    ensure!(
+        second_created >= first_ended,
+        "the second child was created at {second_created} before the first ended at {first_ended}"
+    );
+    model.assert_done();
+    Ok(())
+}
+
+/// The creation time (Unix milliseconds) in a UUIDv7.
+fn uuid_millis(id: &str) -> anyhow::Result<u64> {
+    let hex: String = id.chars().filter(|c| *c != '-').take(12).collect();
+    Ok(u64::from_str_radix(&hex, 16)?)
 }

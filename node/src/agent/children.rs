@@ -1,0 +1,223 @@
+//! The children of one task: the agents it delegated to, where they run, and
+//! the notices the background ones leave when they end.
+//!
+//! Every delegation is recorded in the parent task's metadata as a
+//! [`ChildLink`] (`metadata.mew.children`), persisted with the task: `TaskList`,
+//! `TaskGet`, `TaskStop` and `SendMessage` find children there, also after a
+//! restart, and `mew tasks tree` follows the links from node to node.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use super::conversation::ChatMessage;
+use crate::tasks::executor::EventSink;
+
+/// The metadata key (under `mew`) of a task's list of children.
+pub(crate) const CHILDREN_KEY: &str = "children";
+
+/// One delegated task, as its parent records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ChildLink {
+    /// The child's task id, on the agent that runs it.
+    pub(crate) task_id: String,
+    /// Who runs it: a role of this node by name, or the URL of a remote agent.
+    pub(crate) agent: String,
+    /// The name the delegating model gave it, for `SendMessage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) name: Option<String>,
+    /// What the child was asked to do, in a few words.
+    #[serde(default)]
+    pub(crate) description: String,
+    /// True when it ran (or moved) to the background.
+    #[serde(default)]
+    pub(crate) background: bool,
+}
+
+/// What a task's delegations share during one turn.
+pub(crate) struct Children {
+    /// The parent task's sink: links are recorded in, and read from, its metadata.
+    sink: Arc<dyn EventSink>,
+    /// Places for children running at once.
+    places: Arc<Semaphore>,
+    /// Children running in the background whose notice has not been sent.
+    running: Arc<AtomicUsize>,
+    notices: mpsc::UnboundedSender<String>,
+    inbox: Mutex<mpsc::UnboundedReceiver<String>>,
+    /// How long a foreground child may run before it moves to the background.
+    pub(crate) background_after: Duration,
+    /// The parent's role: a fork runs it again.
+    pub(crate) role: String,
+    /// The parent's conversation as of the tool calls being run, for forks.
+    fork_source: std::sync::Mutex<Vec<ChatMessage>>,
+}
+
+impl std::fmt::Debug for Children {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Children")
+            .field("places", &self.places.available_permits())
+            .field("running", &self.running.load(Ordering::SeqCst))
+            .field("background_after", &self.background_after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Children {
+    /// The children of the task behind `sink`: at most `max_running` at once.
+    pub(crate) fn new(
+        sink: Arc<dyn EventSink>,
+        role: String,
+        max_running: usize,
+        background_after: Duration,
+    ) -> Self {
+        let (notices, inbox) = mpsc::unbounded_channel();
+        Self {
+            sink,
+            places: Arc::new(Semaphore::new(max_running.max(1))),
+            running: Arc::new(AtomicUsize::new(0)),
+            notices,
+            inbox: Mutex::new(inbox),
+            background_after,
+            role,
+            fork_source: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Keeps the parent's conversation for the forks its next tool calls start.
+    pub(crate) fn set_fork_source(&self, messages: Vec<ChatMessage>) {
+        *self
+            .fork_source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = messages;
+    }
+
+    /// The parent's conversation as [`Self::set_fork_source`] left it.
+    pub(crate) fn fork_source(&self) -> Vec<ChatMessage> {
+        self.fork_source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Waits for a place for one more child; `None` when `cancel` fires first.
+    pub(crate) async fn place(&self, cancel: &CancellationToken) -> Option<OwnedSemaphorePermit> {
+        tokio::select! {
+            permit = self.places.clone().acquire_owned() => permit.ok(),
+            () = cancel.cancelled() => None,
+        }
+    }
+
+    /// Records a delegation in the parent task.
+    pub(crate) async fn record(&self, link: &ChildLink) {
+        let value = serde_json::to_value(link).unwrap_or_default();
+        if self.sink.annotate(CHILDREN_KEY, value, true).await.is_err() {
+            tracing::warn!(child = %link.task_id, "cannot record a delegated task in its parent");
+        }
+    }
+
+    /// Every child of the parent's context, oldest first; of several with one
+    /// name, the newest is the one the name means.
+    pub(crate) async fn links(&self) -> Vec<ChildLink> {
+        self.sink
+            .context_annotations(CHILDREN_KEY)
+            .await
+            .into_iter()
+            .filter_map(|value| serde_json::from_value(value).ok())
+            .collect()
+    }
+
+    /// A background child has started: the parent waits for its notice before it ends.
+    pub(crate) fn started_in_background(&self) -> Notifier {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        Notifier {
+            running: self.running.clone(),
+            notices: self.notices.clone(),
+            sent: false,
+        }
+    }
+
+    /// Background children still running.
+    pub(crate) fn running(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
+    }
+
+    /// The notices that arrived since the last call.
+    pub(crate) async fn take_notices(&self) -> Vec<String> {
+        let mut inbox = self.inbox.lock().await;
+        let mut notices = Vec::new();
+        while let Ok(notice) = inbox.try_recv() {
+            notices.push(notice);
+        }
+        notices
+    }
+
+    /// Waits for the next notice; `None` when nothing runs in the background
+    /// any more or `cancel` fires.
+    pub(crate) async fn next_notice(&self, cancel: &CancellationToken) -> Option<String> {
+        let mut inbox = self.inbox.lock().await;
+        if let Ok(notice) = inbox.try_recv() {
+            return Some(notice);
+        }
+        if self.running() == 0 {
+            return None;
+        }
+        tokio::select! {
+            notice = inbox.recv() => notice,
+            () = cancel.cancelled() => None,
+        }
+    }
+}
+
+/// Sends one background child's notice when it ends (an empty one if dropped
+/// before, so the parent never waits for a child that is gone).
+pub(crate) struct Notifier {
+    running: Arc<AtomicUsize>,
+    notices: mpsc::UnboundedSender<String>,
+    sent: bool,
+}
+
+impl Notifier {
+    /// Sends the notice.
+    pub(crate) fn send(mut self, notice: String) {
+        self.finish(Some(notice));
+    }
+
+    fn finish(&mut self, notice: Option<String>) {
+        if self.sent {
+            return;
+        }
+        self.sent = true;
+        // Count down before sending: a parent woken by the notice sees the right count.
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        let notice = notice.unwrap_or_else(|| {
+            "<task-notification>\nA background task ended without a result.\n</task-notification>"
+                .to_owned()
+        });
+        // The parent's turn may be over: the link in its metadata still tells.
+        let _ = self.notices.send(notice);
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        self.finish(None);
+    }
+}
+
+/// The notice a background child leaves for its parent (the seed's task-notification).
+pub(crate) fn notice(link: &ChildLink, state: &str, result: &str) -> String {
+    let name = link
+        .name
+        .as_deref()
+        .map(|n| format!(" (name \"{n}\")"))
+        .unwrap_or_default();
+    format!(
+        "<task-notification>\nTask {}{name}, {} on {}: {state}\nResult: {result}\n</task-notification>",
+        link.task_id, link.description, link.agent
+    )
+}
