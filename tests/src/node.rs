@@ -357,6 +357,30 @@ impl MewNode {
         self.dir.path()
     }
 
+    /// Runs the `mew` client with `args` in this node's home and project (a minimal
+    /// environment), for at most a minute: its exit code, stdout and stderr.
+    pub async fn client(&self, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
+        let mut cmd = command(mew_bin()?);
+        cmd.env_clear()
+            .env("HOME", self.home_dir())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .arg("--project")
+            .arg(self.project_dir())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let output = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+            .await
+            .with_context(|| format!("mew {} did not end within a minute", args.join(" ")))?
+            .context("cannot run mew")?;
+        Ok((
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        ))
+    }
+
     /// The node's `HOME`.
     pub fn home_dir(&self) -> PathBuf {
         self.dir.path().join("home")

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use mew_cards::TaskStatusUpdateEvent;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -139,6 +140,39 @@ impl Children {
             notices: self.notices.clone(),
             sent: false,
         }
+    }
+
+    /// Passes a child's status update on as a progress note of the parent task:
+    /// `{"mew": {"child": {taskId, agent, description, state, text?, tool?}}}`, where
+    /// `tool` is the child's own tool note. Nothing when the parent's turn is over.
+    pub(crate) async fn report(&self, link: &ChildLink, update: &TaskStatusUpdateEvent) {
+        let mut note = serde_json::json!({
+            "taskId": link.task_id,
+            "agent": link.agent,
+            "description": link.description,
+            "state": update.status.state.to_string(),
+        });
+        if let Some(text) = update
+            .status
+            .message
+            .as_ref()
+            .map(mew_cards::Message::text)
+            .filter(|t| !t.is_empty())
+        {
+            note["text"] = serde_json::json!(text);
+        }
+        if let Some(tool) = update
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("mew"))
+            .and_then(|mew| mew.get("tool"))
+        {
+            note["tool"] = tool.clone();
+        }
+        let _ = self
+            .sink
+            .progress(serde_json::json!({ "mew": { "child": note } }))
+            .await;
     }
 
     /// Background children still running.

@@ -279,7 +279,7 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
     d.link.task_id = child.id.to_string();
     let Some(children) = children else {
         // Outside a task: nothing to record, no background; follow to the end.
-        return match follow(&mut stream, &mut child, &d.agent, &ctx.cancel).await {
+        return match follow(&mut stream, &mut child, &d.agent, &ctx.cancel, None).await {
             Followed::Ended => answer_of(&child, &d.link.agent),
             Followed::Canceled => ToolOutput::error("canceled"),
             Followed::Failed(e) => ToolOutput::error(format!("{} failed: {e}", d.link.agent)),
@@ -295,7 +295,7 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
             child,
             d.agent,
             d.link,
-            notifier,
+            (children, notifier),
             ctx.cancel.clone(),
             permit,
         );
@@ -304,7 +304,13 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
     let limit = children.background_after;
     let followed = tokio::time::timeout(
         limit,
-        follow(&mut stream, &mut child, &d.agent, &ctx.cancel),
+        follow(
+            &mut stream,
+            &mut child,
+            &d.agent,
+            &ctx.cancel,
+            Some((&children, &d.link)),
+        ),
     )
     .await;
     match followed {
@@ -322,7 +328,7 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
                 child,
                 d.agent,
                 d.link,
-                notifier,
+                (children, notifier),
                 ctx.cancel.clone(),
                 permit,
             );
@@ -353,12 +359,14 @@ enum Followed {
 }
 
 /// Applies the child's events to `child` until its stream ends; cancels the
-/// child if `cancel` fires first.
+/// child if `cancel` fires first. With `report`, the child's status updates
+/// become progress notes of the parent task.
 async fn follow(
     stream: &mut EventStream,
     child: &mut Task,
     agent: &Arc<dyn AgentTransport>,
     cancel: &CancellationToken,
+    report: Option<(&Children, &ChildLink)>,
 ) -> Followed {
     loop {
         tokio::select! {
@@ -366,6 +374,12 @@ async fn follow(
                 Some(Ok(StreamResponse::Task(task))) => *child = task,
                 Some(Ok(StreamResponse::Message(message))) => {
                     child.status.message = Some(message);
+                }
+                Some(Ok(StreamResponse::StatusUpdate(update))) => {
+                    if let Some((children, link)) = report {
+                        children.report(link, &update).await;
+                    }
+                    child.apply(&StreamResponse::StatusUpdate(update));
                 }
                 Some(Ok(event)) => child.apply(&event),
                 Some(Err(e)) => return Followed::Failed(e.to_string()),
@@ -386,13 +400,14 @@ fn spawn_follower(
     mut child: Task,
     agent: Arc<dyn AgentTransport>,
     link: ChildLink,
-    notifier: Notifier,
+    (children, notifier): (Arc<Children>, Notifier),
     cancel: CancellationToken,
     permit: Option<OwnedSemaphorePermit>,
 ) {
     tokio::spawn(async move {
         let _permit = permit;
-        let text = match follow(&mut stream, &mut child, &agent, &cancel).await {
+        let report = Some((children.as_ref(), &link));
+        let text = match follow(&mut stream, &mut child, &agent, &cancel, report).await {
             Followed::Ended => {
                 let state = child.status.state.to_string();
                 notice(&link, &state, &result_text(&child))

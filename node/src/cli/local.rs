@@ -291,14 +291,16 @@ impl Printer {
                     // Questions and final states are the session's to print.
                     return out.flush();
                 }
-                let tool = update
+                let mew = update
                     .metadata
                     .as_ref()
-                    .and_then(|metadata| metadata.get("mew"))
-                    .and_then(|mew| mew.get("tool"));
-                let line = match tool {
-                    Some(tool) => tool_line(tool),
-                    None => update
+                    .and_then(|metadata| metadata.get("mew"));
+                let tool = mew.and_then(|mew| mew.get("tool"));
+                let child = mew.and_then(|mew| mew.get("child"));
+                let line = match (tool, child) {
+                    (Some(tool), _) => tool_line(tool),
+                    (None, Some(child)) => child_line(child),
+                    (None, None) => update
                         .status
                         .message
                         .as_ref()
@@ -415,6 +417,28 @@ pub(crate) fn tool_line(tool: &Value) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// The progress line of a delegated task's note (`mew.child`): its own tool calls, indented
+/// under the parent's, or its state when that changes: `    ↳ read the note: → read_file: x`.
+pub(crate) fn child_line(child: &Value) -> Option<String> {
+    let description = child.get("description").and_then(Value::as_str)?;
+    let what = match child.get("tool") {
+        Some(tool) => tool_line(tool)?.trim_start().to_owned(),
+        None => {
+            let state = child.get("state").and_then(Value::as_str)?;
+            let state = state
+                .strip_prefix("TASK_STATE_")
+                .unwrap_or(state)
+                .to_ascii_lowercase()
+                .replace('_', " ");
+            match child.get("text").and_then(Value::as_str) {
+                Some(text) => format!("{state}: {}", one_line(text, SUMMARY_CHARS)),
+                None => state,
+            }
+        }
+    };
+    Some(format!("    ↳ {description}: {what}"))
 }
 
 /// What a tool call is about, in one short line: its most telling input field, or its input as
@@ -922,6 +946,32 @@ mod tests {
             Some("  ✗ bash")
         );
         assert_eq!(tool_line(&json!({"phase": "other", "name": "bash"})), None);
+    }
+
+    #[test]
+    fn child_lines_show_the_childs_tools_and_states() {
+        let child = |extra: Value| {
+            let mut note = json!({"taskId": "t1", "agent": "reader", "description": "read it"});
+            if let (Some(note), Some(extra)) = (note.as_object_mut(), extra.as_object()) {
+                note.extend(extra.clone());
+            }
+            child_line(&note)
+        };
+        assert_eq!(
+            child(json!({"state": "TASK_STATE_WORKING", "tool": {"phase": "started", "name": "grep", "detail": {"input": {"pattern": "fn main"}}}}))
+                .as_deref(),
+            Some("    ↳ read it: → grep: fn main")
+        );
+        assert_eq!(
+            child(json!({"state": "TASK_STATE_INPUT_REQUIRED", "text": "may I?\nsecond line"}))
+                .as_deref(),
+            Some("    ↳ read it: input required: may I?…")
+        );
+        assert_eq!(
+            child(json!({"state": "TASK_STATE_WORKING"})).as_deref(),
+            Some("    ↳ read it: working")
+        );
+        assert_eq!(child_line(&json!({"state": "TASK_STATE_WORKING"})), None);
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod remote;
 mod run;
 mod send;
 mod tasks;
+mod tree;
 mod up;
 
 #[cfg(test)]
@@ -133,7 +134,7 @@ pub(crate) enum Command {
     Agents,
     /// Send a message to an agent: a role of the node, a URL, or - for the front agent
     Send(send::SendArgs),
-    /// List, show, cancel or watch the tasks of a node
+    /// List, show, cancel or watch the tasks of a node, or show the tree of a task's delegations
     Tasks(tasks::TasksArgs),
     /// Run one task of a role in this process, without HTTP, and print its answer as it streams
     Run(run::RunArgs),

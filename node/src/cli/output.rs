@@ -344,8 +344,12 @@ pub(crate) fn next_step(task: &Task, reply: &str, node_flag: &str) -> Option<Str
 }
 
 /// Writes `value` as pretty JSON and a newline.
+///
+/// The text is made first, so that a failed write (a closed pipe: `mew tasks list --json |
+/// head`) is the `io::Error` itself, which `main` recognizes, not wrapped in a serde error.
 pub(crate) fn write_json(out: &mut dyn Write, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, value)?;
-    writeln!(out)?;
+    let mut text = serde_json::to_string_pretty(value)?;
+    text.push('\n');
+    out.write_all(text.as_bytes())?;
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! `mew tasks list|get|cancel|watch`: the tasks of a node (or of any A2A agent).
+//! `mew tasks list|get|cancel|watch|tree`: the tasks of a node (or of any A2A agent).
 
 use std::io::Write;
 
@@ -15,6 +15,7 @@ use super::output::{
     follow, next_step, outcome, parse_state, parts_text, render_task, state_name, write_json,
 };
 use super::remote::{NodeUrlArgs, Target, connect, remote_error};
+use super::tree::{TreeArgs, tree};
 
 /// How many characters of a task's first message `mew tasks list` shows.
 const MESSAGE_WIDTH: usize = 40;
@@ -42,6 +43,13 @@ pub(crate) enum TasksCommand {
     Cancel(IdArgs),
     /// Print a task's events as they happen, until it ends or asks for input
     Watch(IdArgs),
+    /// Show a task and the tasks it delegated to, on this node and others, with their usage
+    /// rolled up from children to parents
+    ///
+    /// Exits 0 when the task was fetched, even if some of its children could not be: those are
+    /// shown with the error, and the totals that leave them out say "partial". Exits 1 when the
+    /// task itself cannot be fetched.
+    Tree(TreeArgs),
 }
 
 /// `mew tasks list`.
@@ -86,6 +94,17 @@ pub(crate) async fn tasks(args: TasksArgs, context: &Context) -> anyhow::Result<
     let json = context.json;
     match &args.command {
         TasksCommand::List(list_args) => list(&agent, list_args, json, &mut out).await,
+        TasksCommand::Tree(tree_args) => {
+            let peers = context
+                .config
+                .peers
+                .iter()
+                .map(|(name, peer)| (name.clone(), peer.url.clone()))
+                .collect();
+            let node = args.node.url(&context.config);
+            let binding = args.binding.map(Into::into);
+            tree(tree_args, agent, &node, binding, peers, json, &mut out).await
+        }
         TasksCommand::Get(get) => {
             let request = GetTaskRequest {
                 id: TaskId::from(get.id.as_str()),
@@ -246,7 +265,7 @@ pub(crate) fn render_table(tasks: &[Task]) -> String {
 
 /// The start of the task's first user message, on one line, at most [`MESSAGE_WIDTH`]
 /// characters (the last one `…` when cut).
-fn first_message(task: &Task) -> String {
+pub(crate) fn first_message(task: &Task) -> String {
     let Some(message) = task.history.iter().find(|m| m.role == Role::User) else {
         return String::new();
     };

@@ -12,6 +12,10 @@ use mew_transport::{AgentTransport, CallContext, Error, EventStream, collect_sen
 use crate::agent::delegate::Forker;
 use crate::tasks::manager::{Scope, Submission, TaskManager};
 
+/// The keys of a task's `metadata.mew` that only the node writes: its children
+/// (`crate::agent::children`) and its usage (`crate::agent::runner`).
+const NODE_OWNED_KEYS: &[&str] = &["children", "usage"];
+
 /// A role served as an A2A agent. The node's front agent is one too: it runs
 /// the default role and sees every task on the node; a role's own agent sees
 /// only that role's tasks.
@@ -91,6 +95,19 @@ impl RoleAgent {
                 ErrorKind::PushNotificationNotSupported,
                 "this node does not send push notifications yet",
             ));
+        }
+        // What the node itself records about a task is never taken from a caller: forged
+        // links would send the task's agent to agents of the caller's choosing.
+        let mut request = request;
+        if let Some(mew) = request
+            .metadata
+            .as_mut()
+            .and_then(|m| m.get_mut("mew"))
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            for key in NODE_OWNED_KEYS {
+                mew.remove(*key);
+            }
         }
         // A delegating agent names its task in `mew.parentTask`: the link of a task tree,
         // local or across nodes.

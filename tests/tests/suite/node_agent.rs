@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 use mew_cards::{
     Message, SendMessageRequest, SendMessageResponse, StreamResponse, Task, TaskState,
 };
-use mew_tests::model::{ScriptedModel, Step};
+use mew_tests::model::{ScriptedModel, Step, Usage};
 use mew_tests::node::MewNode;
 use mew_transport::{AgentTransport, Binding, CallContext};
 use serde_json::json;
@@ -858,4 +858,131 @@ async fn children_beyond_the_limit_wait_for_a_place() -> anyhow::Result<()> {
 fn uuid_millis(id: &str) -> anyhow::Result<u64> {
     let hex: String = id.chars().filter(|c| *c != '-').take(12).collect();
     Ok(u64::from_str_radix(&hex, 16)?)
+}
+
+#[tokio::test]
+async fn the_task_tree_crosses_nodes_and_rolls_usage_up() -> anyhow::Result<()> {
+    // B's reader runs its own tool on its own model; A's boss delegates to it by URL.
+    let b_model = ScriptedModel::start(vec![
+        Step::tool_call("call_b", "read_file", json!({"file_path": "note.txt"}))
+            .with_usage(Usage::new(100, 10)),
+        Step::text("The note says hi.")
+            .expect_tool_results(["call_b"])
+            .expect_last_user("hi from B")
+            .with_usage(Usage::new(200, 20)),
+    ])?;
+    let b = node(
+        &b_model,
+        "openai",
+        &[("reader.md", &role("reader", "tools: [read_file]\n"))],
+    )
+    .await?;
+    std::fs::write(b.project_dir().join("note.txt"), "hi from B\n")?;
+    let a_model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_a",
+            "Agent",
+            json!({"prompt": "read note.txt", "description": "read the note", "subagent_type": b.role_url("reader")}),
+        )
+        .with_usage(Usage::new(1000, 100)),
+        Step::text("B's note says hi.")
+            .expect_tool_results(["call_a"])
+            .expect_last_user("The note says hi.")
+            .with_usage(Usage::new(1500, 150)),
+    ])?;
+    let a = node(
+        &a_model,
+        "openai",
+        &[("boss.md", &role("boss", "tools: [Agent]\n"))],
+    )
+    .await?;
+    // Streamed: the child's progress on B shows in A's stream as it happens.
+    let agent = a.agent("/agents/boss", Binding::JsonRpc).await?;
+    let stream = agent
+        .send_streaming_message(
+            &CallContext::default(),
+            SendMessageRequest::new(Message::user_text("what does B's note say?")),
+        )
+        .await?;
+    let events: Vec<StreamResponse> =
+        tokio::time::timeout(Duration::from_secs(60), stream.collect::<Vec<_>>())
+            .await
+            .context("the stream did not end")?
+            .into_iter()
+            .collect::<Result<_, _>>()?;
+    let child_tools: Vec<&serde_json::Value> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamResponse::StatusUpdate(u) => {
+                u.metadata.as_ref()?.get("mew")?.get("child")?.get("tool")
+            }
+            _ => None,
+        })
+        .collect();
+    ensure!(
+        child_tools.iter().any(|t| t["name"] == "read_file"),
+        "A's stream did not show B's tool calls: {child_tools:?}"
+    );
+    let boss = match events.first() {
+        Some(StreamResponse::Task(task)) => task_on(&a, &task.id).await?,
+        other => bail!("first event {other:?}"),
+    };
+    ensure!(
+        boss.status.state == TaskState::Completed,
+        "{:?}: {}",
+        boss.status.state,
+        status_text(&boss)
+    );
+
+    let (code, out, err) = a
+        .client(&[
+            "tasks",
+            "tree",
+            boss.id.as_str(),
+            "--node",
+            a.url(),
+            "--json",
+        ])
+        .await?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let tree: serde_json::Value = serde_json::from_str(&out).context("--json output")?;
+    let children = tree["children"].as_array().context("children")?;
+    ensure!(children.len() == 1, "{tree:#}");
+    let child = &children[0];
+    ensure!(
+        child["url"] == b.role_url("reader")
+            && child["task"]["state"] == "TASK_STATE_COMPLETED"
+            && child["task"]["parentTask"] == boss.id.as_str()
+            && child["ownUsage"]["inputTokens"] == 300
+            && child["ownUsage"]["toolCalls"] == 1,
+        "B's task in the tree: {child:#}"
+    );
+    ensure!(
+        tree["ownUsage"]["inputTokens"] == 2500
+            && tree["totalUsage"]["inputTokens"] == 2800
+            && tree["totalUsage"]["outputTokens"] == 280
+            && tree["totalUsage"]["modelCalls"] == 4
+            && tree["tasks"] == 2
+            && tree["partial"] == false,
+        "the roll-up: {tree:#}"
+    );
+
+    // The terminal view shows both tasks, the child under the parent.
+    let (code, out, err) = a
+        .client(&["tasks", "tree", boss.id.as_str(), "--node", a.url()])
+        .await?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let child_id = child["task"]["id"].as_str().context("child id")?;
+    ensure!(
+        out.lines()
+            .next()
+            .is_some_and(|l| l.starts_with(boss.id.as_str()))
+            && out
+                .lines()
+                .any(|l| l.starts_with(&format!("└─ {child_id}"))),
+        "{out}"
+    );
+    a_model.assert_done();
+    b_model.assert_done();
+    Ok(())
 }
