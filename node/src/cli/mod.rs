@@ -146,6 +146,11 @@ pub(crate) enum Command {
 }
 
 impl Command {
+    /// Whether this subcommand connects to the configured MCP servers.
+    fn uses_mcp(&self) -> bool {
+        matches!(self, Command::Up(_) | Command::Run(_) | Command::Chat(_))
+    }
+
     /// The `node:` override flags this subcommand takes, if any.
     fn node_args(&self) -> Option<&NodeArgs> {
         match self {
@@ -243,13 +248,16 @@ impl Cli {
 /// Loads the configuration, starts logging and the tokio runtime, and runs the subcommand.
 fn execute(cli: Cli) -> Result<(), Failure> {
     let sources = cli
-        .sources(mew_env(), std::env::home_dir())
+        .sources(process_env(), std::env::home_dir())
         .map_err(Failure::Usage)?;
     let loaded = Config::load(&sources).map_err(|error| Failure::Usage(error.into()))?;
     let config = loaded
         .resolve()
         .map_err(|error| Failure::Usage(error.into()))?;
     init_logging(&config.log.level, config.log.format).map_err(Failure::Runtime)?;
+    if cli.command.uses_mcp() {
+        config.log_mcp_warnings();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -291,11 +299,11 @@ async fn run(command: Command, context: Context) -> Result<(), Failure> {
     }
 }
 
-/// The process's `MEW_*` environment variables (others are not passed on, so that secrets in
-/// the environment never reach debug output).
-fn mew_env() -> HashMap<String, String> {
+/// The process's environment, as text: the configuration reads its `MEW_*` variables and
+/// expands `${VAR}` in MCP server `env` and `headers` values from it (and nothing else; its
+/// values never appear in debug output).
+fn process_env() -> HashMap<String, String> {
     std::env::vars_os()
         .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
-        .filter(|(name, _)| name.starts_with("MEW_"))
         .collect()
 }

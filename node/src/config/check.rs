@@ -102,7 +102,8 @@ fn free_form_entry(path: &[String]) -> Option<FreeFormEntry> {
 
 /// Checks a map whose keys the user chooses: any name is accepted (a string without `.`),
 /// and each entry is checked against the entry schema. An entry written with nothing under it
-/// (`local:`) is a section of defaults.
+/// (`local:`) is a section of defaults. The entries of an [`FreeFormEntry::Unchecked`] map
+/// are kept as written.
 fn check_free_form(
     layer: Mapping,
     entry: FreeFormEntry,
@@ -116,6 +117,14 @@ fn check_free_form(
             message: format!("the built-in defaults do not serialize: {error}"),
         })?),
         FreeFormEntry::Value => None,
+        FreeFormEntry::Unchecked => {
+            return Ok(Value::Mapping(
+                layer
+                    .into_iter()
+                    .map(|(key, value)| (Value::String(key_name(&key)), value))
+                    .collect(),
+            ));
+        }
     };
     let mut checked = Mapping::new();
     for (key, value) in layer {
@@ -163,7 +172,7 @@ fn suggest(path: &[String], siblings: &Mapping, root: &Value) -> Option<String> 
 }
 
 /// Levenshtein distance, in characters.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

@@ -6,13 +6,15 @@ use std::path::{Path, PathBuf};
 use serde_yaml_ng::Value;
 
 use super::check::{check_layer, line_of};
+use super::mcp_entries::{Environment, McpSources, read_mcp_json};
 use super::merge::{merge, singleton};
 use super::schema::Settings;
 use super::{Config, ConfigError, LogFormat, Origin};
 
 /// Everything the configuration is loaded from. The process environment is passed in as a map,
-/// so tests and embedders never touch the real one.
-#[derive(Debug, Clone, Default)]
+/// so tests and embedders never touch the real one. Debug-prints the names of the environment
+/// variables, not their values.
+#[derive(Clone, Default)]
 pub struct Sources {
     /// The user's home directory: `~/.mew/config.yaml` is read from it and `~` expands to it.
     pub home: Option<PathBuf>,
@@ -23,11 +25,27 @@ pub struct Sources {
     /// An explicit configuration file (`--config`), one more layer above the project's. Unlike
     /// the user and project files, it must exist.
     pub config_file: Option<PathBuf>,
-    /// Environment variables; only `MEW_HOST`, `MEW_PORT`, `MEW_DATA_DIR`,
-    /// `MEW_LOG_LEVEL` and `MEW_LOG_FORMAT` are read (an empty value counts as unset).
+    /// Environment variables. `MEW_HOST`, `MEW_PORT`, `MEW_DATA_DIR`, `MEW_LOG_LEVEL` and
+    /// `MEW_LOG_FORMAT` set configuration keys (an empty value counts as unset); besides them,
+    /// only the variables that `${VAR}` refers to in the `env` and `headers` of
+    /// `mcp_servers` entries are read, and those that are missing expand to empty text.
     pub env: HashMap<String, String>,
     /// Command-line flags, the highest layer.
     pub flags: FlagOverrides,
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<&String> = self.env.keys().collect();
+        names.sort();
+        f.debug_struct("Sources")
+            .field("home", &self.home)
+            .field("project", &self.project)
+            .field("config_file", &self.config_file)
+            .field("env", &names)
+            .field("flags", &self.flags)
+            .finish()
+    }
 }
 
 impl Sources {
@@ -55,6 +73,12 @@ impl Sources {
     /// `permissions` object is read.
     pub fn claude_settings_file(&self) -> PathBuf {
         self.project.join(".claude").join("settings.json")
+    }
+
+    /// The project's MCP servers in Claude Code's format, `<project>/.mcp.json`: only its
+    /// `mcpServers` object is read.
+    pub fn mcp_json_file(&self) -> PathBuf {
+        self.project.join(".mcp.json")
     }
 }
 
@@ -102,6 +126,10 @@ pub struct LoadedConfig {
     pub(super) settings: Settings,
     pub(super) home: Option<PathBuf>,
     pub(super) project: PathBuf,
+    /// The variables `${VAR}` in MCP server entries expand from.
+    pub(super) env: Environment,
+    /// Where each MCP server entry was written, and the problems of `.mcp.json` as a whole.
+    pub(super) mcp: McpSources,
 }
 
 impl LoadedConfig {
@@ -124,10 +152,12 @@ impl LoadedConfig {
 
 impl Config {
     /// Reads and merges the layers, lowest first: built-in defaults, `~/.mew/config.yaml`,
-    /// the `permissions` of `<project>/.claude/settings.json`, `<project>/.mew/config.yaml`,
-    /// `sources.config_file`, the `MEW_*` environment variables, the flags. Missing user and
-    /// project files are skipped. Each layer is checked on its own,
-    /// so errors name the file (and line), variable or flag, and the key.
+    /// the `permissions` of `<project>/.claude/settings.json`, the `mcpServers` of
+    /// `<project>/.mcp.json`, `<project>/.mew/config.yaml`, `sources.config_file`, the `MEW_*`
+    /// environment variables, the flags. Missing user and project files are skipped. Each
+    /// layer is checked on its own, so errors name the file (and line), variable or flag, and
+    /// the key. Nothing in `.mcp.json` and no `mcp_servers` entry fails the load: their
+    /// problems are reported in [`Config::mcp_problems`] and the entries skipped.
     ///
     /// The only I/O is reading the files; call [`LoadedConfig::resolve`] next.
     pub fn load(sources: &Sources) -> Result<LoadedConfig, ConfigError> {
@@ -140,16 +170,28 @@ impl Config {
         merge(&mut tree, &mut origins, defaults.clone(), &Origin::Default);
 
         let files = [
-            sources.user_file().map(|path| (path, false)),
-            Some((sources.claude_settings_file(), false)),
-            Some((sources.project_file(), false)),
-            sources.config_file.clone().map(|path| (path, true)),
+            sources
+                .user_file()
+                .map(|path| (path, FileKind::Yaml { required: false })),
+            Some((sources.claude_settings_file(), FileKind::ClaudeSettings)),
+            Some((sources.mcp_json_file(), FileKind::McpJson)),
+            Some((sources.project_file(), FileKind::Yaml { required: false })),
+            sources
+                .config_file
+                .clone()
+                .map(|path| (path, FileKind::Yaml { required: true })),
         ];
-        for (path, required) in files.into_iter().flatten() {
-            let layer = if path == sources.claude_settings_file() {
-                read_claude_settings(&path, &defaults)?
-            } else {
-                read_file_layer(&path, required, &defaults)?
+        let mut mcp = McpSources::default();
+        for (path, kind) in files.into_iter().flatten() {
+            let layer = match kind {
+                FileKind::Yaml { required } => {
+                    read_file_layer(&path, required, &defaults)?.map(|(layer, text)| {
+                        mcp.record(&layer, "mcp_servers", &path, &text);
+                        layer
+                    })
+                }
+                FileKind::ClaudeSettings => read_claude_settings(&path, &defaults)?,
+                FileKind::McpJson => read_mcp_json(&path, &mut mcp),
             };
             if let Some(layer) = layer {
                 merge(&mut tree, &mut origins, layer, &Origin::File(path));
@@ -193,16 +235,33 @@ impl Config {
             settings,
             home: sources.home.clone(),
             project: sources.project.clone(),
+            env: Environment::new(sources.env.clone()),
+            mcp,
         })
     }
 }
 
-/// Reads, parses and checks one configuration file; `Ok(None)` if it is missing and optional.
+/// What a configuration file is, and so how it is read.
+#[derive(Debug, Clone, Copy)]
+enum FileKind {
+    /// Mew's own YAML (the user's, the project's, `--config`).
+    Yaml {
+        /// Whether a missing file is an error.
+        required: bool,
+    },
+    /// Claude Code's `.claude/settings.json`, for its `permissions`.
+    ClaudeSettings,
+    /// Claude Code's `.mcp.json`, for its `mcpServers`.
+    McpJson,
+}
+
+/// Reads, parses and checks one configuration file, returning it with its text; `Ok(None)`
+/// if it is missing and optional, or empty.
 fn read_file_layer(
     path: &Path,
     required: bool,
     schema: &Value,
-) -> Result<Option<Value>, ConfigError> {
+) -> Result<Option<(Value, String)>, ConfigError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound && !required => {
@@ -231,7 +290,8 @@ fn read_file_layer(
         }
     };
     let origin = Origin::File(path.to_owned());
-    check_layer(value, schema, &origin, Some(&text)).map(Some)
+    let layer = check_layer(value, schema, &origin, Some(&text))?;
+    Ok(Some((layer, text)))
 }
 
 /// Reads the `permissions` object of Claude Code's `.claude/settings.json` as a layer with only

@@ -56,11 +56,17 @@ impl Serialize for Origin {
 pub(crate) const UNION_LISTS: &[&str] =
     &["permissions.allow", "permissions.deny", "permissions.ask"];
 
+/// Maps whose entries a higher layer replaces whole instead of merging them key by key: a
+/// project's MCP server with the name of a user's one is that server, with nothing of the
+/// user's (an `env` the user gave does not leak into the project's command).
+pub(crate) const REPLACED_WHOLE: &[&str] = &["mcp_servers"];
+
 /// Merges `layer` over `tree`: mappings merge key by key, anything else (scalars, sequences,
 /// null) replaces what was there, except the lists in [`UNION_LISTS`], to which the layer's
-/// items are appended (skipping items already there). Every leaf the layer sets is recorded in
-/// `origins` under its dotted key (for a union list, the last layer that added to it), and the
-/// origins of anything it replaces below that key are dropped.
+/// items are appended (skipping items already there), and the entries of the maps in
+/// [`REPLACED_WHOLE`], which replace the same-named entry whole. Every leaf the layer sets is
+/// recorded in `origins` under its dotted key (for a union list, the last layer that added to
+/// it), and the origins of anything it replaces at or below that key are dropped.
 pub(crate) fn merge(
     tree: &mut Value,
     origins: &mut BTreeMap<String, Origin>,
@@ -83,9 +89,11 @@ fn merge_at(
             if base.is_empty() && !layer.is_empty() {
                 origins.remove(prefix);
             }
+            let whole = REPLACED_WHOLE.contains(&prefix);
             for (key, value) in layer {
                 let path = join(prefix, &key_name(&key));
                 match base.get_mut(&key) {
+                    Some(slot) if whole => replace(slot, origins, value, origin, &path),
                     Some(slot) => merge_at(slot, origins, value, origin, &path),
                     None => {
                         record(origins, &path, &value, origin);
@@ -104,13 +112,23 @@ fn merge_at(
                 }
             }
         }
-        (slot, layer) => {
-            let below = format!("{prefix}.");
-            origins.retain(|key, _| !key.starts_with(&below));
-            record(origins, prefix, &layer, origin);
-            *slot = layer;
-        }
+        (slot, layer) => replace(slot, origins, layer, origin, prefix),
     }
+}
+
+/// Puts `layer` in place of `slot`, which sits at `path`: the origins at and below `path` are
+/// dropped and the layer's leaves recorded.
+fn replace(
+    slot: &mut Value,
+    origins: &mut BTreeMap<String, Origin>,
+    layer: Value,
+    origin: &Origin,
+    path: &str,
+) {
+    let below = format!("{path}.");
+    origins.retain(|key, _| key != path && !key.starts_with(&below));
+    record(origins, path, &layer, origin);
+    *slot = layer;
 }
 
 /// Records `origin` for every leaf of `value`, which sits at `path`.
@@ -218,6 +236,46 @@ mod tests {
         );
         assert_eq!(origins.len(), 1);
         assert_eq!(origins.get("a"), Some(&Origin::Flag("--a".into())));
+    }
+
+    #[test]
+    fn a_mapping_replacing_a_scalar_drops_the_scalars_origin() {
+        let mut tree = Value::Mapping(Mapping::new());
+        let mut origins = BTreeMap::new();
+        merge(&mut tree, &mut origins, yaml("a: 5"), &Origin::Default);
+        let flag = Origin::Flag("--a".into());
+        merge(&mut tree, &mut origins, yaml("a: {x: 1}"), &flag);
+        assert_eq!(origins.len(), 1);
+        assert_eq!(origins.get("a.x"), Some(&flag));
+    }
+
+    #[test]
+    fn mcp_servers_entries_are_replaced_whole() {
+        let mut tree = Value::Mapping(Mapping::new());
+        let mut origins = BTreeMap::new();
+        let user = Origin::File("/u.yaml".into());
+        let project = Origin::File("/p.yaml".into());
+        merge(
+            &mut tree,
+            &mut origins,
+            yaml("mcp_servers: {a: {command: x, env: {K: v}}, b: {url: u}}"),
+            &user,
+        );
+        merge(
+            &mut tree,
+            &mut origins,
+            yaml("mcp_servers: {a: {command: y}}"),
+            &project,
+        );
+        assert_eq!(tree, yaml("mcp_servers: {a: {command: y}, b: {url: u}}"));
+        assert_eq!(origins.get("mcp_servers.a.command"), Some(&project));
+        assert_eq!(origins.get("mcp_servers.a.env.K"), None);
+        assert_eq!(origins.get("mcp_servers.b.url"), Some(&user));
+        assert_eq!(origins.len(), 2);
+        // Other sections still merge key by key.
+        merge(&mut tree, &mut origins, yaml("x: {p: 1, q: 2}"), &user);
+        merge(&mut tree, &mut origins, yaml("x: {q: 3}"), &project);
+        assert_eq!(tree["x"], yaml("{p: 1, q: 3}"));
     }
 
     #[test]

@@ -4,13 +4,16 @@
 //! Two steps, as in ripgrep's low-level and high-level arguments:
 //!
 //! 1. [`Config::load`] reads the files and merges every layer (defaults, `~/.mew/config.yaml`,
-//!    the `permissions` of `<project>/.claude/settings.json`, `<project>/.mew/config.yaml`,
-//!    `--config FILE`, environment, flags) into one tree,
+//!    the `permissions` of `<project>/.claude/settings.json`, the `mcpServers` of
+//!    `<project>/.mcp.json`, `<project>/.mew/config.yaml`, `--config FILE`, environment,
+//!    flags) into one tree,
 //!    remembering for each key which layer set it ([`Origin`]). Each layer is checked against
 //!    the schema on its own before merging, so an unknown key or a bad value is reported with
 //!    the file and line (or variable, or flag) that holds it.
 //! 2. [`LoadedConfig::resolve`] expands `~`, makes paths absolute against the project directory
-//!    and computes the defaults that depend on other values (`data_dir`, `public_url`).
+//!    and computes the defaults that depend on other values (`data_dir`, `public_url`). It
+//!    also checks each MCP server entry on its own and expands its `${VAR}`s: a bad entry is
+//!    skipped and listed in [`Config::mcp_problems`] rather than failing (see [`mcp`]).
 //!
 //! The configuration is passed around explicitly as `&Config`; nothing here reads the process
 //! environment (it comes in through [`Sources::env`]).
@@ -19,12 +22,16 @@ mod check;
 pub(crate) mod duration;
 mod error;
 mod load;
+pub mod mcp;
+mod mcp_entries;
 mod merge;
 mod peers;
 mod providers;
 mod resolve;
 mod schema;
 
+#[cfg(test)]
+mod mcp_tests;
 #[cfg(test)]
 mod tests;
 
@@ -65,6 +72,11 @@ pub struct Config {
     pub providers: BTreeMap<String, ProviderConfig>,
     /// `peers:` — other A2A agents this node may delegate to, by the names the user gave them.
     pub peers: BTreeMap<String, PeerConfig>,
+    /// `mcp_servers:` (and the project's `.mcp.json`) — the MCP servers whose tools roles use.
+    pub mcp_servers: BTreeMap<String, mcp::McpServerConfig>,
+    /// The MCP server entries that were skipped, and why.
+    #[serde(skip)]
+    pub mcp_problems: Vec<mcp::McpProblem>,
     /// The project directory, absolute: `.mew/` under it holds the project's configuration and
     /// roles.
     #[serde(skip)]

@@ -28,6 +28,8 @@ impl LoadedConfig {
     /// Resolves the merged settings: expands `~` (to [`Sources::home`](super::Sources::home)),
     /// makes paths absolute against the project directory, and computes `node.data_dir`
     /// (`~/.mew/data`) and `node.public_url` (`http://{host}:{port}`) when they are not set.
+    /// Checks each `mcp_servers` entry and expands its variables; a bad entry is not an error
+    /// but a [`Config::mcp_problems`] entry.
     pub fn resolve(&self) -> Result<Config, ConfigError> {
         let settings = &self.settings;
         let project =
@@ -70,6 +72,7 @@ impl LoadedConfig {
             .map(|dir| self.path("roles.dirs", dir, home, &project))
             .collect::<Result<_, _>>()?;
         let limits = &settings.limits;
+        let (mcp_servers, mcp_problems) = self.resolve_mcp(&project);
 
         Ok(Config {
             node: NodeConfig {
@@ -103,6 +106,8 @@ impl LoadedConfig {
             agent: self.resolve_agent(),
             providers: self.resolve_providers()?,
             peers: self.resolve_peers()?,
+            mcp_servers,
+            mcp_problems,
             project_dir: project,
             home_dir: self.home.clone(),
         })
@@ -126,7 +131,7 @@ impl LoadedConfig {
     }
 
     /// Expands a leading `~` and makes `path` absolute against the project directory.
-    fn path(
+    pub(super) fn path(
         &self,
         key: &str,
         path: &Path,

@@ -24,6 +24,9 @@ pub(crate) struct Settings {
     pub(crate) agent: AgentSettings,
     pub(crate) providers: BTreeMap<String, ProviderSettings>,
     pub(crate) peers: BTreeMap<String, PeerSettings>,
+    /// Kept as written: each entry is checked when resolving, where a bad one is skipped and
+    /// reported instead of failing the whole file.
+    pub(crate) mcp_servers: BTreeMap<String, serde_yaml_ng::Value>,
 }
 
 /// `node:` — where the node listens and how it presents itself.
@@ -179,8 +182,8 @@ fn filter_directive<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String
     Ok(directive)
 }
 
-/// A map whose keys the user chooses (provider names; peers and MCP servers later): the
-/// checker accepts any key there and checks each entry against [`FreeFormMap::entry`].
+/// A map whose keys the user chooses (provider, peer and MCP server names): the checker
+/// accepts any key there and checks each entry against [`FreeFormMap::entry`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FreeFormMap {
     /// The map's dotted path; `*` stands for any user-chosen key above it
@@ -198,10 +201,15 @@ pub(crate) enum FreeFormEntry {
     Section(fn() -> Result<serde_yaml_ng::Value, serde_yaml_ng::Error>),
     /// A plain value, checked by its type only.
     Value,
+    /// Anything, not checked with the layer: the entries are checked one by one when
+    /// resolving, and a bad one is skipped and reported rather than failing the file. Any
+    /// name is accepted here (a name that is not text becomes text).
+    Unchecked,
 }
 
 /// Every map whose keys the user chooses. Entry names must not contain `.` (dotted keys name
-/// configuration paths).
+/// configuration paths); in an [`FreeFormEntry::Unchecked`] map such a name is a problem of
+/// that entry, found when resolving.
 pub(crate) const FREE_FORM_MAPS: &[FreeFormMap] = &[
     FreeFormMap {
         path: "providers",
@@ -214,5 +222,9 @@ pub(crate) const FREE_FORM_MAPS: &[FreeFormMap] = &[
     FreeFormMap {
         path: "peers",
         entry: FreeFormEntry::Section(peer_entry_schema),
+    },
+    FreeFormMap {
+        path: "mcp_servers",
+        entry: FreeFormEntry::Unchecked,
     },
 ];

@@ -1,0 +1,244 @@
+//! The `mcp_servers:` section (and the project's `.mcp.json`): the MCP servers whose tools every
+//! model-driven role may use.
+//!
+//! ```yaml
+//! mcp_servers:
+//!   github:                        # the server's name: letters, digits, `_`, `-`, but not
+//!                                  # `__`; its tools are mcp__github__<tool>
+//!     type: stdio                  # stdio | http; may be left out when only one of
+//!                                  # command (stdio) and url (http) is given
+//!     command: npx                 # stdio: required; never expanded
+//!     args: [-y, "@modelcontextprotocol/server-github"]   # never expanded
+//!     env: {GITHUB_TOKEN: "${GITHUB_TOKEN}"}              # ${VAR} and ${VAR:-default} expanded
+//!     cwd: tools/github            # relative to the project directory; default: the project
+//!     connect_timeout: 30s         # connecting and listing the tools
+//!     call_timeout: 60s            # one tool call
+//!     max_restarts: 5              # a stdio server that keeps dying is given up after these
+//!     allow_tools: []              # empty: every tool
+//!     deny_tools: [delete_repo]
+//!   search:
+//!     type: http
+//!     url: https://mcp.example.com/mcp                    # http: required; never expanded
+//!     headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}  # expanded
+//!   docs:
+//!     enabled: false               # switches off a server a lower layer defines
+//! ```
+//!
+//! The layers, lowest first: `~/.mew/config.yaml`, the project's `.mcp.json` (Claude Code's
+//! `{"mcpServers": {NAME: {type, command, args, env, url, headers}}}`, read with the same
+//! rules; an entry without `type` is stdio when it has a `command`), the project's
+//! `.mew/config.yaml`, `--config`. A server in a higher layer replaces a same-named one of a
+//! lower layer whole: no field of the lower entry is kept.
+//!
+//! `${VAR}` and `${VAR:-default}` (the default also stands in for an empty value) are expanded
+//! in the values of `env` and `headers` only, from [`Sources::env`](super::Sources::env);
+//! `$VAR`, nesting and any other shell syntax are left as written, and `command`, `args`,
+//! `url` and `cwd` never have variables expanded (a `${` in a `url` is a problem; `cwd` may
+//! start with `~`). A variable that is not set expands to empty text and is listed in
+//! [`McpServerConfig::undefined_vars`]; [`Config::log_mcp_warnings`] warns once per server.
+//!
+//! `enabled: false` drops the server without requiring the rest of a server (its keys must
+//! still be known ones); `enabled: true` is the default.
+//!
+//! A bad entry (an unknown key, a missing `command` or `url`, `type: sse`, a bad name or
+//! value) is reported in [`Config::mcp_problems`](super::Config) and skipped, as is a
+//! `.mcp.json` that cannot be read or parsed; none of them stops the node.
+//!
+//! Secrets: the values of `env` and `headers` are shown as `***` by `mew config show` (and in
+//! debug output), whether they were written literally or came from `${VAR}`, since both are
+//! where tokens go; the names are shown, and an empty value is shown as empty.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Serialize, Serializer};
+
+use super::{Config, duration};
+
+/// The default limit on connecting to a server and listing its tools.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default limit on one tool call.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// The default number of restarts of a stdio server that keeps dying.
+pub const DEFAULT_MAX_RESTARTS: u32 = 5;
+
+/// `mcp_servers.NAME:` — one MCP server, resolved: variables expanded, defaults filled in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct McpServerConfig {
+    /// How to reach it.
+    #[serde(flatten)]
+    pub transport: McpTransport,
+    /// The limit on connecting (the initialize handshake) and listing its tools.
+    #[serde(serialize_with = "duration::serialize")]
+    pub connect_timeout: Duration,
+    /// The limit on one tool call.
+    #[serde(serialize_with = "duration::serialize")]
+    pub call_timeout: Duration,
+    /// Only these tools (their names on the server); empty: all of them.
+    pub allow_tools: Vec<String>,
+    /// Never these tools (their names on the server).
+    pub deny_tools: Vec<String>,
+    /// How many times a stdio server that died is restarted before it is given up.
+    pub max_restarts: u32,
+    /// Where it was defined: a file, with the line when known.
+    #[serde(skip)]
+    pub origin: String,
+    /// `${VAR}`s it refers to that are not set (each once); they expanded to empty text.
+    #[serde(skip)]
+    pub undefined_vars: Vec<String>,
+}
+
+/// How an MCP server is reached. Serialized and debug-printed with the values of `env` and
+/// `headers` masked (see [`MASK`]).
+#[derive(Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum McpTransport {
+    /// A program speaking MCP on its stdin and stdout.
+    Stdio {
+        /// The program (looked up on `PATH`).
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Environment variables for it, on top of the node's allowlist.
+        #[serde(serialize_with = "masked")]
+        env: BTreeMap<String, String>,
+        /// Its working directory; `None`: the project directory.
+        cwd: Option<PathBuf>,
+    },
+    /// A Streamable HTTP endpoint.
+    Http {
+        /// The endpoint's URL.
+        url: String,
+        /// Headers sent with every request.
+        #[serde(serialize_with = "masked")]
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl McpTransport {
+    /// `stdio` or `http`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Stdio { .. } => "stdio",
+            Self::Http { .. } => "http",
+        }
+    }
+}
+
+impl fmt::Debug for McpTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", &Masked(env))
+                .field("cwd", cwd)
+                .finish(),
+            Self::Http { url, headers } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("headers", &Masked(headers))
+                .finish(),
+        }
+    }
+}
+
+/// What the value of an `env` variable or a header is shown as.
+pub const MASK: &str = "***";
+
+/// A value as shown: [`MASK`], or empty if it is empty.
+fn mask(value: &str) -> &'static str {
+    if value.is_empty() { "" } else { MASK }
+}
+
+/// Serializes a map of secrets-to-be with its values masked.
+fn masked<S: Serializer>(map: &BTreeMap<String, String>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(map.iter().map(|(key, value)| (key, mask(value))))
+}
+
+/// Debug-prints a map with its values masked.
+struct Masked<'a>(&'a BTreeMap<String, String>);
+
+impl fmt::Debug for Masked<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(key, value)| (key, mask(value))))
+            .finish()
+    }
+}
+
+/// A server entry that was skipped, and why; or a `.mcp.json` that could not be read.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct McpProblem {
+    /// The server's name; empty when the problem is with a whole file (a `.mcp.json` that
+    /// cannot be read or is not valid JSON).
+    pub server: String,
+    /// Where it was defined: a file, with the line when known (`path:line`).
+    pub origin: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// `path:line: MCP server `NAME` skipped: MESSAGE`, or `path:line: MESSAGE` for a file.
+impl fmt::Display for McpProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.server.is_empty() {
+            write!(f, "{}: {}", self.origin, self.message)
+        } else {
+            write!(
+                f,
+                "{}: MCP server `{}` skipped: {}",
+                self.origin, self.server, self.message
+            )
+        }
+    }
+}
+
+impl McpServerConfig {
+    /// The warning about [`undefined_vars`](Self::undefined_vars), if there are any.
+    pub fn undefined_vars_warning(&self, name: &str) -> Option<String> {
+        if self.undefined_vars.is_empty() {
+            return None;
+        }
+        let names: Vec<String> = self
+            .undefined_vars
+            .iter()
+            .map(|var| format!("${{{var}}}"))
+            .collect();
+        Some(format!(
+            "{}: MCP server `{name}` refers to {} {}, which {} not set: expanded to empty text",
+            self.origin,
+            if names.len() == 1 {
+                "variable"
+            } else {
+                "variables"
+            },
+            names.join(", "),
+            if names.len() == 1 { "is" } else { "are" },
+        ))
+    }
+}
+
+impl Config {
+    /// Logs one warning for each skipped MCP server entry (or unreadable `.mcp.json`) and one
+    /// for each server that refers to variables that are not set. Resolving does not log
+    /// (logging is set up from the resolved configuration), so call this once logging is up.
+    pub fn log_mcp_warnings(&self) {
+        for problem in &self.mcp_problems {
+            tracing::warn!("{problem}");
+        }
+        for (name, server) in &self.mcp_servers {
+            if let Some(warning) = server.undefined_vars_warning(name) {
+                tracing::warn!("{warning}");
+            }
+        }
+    }
+}

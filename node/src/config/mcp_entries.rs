@@ -1,0 +1,520 @@
+//! The `mcp_servers:` entries from the files to [`McpServerConfig`]s: reading `.mcp.json`,
+//! remembering where each entry was written, checking each entry on its own (a bad one is a
+//! [`McpProblem`], never an error), and expanding `${VAR}` in `env` and `headers` values.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_yaml_ng::{Mapping, Value};
+
+use super::check::{edit_distance, line_of};
+use super::mcp::{
+    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESTARTS, McpProblem,
+    McpServerConfig, McpTransport,
+};
+use super::merge::{key_name, singleton};
+use super::{ConfigError, LoadedConfig, Origin, duration};
+
+/// The keys an `mcp_servers` entry may have.
+const KEYS: &[&str] = &[
+    "type",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "connect_timeout",
+    "call_timeout",
+    "allow_tools",
+    "deny_tools",
+    "max_restarts",
+    "enabled",
+];
+
+/// The keys that only a stdio server has, and those that only an http server has.
+const STDIO_KEYS: &[&str] = &["command", "args", "env", "cwd"];
+const HTTP_KEYS: &[&str] = &["url", "headers"];
+
+/// The environment `${VAR}` expands from. Debug-prints the names only: the values may be
+/// secrets.
+#[derive(Clone, Default)]
+pub(crate) struct Environment(HashMap<String, String>);
+
+impl Environment {
+    pub(crate) fn new(vars: HashMap<String, String>) -> Self {
+        Self(vars)
+    }
+}
+
+impl fmt::Debug for Environment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names: Vec<&String> = self.0.keys().collect();
+        names.sort();
+        f.debug_set().entries(names).finish()
+    }
+}
+
+/// What loading learned about MCP server entries besides their values: where each was last
+/// written (`path:line`), and the problems of `.mcp.json` files as a whole.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct McpSources {
+    places: BTreeMap<String, String>,
+    problems: Vec<McpProblem>,
+}
+
+impl McpSources {
+    /// Remembers where the entries of `layer`'s `mcp_servers` are: in `path`, whose `text`
+    /// has them under `section`. A higher layer's entry replaces a lower one whole, so the
+    /// last place recorded for a name is where its entry comes from.
+    pub(crate) fn record(&mut self, layer: &Value, section: &str, path: &Path, text: &str) {
+        let Some(Value::Mapping(servers)) = layer.get("mcp_servers") else {
+            return;
+        };
+        for key in servers.keys() {
+            let name = key_name(key);
+            let line = line_of(text, &[section.to_owned(), name.clone()]);
+            self.places.insert(name, place(path, line));
+        }
+    }
+
+    fn file_problem(&mut self, path: &Path, line: Option<usize>, message: String) {
+        self.problems.push(McpProblem {
+            server: String::new(),
+            origin: place(path, line),
+            message,
+        });
+    }
+}
+
+/// `path:line`, or `path` when the line is not known.
+fn place(path: &Path, line: Option<usize>) -> String {
+    match line {
+        Some(line) => format!("{}:{line}", path.display()),
+        None => path.display().to_string(),
+    }
+}
+
+/// Reads the `mcpServers` object of Claude Code's `.mcp.json` as a layer with only an
+/// `mcp_servers:` section; `None` if the file or the object is missing, or if the file cannot
+/// be read or parsed (then a problem is recorded in `sources`, naming the file and the line).
+pub(crate) fn read_mcp_json(path: &Path, sources: &mut McpSources) -> Option<Value> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(error) => {
+            sources.file_problem(path, None, format!("cannot be read: {error}"));
+            return None;
+        }
+    };
+    let json: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(json) => json,
+        Err(error) => {
+            sources.file_problem(path, Some(error.line()), format!("invalid JSON: {error}"));
+            return None;
+        }
+    };
+    let Some(object) = json.as_object() else {
+        sources.file_problem(path, None, "expected an object at the top level".to_owned());
+        return None;
+    };
+    let servers = object.get("mcpServers")?;
+    let Some(servers) = servers.as_object() else {
+        let line = line_of(&text, &["mcpServers".to_owned()]);
+        sources.file_problem(path, line, "`mcpServers` is not an object".to_owned());
+        return None;
+    };
+    let mut section = Mapping::new();
+    for (name, entry) in servers {
+        let entry = match serde_yaml_ng::to_value(entry) {
+            Ok(entry) => entry,
+            Err(error) => Value::String(format!("<unreadable: {error}>")),
+        };
+        section.insert(Value::String(name.clone()), entry);
+    }
+    if section.is_empty() {
+        return None;
+    }
+    let layer = singleton(&["mcp_servers".to_owned()], Value::Mapping(section));
+    sources.record(&layer, "mcpServers", path, &text);
+    Some(layer)
+}
+
+impl LoadedConfig {
+    /// `mcp_servers:`: every enabled, valid entry resolved; every bad one (and every problem
+    /// of a `.mcp.json` file) in the list of problems, in order of name.
+    pub(super) fn resolve_mcp(
+        &self,
+        project: &Path,
+    ) -> (BTreeMap<String, McpServerConfig>, Vec<McpProblem>) {
+        let mut servers = BTreeMap::new();
+        let mut problems = self.mcp.problems.clone();
+        for (name, entry) in &self.settings.mcp_servers {
+            let origin = self
+                .mcp
+                .places
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| Origin::Default.to_string());
+            let cwd = |path: &Path| {
+                self.path(
+                    &format!("mcp_servers.{name}.cwd"),
+                    path,
+                    self.home.as_deref(),
+                    project,
+                )
+                .map_err(|error| match error {
+                    ConfigError::Resolve { message, .. } => format!("`cwd`: {message}"),
+                    other => format!("`cwd`: {other}"),
+                })
+            };
+            match resolve_entry(name, entry, &self.env.0, &cwd) {
+                Ok(Some(mut server)) => {
+                    server.origin = origin;
+                    servers.insert(name.clone(), server);
+                }
+                Ok(None) => {}
+                Err(message) => problems.push(McpProblem {
+                    server: name.clone(),
+                    origin,
+                    message,
+                }),
+            }
+        }
+        (servers, problems)
+    }
+}
+
+/// True when `name` can name an MCP server: `^[A-Za-z0-9_-]+$` without `__` (tool names are
+/// `mcp__SERVER__TOOL`, split at `__`).
+pub(crate) fn is_valid_server_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.contains("__")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// One entry, checked and resolved: `Ok(None)` if it is switched off (`enabled: false`),
+/// `Err` with what is wrong if it is bad. `origin` is left empty for the caller to fill in.
+fn resolve_entry(
+    name: &str,
+    entry: &Value,
+    env: &HashMap<String, String>,
+    cwd: &dyn Fn(&Path) -> Result<PathBuf, String>,
+) -> Result<Option<McpServerConfig>, String> {
+    if !is_valid_server_name(name) {
+        return Err(format!(
+            "`{name}` cannot name an MCP server: use letters, digits, `_` and `-`, without \
+             `__` (tools are named mcp__SERVER__TOOL)"
+        ));
+    }
+    let empty = Mapping::new();
+    let entry = match entry {
+        Value::Mapping(entry) => entry,
+        Value::Null => &empty,
+        _ => {
+            return Err("expected a mapping of settings (type, command, url, ...)".to_owned());
+        }
+    };
+    for key in entry.keys() {
+        let key = key_name(key);
+        if !KEYS.contains(&key.as_str()) {
+            return Err(unknown_key(&key));
+        }
+    }
+    let field = |key: &str| entry.get(key).filter(|value| !value.is_null());
+
+    if let Some(enabled) = field("enabled") {
+        match enabled {
+            Value::Bool(true) => {}
+            Value::Bool(false) => return Ok(None),
+            _ => return Err("`enabled`: expected true or false".to_owned()),
+        }
+    }
+    let kind = field("type").map(|kind| text("type", kind)).transpose()?;
+    let command = field("command")
+        .map(|value| text("command", value))
+        .transpose()?;
+    let url = field("url").map(|value| text("url", value)).transpose()?;
+    let is_stdio = match (kind.as_deref(), &command, &url) {
+        (Some("stdio"), _, _) => true,
+        (Some("http"), _, _) => false,
+        (Some("sse"), _, _) => {
+            return Err(
+                "type `sse` (the legacy HTTP+SSE transport) is not supported: use \
+                        `type: http` (Streamable HTTP) if the server offers it"
+                    .to_owned(),
+            );
+        }
+        (Some(other), _, _) => {
+            return Err(format!("unknown type `{other}`: expected stdio or http"));
+        }
+        (None, Some(_), None) => true,
+        (None, None, Some(_)) => false,
+        (None, Some(_), Some(_)) => {
+            return Err("both `command` and `url` are given: say which to use with \
+                        `type: stdio` or `type: http`"
+                .to_owned());
+        }
+        (None, None, None) => {
+            return Err("missing `type`: give a `command` (stdio) or a `url` (http)".to_owned());
+        }
+    };
+    let (kind, others) = if is_stdio {
+        ("a stdio", HTTP_KEYS)
+    } else {
+        ("an http", STDIO_KEYS)
+    };
+    if let Some(key) = others.iter().find(|key| field(key).is_some()) {
+        return Err(format!("`{key}` does not apply to {kind} server"));
+    }
+
+    let mut undefined_vars = Vec::new();
+    let transport = if is_stdio {
+        let Some(command) = command.filter(|command| !command.trim().is_empty()) else {
+            return Err("a stdio server needs a `command`".to_owned());
+        };
+        let args = match field("args") {
+            None => Vec::new(),
+            Some(Value::Sequence(items)) => items
+                .iter()
+                .map(|item| {
+                    scalar(item).ok_or_else(|| "`args`: expected a list of text".to_owned())
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err("`args`: expected a list of text".to_owned()),
+        };
+        let env = table("env", field("env"), env, &mut undefined_vars, |name| {
+            !name.is_empty() && !name.contains(['=', '\0'])
+        })?;
+        let cwd = field("cwd")
+            .map(|value| text("cwd", value))
+            .transpose()?
+            .map(|dir| cwd(Path::new(&dir)))
+            .transpose()?;
+        McpTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        }
+    } else {
+        let Some(url) = url else {
+            return Err("an http server needs a `url`".to_owned());
+        };
+        if url.contains("${") {
+            return Err(format!(
+                "`url`: `{url}` contains `${{`, which is not expanded in a url (only in the \
+                 values of env and headers)"
+            ));
+        }
+        if !is_http_url(&url) {
+            return Err(format!(
+                "`url`: `{url}` is not an http:// or https:// URL with a host"
+            ));
+        }
+        let headers = table(
+            "headers",
+            field("headers"),
+            env,
+            &mut undefined_vars,
+            |name| {
+                !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c))
+            },
+        )?;
+        if let Some(name) = headers
+            .iter()
+            .find(|(_, value)| value.contains(['\r', '\n']))
+            .map(|(name, _)| name)
+        {
+            return Err(format!(
+                "`headers`: the value of `{name}` contains a line break once expanded"
+            ));
+        }
+        McpTransport::Http { url, headers }
+    };
+    let max_restarts = match field("max_restarts") {
+        None => DEFAULT_MAX_RESTARTS,
+        Some(value) => value
+            .as_u64()
+            .and_then(|count| u32::try_from(count).ok())
+            .ok_or_else(|| "`max_restarts`: expected a whole number, 0 or more".to_owned())?,
+    };
+    Ok(Some(McpServerConfig {
+        transport,
+        connect_timeout: timeout("connect_timeout", field("connect_timeout"))?
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+        call_timeout: timeout("call_timeout", field("call_timeout"))?
+            .unwrap_or(DEFAULT_CALL_TIMEOUT),
+        allow_tools: tools("allow_tools", field("allow_tools"))?,
+        deny_tools: tools("deny_tools", field("deny_tools"))?,
+        max_restarts,
+        origin: String::new(),
+        undefined_vars,
+    }))
+}
+
+/// The problem of an unknown key, with the known key it probably meant.
+fn unknown_key(key: &str) -> String {
+    let limit = 2.max(key.chars().count() / 3);
+    let suggestion = KEYS
+        .iter()
+        .map(|known| (edit_distance(key, known), known))
+        .filter(|(distance, _)| *distance <= limit)
+        .min_by_key(|(distance, _)| *distance);
+    match suggestion {
+        Some((_, known)) => format!("unknown key `{key}` (did you mean `{known}`?)"),
+        None => format!("unknown key `{key}` (the keys are {})", KEYS.join(", ")),
+    }
+}
+
+/// A text value.
+fn text(key: &str, value: &Value) -> Result<String, String> {
+    match value {
+        Value::String(text) => Ok(text.clone()),
+        _ => Err(format!("`{key}`: expected text")),
+    }
+}
+
+/// A scalar as text: `8080` and `true` are as good as `"8080"` and `"true"` in `args`, `env`
+/// and `headers`.
+fn scalar(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        Value::Bool(flag) => Some(flag.to_string()),
+        _ => None,
+    }
+}
+
+/// `env` or `headers`: a mapping of names (each passing `valid_name`) to scalars, with
+/// `${VAR}` expanded in the values.
+fn table(
+    key: &str,
+    value: Option<&Value>,
+    env: &HashMap<String, String>,
+    undefined: &mut Vec<String>,
+    valid_name: impl Fn(&str) -> bool,
+) -> Result<BTreeMap<String, String>, String> {
+    let Some(value) = value else {
+        return Ok(BTreeMap::new());
+    };
+    let Value::Mapping(entries) = value else {
+        return Err(format!("`{key}`: expected a mapping of names to values"));
+    };
+    let mut table = BTreeMap::new();
+    for (name, value) in entries {
+        let name = key_name(name);
+        if !valid_name(&name) {
+            return Err(format!("`{key}`: `{name}` is not a valid name"));
+        }
+        let Some(value) = scalar(value) else {
+            return Err(format!("`{key}`: the value of `{name}` is not text"));
+        };
+        table.insert(name, expand(&value, env, undefined));
+    }
+    Ok(table)
+}
+
+/// A duration longer than zero, if given.
+fn timeout(key: &str, value: Option<&Value>) -> Result<Option<Duration>, String> {
+    let duration = match value {
+        None => return Ok(None),
+        Some(Value::String(text)) => {
+            duration::parse(text).map_err(|error| format!("`{key}`: {error}"))?
+        }
+        Some(Value::Number(number)) => match number.as_u64() {
+            Some(seconds) => Duration::from_secs(seconds),
+            None => return Err(format!("`{key}`: expected a duration such as 30s")),
+        },
+        Some(_) => return Err(format!("`{key}`: expected a duration such as 30s")),
+    };
+    if duration.is_zero() {
+        return Err(format!("`{key}`: must be longer than zero"));
+    }
+    Ok(Some(duration))
+}
+
+/// `allow_tools` or `deny_tools`: a list of tool names.
+fn tools(key: &str, value: Option<&Value>) -> Result<Vec<String>, String> {
+    let bad = || format!("`{key}`: expected a list of tool names");
+    match value {
+        None => Ok(Vec::new()),
+        Some(Value::Sequence(items)) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(name) if !name.trim().is_empty() => Ok(name.clone()),
+                _ => Err(bad()),
+            })
+            .collect(),
+        Some(_) => Err(bad()),
+    }
+}
+
+/// True for an `http://` or `https://` URL with a host.
+fn is_http_url(url: &str) -> bool {
+    url.strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'))
+}
+
+/// Expands `${VAR}` and `${VAR:-default}` in `text` from `env`. A variable that is not set
+/// expands to empty text and is added to `undefined` (once); with `:-`, the default stands in
+/// for a variable that is not set or empty. Anything else (`$VAR`, `${1}`, `${VAR:?x}`, an
+/// unclosed `${`) is left as written; the expanded text is not expanded again.
+pub(crate) fn expand(
+    text: &str,
+    env: &HashMap<String, String>,
+    undefined: &mut Vec<String>,
+) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some((name, default, used)) = reference(after) else {
+            out.push_str("${");
+            rest = after;
+            continue;
+        };
+        match (env.get(name), default) {
+            (Some(value), Some(default)) if value.is_empty() => out.push_str(default),
+            (Some(value), _) => out.push_str(value),
+            (None, Some(default)) => out.push_str(default),
+            (None, None) => {
+                if !undefined.iter().any(|known| known == name) {
+                    undefined.push(name.to_owned());
+                }
+            }
+        }
+        rest = &after[used..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The reference at the start of `text` (just after `${`): `NAME}` or `NAME:-default}`, with
+/// `NAME` a letter or `_` then letters, digits or `_`. Returns the name, the default and the
+/// length up to and including the `}`.
+fn reference(text: &str) -> Option<(&str, Option<&str>, usize)> {
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    let name = &text[..end];
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let rest = &text[end..];
+    if rest.starts_with('}') {
+        return Some((name, None, end + 1));
+    }
+    let default = rest.strip_prefix(":-")?;
+    let close = default.find('}')?;
+    Some((name, Some(&default[..close]), end + 2 + close + 1))
+}

@@ -1,0 +1,873 @@
+//! Tests of the `mcp_servers:` section and `.mcp.json`: layers, whole-entry replacement,
+//! checks and their messages, `${VAR}` expansion, masking.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use super::mcp::{McpProblem, McpServerConfig, McpTransport};
+use super::mcp_entries::{expand, is_valid_server_name};
+use super::*;
+
+/// A home and a project directory, each in its own temporary directory.
+struct Dirs {
+    home: TempDir,
+    project: TempDir,
+}
+
+impl Dirs {
+    fn new() -> Self {
+        Self {
+            home: TempDir::new().unwrap(),
+            project: TempDir::new().unwrap(),
+        }
+    }
+
+    fn project(&self) -> &Path {
+        self.project.path()
+    }
+
+    fn sources(&self) -> Sources {
+        Sources {
+            home: Some(self.home.path().to_owned()),
+            ..Sources::new(self.project())
+        }
+    }
+
+    fn user_file(&self, text: &str) -> PathBuf {
+        write(&self.home.path().join(".mew/config.yaml"), text)
+    }
+
+    fn project_file(&self, text: &str) -> PathBuf {
+        write(&self.project().join(".mew/config.yaml"), text)
+    }
+
+    fn mcp_json(&self, text: &str) -> PathBuf {
+        write(&self.project().join(".mcp.json"), text)
+    }
+
+    fn resolve(&self) -> Config {
+        self.resolve_with(&[])
+    }
+
+    fn resolve_with(&self, vars: &[(&str, &str)]) -> Config {
+        let mut sources = self.sources();
+        sources.env = env(vars);
+        Config::load(&sources).unwrap().resolve().unwrap()
+    }
+}
+
+fn write(path: &Path, text: &str) -> PathBuf {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+    path.to_owned()
+}
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+        .collect()
+}
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+        .collect()
+}
+
+/// `path:line`.
+fn at(path: &Path, line: usize) -> String {
+    format!("{}:{line}", path.display())
+}
+
+/// The env of a stdio server.
+fn env_of(server: &McpServerConfig) -> &BTreeMap<String, String> {
+    match &server.transport {
+        McpTransport::Stdio { env, .. } => env,
+        other => panic!("expected a stdio server, got {other:?}"),
+    }
+}
+
+/// The headers of an http server.
+fn headers_of(server: &McpServerConfig) -> &BTreeMap<String, String> {
+    match &server.transport {
+        McpTransport::Http { headers, .. } => headers,
+        other => panic!("expected an http server, got {other:?}"),
+    }
+}
+
+/// The problems' messages, by server name.
+fn problems(config: &Config) -> Vec<(String, String)> {
+    config
+        .mcp_problems
+        .iter()
+        .map(|problem| (problem.server.clone(), problem.message.clone()))
+        .collect()
+}
+
+#[test]
+fn no_servers_by_default() {
+    let config = Dirs::new().resolve();
+    assert!(config.mcp_servers.is_empty());
+    assert!(config.mcp_problems.is_empty());
+}
+
+#[test]
+fn entries_resolve_with_defaults_and_every_key() {
+    let dirs = Dirs::new();
+    let file = dirs.project_file(
+        "mcp_servers:\n\
+         \x20 github:\n\
+         \x20   type: stdio\n\
+         \x20   command: npx\n\
+         \x20   args: [-y, \"@modelcontextprotocol/server-github\", 8080, true]\n\
+         \x20   env: {GITHUB_TOKEN: \"${GH}\", DEBUG: 1}\n\
+         \x20   cwd: tools/gh\n\
+         \x20   connect_timeout: 5s\n\
+         \x20   call_timeout: 90\n\
+         \x20   allow_tools: [search, read]\n\
+         \x20   deny_tools: [delete_repo]\n\
+         \x20   max_restarts: 0\n\
+         \x20   enabled: true\n\
+         \x20 search:\n\
+         \x20   type: http\n\
+         \x20   url: https://mcp.example.com/mcp/\n\
+         \x20   headers: {Authorization: \"Bearer ${TOKEN}\"}\n",
+    );
+    let config = dirs.resolve_with(&[("GH", "ghp_1"), ("TOKEN", "t0k")]);
+    assert!(config.mcp_problems.is_empty(), "{:?}", config.mcp_problems);
+    assert_eq!(
+        config.mcp_servers["github"],
+        McpServerConfig {
+            transport: McpTransport::Stdio {
+                command: "npx".into(),
+                args: vec![
+                    "-y".into(),
+                    "@modelcontextprotocol/server-github".into(),
+                    "8080".into(),
+                    "true".into(),
+                ],
+                env: map(&[("GITHUB_TOKEN", "ghp_1"), ("DEBUG", "1")]),
+                cwd: Some(dirs.project().join("tools/gh")),
+            },
+            connect_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(90),
+            allow_tools: vec!["search".into(), "read".into()],
+            deny_tools: vec!["delete_repo".into()],
+            max_restarts: 0,
+            origin: at(&file, 2),
+            undefined_vars: vec![],
+        }
+    );
+    assert_eq!(
+        config.mcp_servers["search"],
+        McpServerConfig {
+            transport: McpTransport::Http {
+                url: "https://mcp.example.com/mcp/".into(),
+                headers: map(&[("Authorization", "Bearer t0k")]),
+            },
+            connect_timeout: mcp::DEFAULT_CONNECT_TIMEOUT,
+            call_timeout: mcp::DEFAULT_CALL_TIMEOUT,
+            allow_tools: vec![],
+            deny_tools: vec![],
+            max_restarts: mcp::DEFAULT_MAX_RESTARTS,
+            origin: at(&file, 14),
+            undefined_vars: vec![],
+        }
+    );
+}
+
+#[test]
+fn the_type_follows_from_command_or_url_when_left_out() {
+    let dirs = Dirs::new();
+    dirs.project_file(
+        "mcp_servers:\n  local: {command: ./server, cwd: /abs}\n  remote: {url: 'http://h:1/mcp'}\n",
+    );
+    let config = dirs.resolve();
+    assert!(config.mcp_problems.is_empty(), "{:?}", config.mcp_problems);
+    assert_eq!(config.mcp_servers["local"].transport.kind(), "stdio");
+    assert_eq!(
+        config.mcp_servers["local"].transport,
+        McpTransport::Stdio {
+            command: "./server".into(),
+            args: vec![],
+            env: BTreeMap::new(),
+            cwd: Some("/abs".into()),
+        }
+    );
+    assert_eq!(config.mcp_servers["remote"].transport.kind(), "http");
+}
+
+#[test]
+fn each_check_skips_the_entry_with_its_message() {
+    let dirs = Dirs::new();
+    for (entry, message) in [
+        (
+            "x: {comand: npx}",
+            "unknown key `comand` (did you mean `command`?)",
+        ),
+        (
+            "x: {command: npx, transport_mode: fast}",
+            "unknown key `transport_mode` (the keys are type, command, args, env, cwd, url, \
+             headers, connect_timeout, call_timeout, allow_tools, deny_tools, max_restarts, \
+             enabled)",
+        ),
+        (
+            "x: 5",
+            "expected a mapping of settings (type, command, url, ...)",
+        ),
+        (
+            "x:",
+            "missing `type`: give a `command` (stdio) or a `url` (http)",
+        ),
+        (
+            "x: {args: [a]}",
+            "missing `type`: give a `command` (stdio) or a `url` (http)",
+        ),
+        (
+            "x: {command: a, url: 'http://h'}",
+            "both `command` and `url` are given: say which to use with `type: stdio` or \
+             `type: http`",
+        ),
+        (
+            "x: {type: sse, url: 'http://h/sse'}",
+            "type `sse` (the legacy HTTP+SSE transport) is not supported: use `type: http` \
+             (Streamable HTTP) if the server offers it",
+        ),
+        (
+            "x: {type: websocket, url: 'ws://h'}",
+            "unknown type `websocket`: expected stdio or http",
+        ),
+        ("x: {type: 1, command: a}", "`type`: expected text"),
+        ("x: {type: stdio}", "a stdio server needs a `command`"),
+        (
+            "x: {type: stdio, command: ' '}",
+            "a stdio server needs a `command`",
+        ),
+        ("x: {command: [npx]}", "`command`: expected text"),
+        ("x: {type: http}", "an http server needs a `url`"),
+        (
+            "x: {type: http, url: 'ftp://h'}",
+            "`url`: `ftp://h` is not an http:// or https:// URL with a host",
+        ),
+        (
+            "x: {url: 'https:///mcp'}",
+            "`url`: `https:///mcp` is not an http:// or https:// URL with a host",
+        ),
+        (
+            "x: {type: stdio, command: a, url: 'http://h'}",
+            "`url` does not apply to a stdio server",
+        ),
+        (
+            "x: {command: a, headers: {A: b}}",
+            "`headers` does not apply to a stdio server",
+        ),
+        (
+            "x: {url: 'http://h', env: {A: b}}",
+            "`env` does not apply to an http server",
+        ),
+        (
+            "x: {type: http, url: 'http://h', cwd: here}",
+            "`cwd` does not apply to an http server",
+        ),
+        (
+            "x: {command: a, args: -v}",
+            "`args`: expected a list of text",
+        ),
+        (
+            "x: {command: a, args: [[-v]]}",
+            "`args`: expected a list of text",
+        ),
+        (
+            "x: {command: a, env: [A]}",
+            "`env`: expected a mapping of names to values",
+        ),
+        (
+            "x: {command: a, env: {A: [1]}}",
+            "`env`: the value of `A` is not text",
+        ),
+        (
+            "x: {command: a, env: {'A=B': c}}",
+            "`env`: `A=B` is not a valid name",
+        ),
+        (
+            "x: {url: 'http://h', headers: {'Bad Header': c}}",
+            "`headers`: `Bad Header` is not a valid name",
+        ),
+        ("x: {command: a, cwd: [d]}", "`cwd`: expected text"),
+        (
+            "x: {command: a, connect_timeout: 0s}",
+            "`connect_timeout`: must be longer than zero",
+        ),
+        (
+            "x: {command: a, call_timeout: soon}",
+            "`call_timeout`: invalid duration `soon`: expected a whole number with a unit \
+             (500ms, 30s, 5m, 1h) or an integer of seconds",
+        ),
+        (
+            "x: {command: a, call_timeout: -1}",
+            "`call_timeout`: expected a duration such as 30s",
+        ),
+        (
+            "x: {command: a, max_restarts: -1}",
+            "`max_restarts`: expected a whole number, 0 or more",
+        ),
+        (
+            "x: {command: a, allow_tools: search}",
+            "`allow_tools`: expected a list of tool names",
+        ),
+        (
+            "x: {command: a, deny_tools: ['']}",
+            "`deny_tools`: expected a list of tool names",
+        ),
+        (
+            "x: {command: a, enabled: 'no'}",
+            "`enabled`: expected true or false",
+        ),
+    ] {
+        let file = dirs.project_file(&format!("mcp_servers:\n  {entry}\n"));
+        let config = dirs.resolve();
+        assert!(config.mcp_servers.is_empty(), "{entry}");
+        assert_eq!(
+            config.mcp_problems,
+            [McpProblem {
+                server: "x".into(),
+                origin: at(&file, 2),
+                message: message.into(),
+            }],
+            "{entry}"
+        );
+    }
+}
+
+#[test]
+fn server_names_follow_the_pattern() {
+    for good in [
+        "a",
+        "github",
+        "my-server",
+        "my_server",
+        "A1",
+        "1",
+        "_x",
+        "x_",
+    ] {
+        assert!(is_valid_server_name(good), "{good}");
+    }
+    for bad in ["", "a__b", "__", "a b", "a.b", "a/b", "é", "a:b"] {
+        assert!(!is_valid_server_name(bad), "{bad}");
+    }
+
+    let dirs = Dirs::new();
+    let file = dirs.project_file(
+        "mcp_servers:\n  a__b: {command: x}\n  a.b: {command: x}\n  ok: {command: x}\n",
+    );
+    let config = dirs.resolve();
+    assert_eq!(config.mcp_servers.keys().collect::<Vec<_>>(), ["ok"]);
+    let message = |name: &str| {
+        format!(
+            "`{name}` cannot name an MCP server: use letters, digits, `_` and `-`, without \
+             `__` (tools are named mcp__SERVER__TOOL)"
+        )
+    };
+    assert_eq!(
+        config.mcp_problems,
+        [
+            McpProblem {
+                server: "a.b".into(),
+                origin: at(&file, 3),
+                message: message("a.b"),
+            },
+            McpProblem {
+                server: "a__b".into(),
+                origin: at(&file, 2),
+                message: message("a__b"),
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_broken_entry_is_skipped_next_to_a_good_one() {
+    let dirs = Dirs::new();
+    let file = dirs.project_file(
+        "node:\n  port: 1234\n\
+         mcp_servers:\n\
+         \x20 good:\n    command: server\n\
+         \x20 broken:\n    type: http\n    comand: oops\n\
+         \x20 unknown:\n    command: server\n    alow_tools: [x]\n",
+    );
+    let config = dirs.resolve();
+    assert_eq!(config.node.port, 1234);
+    assert_eq!(config.mcp_servers.keys().collect::<Vec<_>>(), ["good"]);
+    assert_eq!(config.mcp_servers["good"].origin, at(&file, 4));
+    assert_eq!(
+        config.mcp_problems,
+        [
+            McpProblem {
+                server: "broken".into(),
+                origin: at(&file, 6),
+                message: "unknown key `comand` (did you mean `command`?)".into(),
+            },
+            McpProblem {
+                server: "unknown".into(),
+                origin: at(&file, 9),
+                message: "unknown key `alow_tools` (did you mean `allow_tools`?)".into(),
+            },
+        ]
+    );
+    assert_eq!(
+        config.mcp_problems[0].to_string(),
+        format!(
+            "{}: MCP server `broken` skipped: unknown key `comand` (did you mean `command`?)",
+            at(&file, 6)
+        )
+    );
+}
+
+#[test]
+fn a_bad_section_is_still_an_error_for_the_file() {
+    let dirs = Dirs::new();
+    let file = dirs.project_file("mcp_servers: [github]\n");
+    let error = Config::load(&dirs.sources()).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{}:1: bad value for mcp_servers: expected a mapping of settings",
+            file.display()
+        )
+    );
+    let file = dirs.project_file("mcp_server:\n  a: {command: x}\n");
+    let error = Config::load(&dirs.sources()).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{}:1: unknown key mcp_server (did you mean mcp_servers?)",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn a_higher_layer_replaces_a_same_named_server_whole() {
+    let dirs = Dirs::new();
+    let user = dirs.user_file(
+        "mcp_servers:\n\
+         \x20 github:\n    command: npx\n    args: [gh]\n    env: {GITHUB_TOKEN: secret}\n\
+         \x20   deny_tools: [delete_repo]\n    call_timeout: 5m\n\
+         \x20 notes:\n    command: notes-server\n",
+    );
+    let project = dirs.project_file(
+        "# the project's own github server\n\
+         mcp_servers:\n  github:\n    command: ./gh-server\n",
+    );
+    let loaded = Config::load(&dirs.sources()).unwrap();
+    let config = loaded.resolve().unwrap();
+    let github = &config.mcp_servers["github"];
+    assert_eq!(
+        github.transport,
+        McpTransport::Stdio {
+            command: "./gh-server".into(),
+            args: vec![],
+            env: BTreeMap::new(),
+            cwd: None,
+        }
+    );
+    assert!(github.deny_tools.is_empty());
+    assert_eq!(github.call_timeout, mcp::DEFAULT_CALL_TIMEOUT);
+    assert_eq!(github.origin, at(&project, 3));
+    assert_eq!(config.mcp_servers["notes"].origin, at(&user, 8));
+
+    // The origins follow: nothing of the user's github entry is left.
+    assert_eq!(
+        loaded.origin("mcp_servers.github.command"),
+        Some(&Origin::File(project.clone()))
+    );
+    assert_eq!(loaded.origin("mcp_servers.github.env.GITHUB_TOKEN"), None);
+    assert_eq!(loaded.origin("mcp_servers.github.deny_tools"), None);
+    assert_eq!(
+        loaded.origin("mcp_servers.notes.command"),
+        Some(&Origin::File(user.clone()))
+    );
+    assert_eq!(loaded.origin("mcp_servers"), None);
+    let entries = loaded.entries(&config).unwrap();
+    let origin_of = |key: &str| {
+        entries
+            .iter()
+            .find(|entry| entry.key == key)
+            .map(|entry| entry.origin.clone())
+    };
+    assert_eq!(
+        origin_of("mcp_servers.github.command"),
+        Some(Origin::File(project))
+    );
+    assert_eq!(
+        origin_of("mcp_servers.notes.command"),
+        Some(Origin::File(user))
+    );
+    assert_eq!(
+        origin_of("mcp_servers.github.call_timeout"),
+        Some(Origin::Default)
+    );
+}
+
+#[test]
+fn enabled_false_switches_off_an_inherited_server() {
+    let dirs = Dirs::new();
+    dirs.user_file(
+        "mcp_servers:\n  github: {command: npx}\n  notes: {command: notes}\n  \
+         docs: {url: 'http://h'}\n",
+    );
+    dirs.project_file(
+        "mcp_servers:\n  github: {enabled: false}\n  notes: {command: other, enabled: false}\n",
+    );
+    let config = dirs.resolve();
+    assert_eq!(config.mcp_servers.keys().collect::<Vec<_>>(), ["docs"]);
+    assert!(config.mcp_problems.is_empty(), "{:?}", config.mcp_problems);
+
+    // Switched on again by a higher layer.
+    let extra = write(
+        &dirs.project().join("extra.yaml"),
+        "mcp_servers:\n  github: {command: npx, enabled: true}\n",
+    );
+    let mut sources = dirs.sources();
+    sources.config_file = Some(extra.clone());
+    let config = Config::load(&sources).unwrap().resolve().unwrap();
+    assert_eq!(
+        config.mcp_servers.keys().collect::<Vec<_>>(),
+        ["docs", "github"]
+    );
+    assert_eq!(config.mcp_servers["github"].origin, at(&extra, 2));
+}
+
+#[test]
+fn mcp_json_is_a_layer_between_the_user_and_the_project() {
+    let dirs = Dirs::new();
+    let user = dirs.user_file(
+        "mcp_servers:\n  a: {command: from-user}\n  b: {command: from-user}\n  \
+         c: {command: from-user}\n",
+    );
+    let json = dirs.mcp_json(
+        r#"{
+  "mcpServers": {
+    "b": {"command": "from-json", "args": ["-x"], "env": {"K": "${K:-d}"}},
+    "c": {"command": "from-json"},
+    "d": {"type": "http", "url": "https://h/mcp", "headers": {"H": "v"}},
+    "e": {"type": "stdio", "command": "e-server"}
+  }
+}
+"#,
+    );
+    let project = dirs.project_file("mcp_servers:\n  c: {command: from-project}\n");
+    let loaded = Config::load(&dirs.sources()).unwrap();
+    let config = loaded.resolve().unwrap();
+    assert!(config.mcp_problems.is_empty(), "{:?}", config.mcp_problems);
+    let command = |name: &str| match &config.mcp_servers[name].transport {
+        McpTransport::Stdio { command, .. } => command.clone(),
+        McpTransport::Http { url, .. } => url.clone(),
+    };
+    assert_eq!(command("a"), "from-user");
+    assert_eq!(command("b"), "from-json");
+    assert_eq!(command("c"), "from-project");
+    assert_eq!(command("d"), "https://h/mcp");
+    assert_eq!(command("e"), "e-server");
+    assert_eq!(env_of(&config.mcp_servers["b"]), &map(&[("K", "d")]));
+    assert_eq!(headers_of(&config.mcp_servers["d"]), &map(&[("H", "v")]));
+    assert_eq!(config.mcp_servers["a"].origin, at(&user, 2));
+    assert_eq!(config.mcp_servers["b"].origin, at(&json, 3));
+    assert_eq!(config.mcp_servers["c"].origin, at(&project, 2));
+    assert_eq!(config.mcp_servers["d"].origin, at(&json, 5));
+    assert_eq!(
+        loaded.origin("mcp_servers.b.args"),
+        Some(&Origin::File(json.clone()))
+    );
+    assert_eq!(
+        loaded.origin("mcp_servers.c.command"),
+        Some(&Origin::File(project))
+    );
+}
+
+#[test]
+fn mcp_json_problems_are_reported_not_fatal() {
+    let dirs = Dirs::new();
+    dirs.project_file("mcp_servers:\n  mine: {command: mine}\n");
+
+    // Invalid JSON: the file and the line, and the other layers still load.
+    let json = dirs.mcp_json("{\n  \"mcpServers\": {\n    \"a\": {\"command\": \"x\",}\n  }\n}\n");
+    let config = dirs.resolve();
+    assert_eq!(config.mcp_servers.keys().collect::<Vec<_>>(), ["mine"]);
+    assert_eq!(config.mcp_problems.len(), 1, "{:?}", config.mcp_problems);
+    let problem = &config.mcp_problems[0];
+    assert_eq!(problem.server, "");
+    assert_eq!(problem.origin, at(&json, 3));
+    assert!(
+        problem.message.starts_with("invalid JSON: "),
+        "{}",
+        problem.message
+    );
+    assert!(
+        problem
+            .to_string()
+            .starts_with(&format!("{}: invalid JSON: ", at(&json, 3))),
+        "{problem}"
+    );
+
+    dirs.mcp_json("[1, 2]\n");
+    assert_eq!(
+        problems(&dirs.resolve()),
+        [(
+            String::new(),
+            "expected an object at the top level".to_owned()
+        )]
+    );
+    dirs.mcp_json("{\"mcpServers\": [1]}\n");
+    assert_eq!(
+        problems(&dirs.resolve()),
+        [(String::new(), "`mcpServers` is not an object".to_owned())]
+    );
+
+    // No `mcpServers`: nothing to read; an sse server or an unknown key: that entry skipped.
+    dirs.mcp_json("{\"other\": 1}\n");
+    let config = dirs.resolve();
+    assert!(config.mcp_problems.is_empty());
+    let json = dirs.mcp_json(
+        r#"{"mcpServers": {
+  "legacy": {"type": "sse", "url": "https://h/sse"},
+  "odd": {"command": "x", "oauth": {}},
+  "fine": {"command": "fine"}
+}}"#,
+    );
+    let config = dirs.resolve();
+    assert_eq!(
+        config.mcp_servers.keys().collect::<Vec<_>>(),
+        ["fine", "mine"]
+    );
+    assert_eq!(
+        config.mcp_problems,
+        [
+            McpProblem {
+                server: "legacy".into(),
+                origin: at(&json, 2),
+                message: "type `sse` (the legacy HTTP+SSE transport) is not supported: use \
+                          `type: http` (Streamable HTTP) if the server offers it"
+                    .into(),
+            },
+            McpProblem {
+                server: "odd".into(),
+                origin: at(&json, 3),
+                message: "unknown key `oauth` (the keys are type, command, args, env, cwd, \
+                          url, headers, connect_timeout, call_timeout, allow_tools, \
+                          deny_tools, max_restarts, enabled)"
+                    .into(),
+            },
+        ]
+    );
+}
+
+#[test]
+fn expansion_handles_defaults_undefined_and_leaves_the_rest() {
+    let vars = env(&[("A", "alpha"), ("EMPTY", ""), ("NESTED", "${A}")]);
+    let mut undefined = Vec::new();
+    for (text, expanded) in [
+        ("${A}", "alpha"),
+        ("x-${A}-${A}-y", "x-alpha-alpha-y"),
+        ("${A:-default}", "alpha"),
+        ("${MISSING:-default}", "default"),
+        ("${EMPTY:-default}", "default"),
+        ("${EMPTY}", ""),
+        ("${MISSING:-}", ""),
+        ("${MISSING:-a b:c}", "a b:c"),
+        ("${NESTED}", "${A}"),
+        ("$A ${A", "$A ${A"),
+        (
+            "${1A} ${A-x} ${A:?x} ${} ${A B}",
+            "${1A} ${A-x} ${A:?x} ${} ${A B}",
+        ),
+        ("$${A}", "$alpha"),
+        ("no references", "no references"),
+        ("ünïcode ${A} ü", "ünïcode alpha ü"),
+    ] {
+        assert_eq!(expand(text, &vars, &mut undefined), expanded, "{text}");
+    }
+    assert!(undefined.is_empty(), "{undefined:?}");
+
+    assert_eq!(
+        expand("${X}:${Y}:${X}:${A}:${Z:-z}", &vars, &mut undefined),
+        ":::alpha:z"
+    );
+    assert_eq!(expand("${Y}${W}", &vars, &mut undefined), "");
+    assert_eq!(undefined, ["X", "Y", "W"]);
+}
+
+#[test]
+fn env_and_header_values_expand_and_undefined_variables_are_listed() {
+    let dirs = Dirs::new();
+    let file = dirs.project_file(
+        "mcp_servers:\n\
+         \x20 gh:\n    command: ${CMD}\n    args: ['${TOKEN}', $TOKEN]\n\
+         \x20   env: {T: '${TOKEN}', U: '${NOPE}', V: '${NOPE}-${ALSO_NOPE}', W: '${NOPE:-w}'}\n\
+         \x20 api:\n    url: https://h/mcp\n\
+         \x20   headers: {Authorization: 'Bearer ${TOKEN}', X-Key: '${MISSING}'}\n\
+         \x20 clean:\n    command: c\n",
+    );
+    let config = dirs.resolve_with(&[("TOKEN", "s3cret"), ("CMD", "evil")]);
+    assert!(config.mcp_problems.is_empty(), "{:?}", config.mcp_problems);
+    let gh = &config.mcp_servers["gh"];
+    assert_eq!(
+        gh.transport,
+        McpTransport::Stdio {
+            command: "${CMD}".into(),
+            args: vec!["${TOKEN}".into(), "$TOKEN".into()],
+            env: map(&[("T", "s3cret"), ("U", ""), ("V", "-"), ("W", "w")]),
+            cwd: None,
+        }
+    );
+    assert_eq!(gh.undefined_vars, ["NOPE", "ALSO_NOPE"]);
+    let api = &config.mcp_servers["api"];
+    assert_eq!(
+        headers_of(api),
+        &map(&[("Authorization", "Bearer s3cret"), ("X-Key", "")])
+    );
+    assert_eq!(api.undefined_vars, ["MISSING"]);
+    assert!(config.mcp_servers["clean"].undefined_vars.is_empty());
+
+    assert_eq!(
+        gh.undefined_vars_warning("gh").unwrap(),
+        format!(
+            "{}: MCP server `gh` refers to variables ${{NOPE}}, ${{ALSO_NOPE}}, which are not \
+             set: expanded to empty text",
+            at(&file, 2)
+        )
+    );
+    assert_eq!(
+        api.undefined_vars_warning("api").unwrap(),
+        format!(
+            "{}: MCP server `api` refers to variable ${{MISSING}}, which is not set: expanded \
+             to empty text",
+            at(&file, 6)
+        )
+    );
+    assert_eq!(
+        config.mcp_servers["clean"].undefined_vars_warning("clean"),
+        None
+    );
+}
+
+#[test]
+fn urls_are_never_expanded_and_headers_cannot_gain_line_breaks() {
+    let dirs = Dirs::new();
+    dirs.project_file(
+        "mcp_servers:\n  a: {url: 'https://${HOST}/mcp'}\n  \
+         b: {url: 'https://h', headers: {X: '${MULTI}'}}\n",
+    );
+    let config = dirs.resolve_with(&[("HOST", "h"), ("MULTI", "a\r\nInjected: yes")]);
+    assert!(config.mcp_servers.is_empty());
+    assert_eq!(
+        problems(&config),
+        [
+            (
+                "a".to_owned(),
+                "`url`: `https://${HOST}/mcp` contains `${`, which is not expanded in a url \
+                 (only in the values of env and headers)"
+                    .to_owned()
+            ),
+            (
+                "b".to_owned(),
+                "`headers`: the value of `X` contains a line break once expanded".to_owned()
+            ),
+        ]
+    );
+}
+
+#[test]
+fn cwd_is_relative_to_the_project_and_may_start_with_tilde() {
+    let dirs = Dirs::new();
+    dirs.project_file("mcp_servers:\n  a: {command: x, cwd: ~/tools}\n  b: {command: x, cwd: .}\n");
+    let config = dirs.resolve();
+    let cwd = |name: &str| match &config.mcp_servers[name].transport {
+        McpTransport::Stdio { cwd, .. } => cwd.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(cwd("a"), Some(dirs.home.path().join("tools")));
+    assert_eq!(cwd("b"), Some(dirs.project().join(".")));
+
+    // Without a home directory, `~` is a problem of that entry only.
+    let mut sources = Sources::new(dirs.project());
+    sources.flags.data_dir = Some(dirs.project().join("data"));
+    let config = Config::load(&sources).unwrap().resolve().unwrap();
+    assert_eq!(config.mcp_servers.keys().collect::<Vec<_>>(), ["b"]);
+    assert_eq!(
+        problems(&config),
+        [(
+            "a".to_owned(),
+            "`cwd`: `~/tools` starts with ~ but no home directory is known".to_owned()
+        )]
+    );
+}
+
+#[test]
+fn secrets_are_masked_in_the_shown_configuration_and_debug_output() {
+    let dirs = Dirs::new();
+    dirs.project_file(
+        "mcp_servers:\n\
+         \x20 gh:\n    command: npx\n    env: {GITHUB_TOKEN: '${GH}', LITERAL: ghp_literal, \
+         EMPTY: ''}\n\
+         \x20 api:\n    url: https://h/mcp\n    headers: {Authorization: 'Bearer ${TOKEN}'}\n",
+    );
+    let mut sources = dirs.sources();
+    sources.env = env(&[("GH", "ghp_expanded"), ("TOKEN", "tok_expanded")]);
+    let loaded = Config::load(&sources).unwrap();
+    let config = loaded.resolve().unwrap();
+    assert_eq!(
+        env_of(&config.mcp_servers["gh"])["GITHUB_TOKEN"],
+        "ghp_expanded"
+    );
+
+    let yaml = serde_yaml_ng::to_string(&config).unwrap();
+    let json = serde_json::to_string(&config).unwrap();
+    let debug = format!("{config:?}");
+    let entries = format!("{:?}", loaded.entries(&config).unwrap());
+    for (what, text) in [
+        ("yaml", &yaml),
+        ("json", &json),
+        ("debug", &debug),
+        ("entries", &entries),
+    ] {
+        for secret in ["ghp_expanded", "tok_expanded", "ghp_literal"] {
+            assert!(!text.contains(secret), "{what} shows {secret}: {text}");
+        }
+    }
+    // The merged files hold the values as written, never an expanded one, and the
+    // environment is shown by names only.
+    let loaded_debug = format!("{loaded:?} {sources:?}");
+    for secret in ["ghp_expanded", "tok_expanded"] {
+        assert!(!loaded_debug.contains(secret), "{loaded_debug}");
+    }
+    assert!(
+        loaded_debug.contains(r#"env: {"GH", "TOKEN"}"#),
+        "{loaded_debug}"
+    );
+    assert!(yaml.contains("      GITHUB_TOKEN: '***'\n"), "{yaml}");
+    assert!(yaml.contains("      LITERAL: '***'\n"), "{yaml}");
+    assert!(yaml.contains("      EMPTY: ''\n"), "{yaml}");
+    assert!(yaml.contains("      Authorization: '***'\n"), "{yaml}");
+    assert!(yaml.contains("    type: stdio\n"), "{yaml}");
+    assert!(yaml.contains("    connect_timeout: 30s\n"), "{yaml}");
+
+    // What `mew config show` prints is a valid configuration, secrets aside.
+    dirs.project_file(&yaml);
+    let reread = dirs.resolve();
+    assert!(reread.mcp_problems.is_empty(), "{:?}", reread.mcp_problems);
+    let gh = &reread.mcp_servers["gh"];
+    assert_eq!(env_of(gh)["GITHUB_TOKEN"], "***");
+    assert_eq!(gh.transport.kind(), "stdio");
+    assert_eq!(gh.connect_timeout, config.mcp_servers["gh"].connect_timeout);
+    assert_eq!(
+        reread.mcp_servers["api"].transport.kind(),
+        config.mcp_servers["api"].transport.kind()
+    );
+}
