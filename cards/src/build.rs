@@ -29,6 +29,9 @@ pub struct CardOptions {
     pub push_notifications: bool,
     /// Whether the node serves an extended card to authenticated callers.
     pub extended_agent_card: bool,
+    /// The skills (instruction packages) model-driven roles can activate, as name and
+    /// description: listed on their cards so that peers see them.
+    pub skills: Vec<(String, String)>,
 }
 
 impl Default for CardOptions {
@@ -42,6 +45,7 @@ impl Default for CardOptions {
             streaming: true,
             push_notifications: false,
             extended_agent_card: false,
+            skills: Vec::new(),
         }
     }
 }
@@ -55,13 +59,25 @@ pub fn role_base_url(node_base: &str, role: &str) -> String {
 
 /// The card of one role, served at `base_url` (usually [`role_base_url`]).
 ///
-/// Its single skill has the role's name as id and name, the role's description, tags and
-/// examples; a role without tags gets `["mew", "command"]` or `["mew", "llm"]`.
+/// Its first skill has the role's name as id and name, the role's description, tags and
+/// examples; a role without tags gets `["mew", "command"]` or `["mew", "llm"]`. A model-driven
+/// role's card then lists the node's skills it can activate ([`CardOptions::skills`]), with
+/// ids `skill/<name>` and the tag `mew-skill`.
 pub fn role_card(role: &RoleDefinition, base_url: &str, options: &CardOptions) -> AgentCard {
+    let mut skills = vec![role_skill(role)];
+    if !role.is_command() {
+        skills.extend(options.skills.iter().map(|(name, description)| AgentSkill {
+            id: format!("skill/{name}"),
+            name: name.clone(),
+            description: description.clone(),
+            tags: vec!["mew-skill".to_owned()],
+            ..AgentSkill::default()
+        }));
+    }
     AgentCard {
         name: role.name.clone(),
         description: role.description.clone(),
-        skills: vec![role_skill(role)],
+        skills,
         ..card_shell(base_url, options)
     }
 }

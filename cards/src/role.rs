@@ -149,6 +149,20 @@ pub enum ModelChoice {
     Id(String),
 }
 
+impl ModelChoice {
+    /// The choice `text` names: an alias (any letter case), `inherit` or empty, or a model id.
+    pub fn named(text: &str) -> Self {
+        let text = text.trim();
+        match text.to_ascii_lowercase().as_str() {
+            "" | "inherit" => Self::Inherit,
+            "haiku" => Self::Haiku,
+            "sonnet" => Self::Sonnet,
+            "opus" => Self::Opus,
+            _ => Self::Id(text.to_owned()),
+        }
+    }
+}
+
 impl fmt::Display for ModelChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

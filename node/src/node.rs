@@ -16,8 +16,10 @@ use tracing::{info, warn};
 
 use crate::agent::delegate::{AgentTool, Directory, LocalRole, SendMessageTool};
 use crate::agent::runner::ModelExecutor;
+use crate::agent::skill_tools::{InstallSkill, LoadSkill};
 use crate::agent::task_tools::{TaskGet, TaskList, TaskStop};
 use crate::config::Config;
+use crate::mcp::{McpContext, McpManager};
 use crate::peers::Peers;
 use crate::permission::PermissionEngine;
 use crate::process::{ledger_dir, reap_orphans};
@@ -26,6 +28,7 @@ use crate::roles::catalog::{Catalog, RoleDirs, Severity};
 use crate::roles::command::CommandExecutor;
 use crate::server::PublishedRole;
 use crate::server::agent::RoleAgent;
+use crate::skills::catalog::{Catalog as SkillCatalog, standard_roots};
 use crate::tasks::executor::Executor;
 use crate::tasks::manager::{Limits, Roles, TaskManager};
 use crate::tasks::sqlite::SqliteStore;
@@ -102,6 +105,10 @@ pub(crate) struct Runtime {
     pub(crate) providers: Arc<Providers>,
     /// The peer nodes and their roles.
     pub(crate) peers: Arc<Peers>,
+    /// The MCP servers and their tools.
+    pub(crate) mcp: Arc<McpManager>,
+    /// The skills model roles can activate.
+    pub(crate) skills: Arc<SkillCatalog>,
     /// The task store's file.
     pub(crate) database: PathBuf,
     default_role: Arc<RoleDefinition>,
@@ -156,8 +163,28 @@ impl Runtime {
         let permissions = Arc::new(
             PermissionEngine::from_config(&config).context("cannot read the permission rules")?,
         );
-        let peers = Peers::start(&config.peers, &mew_transport::ClientOptions::default()).await;
+        // Peers and MCP servers connect at once, each bounded by its own timeout.
+        let client_options = mew_transport::ClientOptions::default();
+        let (peers, mcp) = tokio::join!(
+            Peers::start(&config.peers, &client_options),
+            McpManager::start(
+                &config.mcp_servers,
+                McpContext {
+                    env: env.clone(),
+                    project_dir: config.project_dir.clone(),
+                    ledger: Some(ledger.clone()),
+                },
+            ),
+        );
         let directory = Arc::new(Directory::new(peers.clone()));
+        let skills = Arc::new(SkillCatalog::load(standard_roots(
+            config.home_dir.as_deref(),
+            &config.project_dir,
+            &config.skills.roots,
+        )));
+        for problem in skills.problems() {
+            warn!(path = %problem.path, "skill: {}", problem.message);
+        }
         let roles = Arc::new(NodeRoles {
             catalog,
             command: Arc::new(CommandExecutor::new(
@@ -185,12 +212,24 @@ impl Runtime {
                     tools.register(Arc::new(TaskStop {
                         directory: directory.clone(),
                     }));
+                    tools.register(Arc::new(LoadSkill {
+                        directory: directory.clone(),
+                    }));
+                    tools.register(Arc::new(InstallSkill {
+                        catalog: skills.clone(),
+                        options: config.skills.install_options(|name| env.get(name).cloned()),
+                        home: config.home_dir.clone(),
+                        project: config.project_dir.clone(),
+                    }));
                     tools
                 },
+                mcp: Some(mcp.clone()),
                 permissions,
                 env,
                 project_dir: config.project_dir.clone(),
                 agent: config.agent.clone(),
+                skills: Some(skills.clone()),
+                directory: Some(directory.clone()),
             }),
         });
         let manager = TaskManager::start(Arc::new(store.clone()), roles.clone(), limits).await?;
@@ -199,6 +238,8 @@ impl Runtime {
             manager,
             providers,
             peers,
+            mcp,
+            skills,
             database,
             default_role,
             roles,
@@ -243,6 +284,12 @@ impl Runtime {
     fn card_options(&self) -> CardOptions {
         CardOptions {
             node_name: self.config.node.name.clone(),
+            skills: self
+                .skills
+                .list()
+                .iter()
+                .map(|skill| (skill.name().to_owned(), skill.meta.description.clone()))
+                .collect(),
             ..CardOptions::default()
         }
     }
@@ -280,10 +327,12 @@ impl Runtime {
             manager,
             roles,
             store,
+            mcp,
             _lock,
             ..
         } = self;
         manager.shutdown(config.node.shutdown_grace).await;
+        mcp.shutdown(MCP_SHUTDOWN_DEADLINE).await;
         drop(manager);
         drop(roles);
         if let Err(e) = store.close().await {
@@ -291,6 +340,10 @@ impl Runtime {
         }
     }
 }
+
+/// How long MCP servers get to close their sessions when the node stops; then their process
+/// groups are killed.
+const MCP_SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Takes `dir` for this process: creates it, and locks `dir/node.lock` until the returned file
 /// is dropped (or the process dies). A second process on the same data directory would fail
@@ -397,6 +450,24 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
                 peer.roles.len()
             ),
         }
+    }
+    for server in runtime.mcp.status() {
+        match &server.last_error {
+            Some(error) if server.state != crate::mcp::ServerState::Connected => println!(
+                "mew: MCP server {} ({}) is {}: {}",
+                server.name,
+                server.transport,
+                format!("{:?}", server.state).to_ascii_lowercase(),
+                crate::peers::one_line(error)
+            ),
+            _ => println!(
+                "mew: MCP server {} ({}): {} tools",
+                server.name, server.transport, server.tools
+            ),
+        }
+    }
+    for problem in &config.mcp_problems {
+        println!("mew: skipped an MCP server entry: {problem}");
     }
     println!("mew: tasks in {}", database.display());
     info!(url = %base, roles = published.len(), "node started");

@@ -14,12 +14,13 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, Read as _};
+use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use rustix::io::Errno;
-use rustix::process::{Pid, Signal, kill_process_group};
+use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, kill_process_group, waitid};
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 
@@ -142,6 +143,24 @@ impl ProcessGroup {
     /// The child, to take its stdin, stdout and stderr.
     pub(crate) fn child_mut(&mut self) -> &mut Child {
         &mut self.child
+    }
+
+    /// How the group's leader ended, once it has; `None` while it runs. It is not reaped, so
+    /// [`Self::wait`] still returns its status. Sees an exit as soon as the kernel does, where
+    /// the runtime's `try_wait` alone may report a leader that was killed as still running.
+    pub(crate) fn peek_exit(&mut self) -> Option<ExitStatus> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(status);
+        }
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        let status = waitid(WaitId::Pid(self.leader), options).ok()??;
+        let raw = if let Some(code) = status.exit_status() {
+            (code & 0xff) << 8
+        } else {
+            let signal = status.terminating_signal()?;
+            signal | if status.dumped() { 0x80 } else { 0 }
+        };
+        Some(ExitStatus::from_raw(raw))
     }
 
     /// Waits for the group's leader to exit. Others in the group may still run.
@@ -776,6 +795,34 @@ mod tests {
         assert_eq!(reap_orphans(dir), []);
         assert_eq!(ledger_files(dir), ["a-directory"]);
         assert_eq!(reap_orphans(&dir.join("missing")), []);
+    }
+
+    /// Polls [`ProcessGroup::peek_exit`] (at most 10 s) until it sees the leader's end.
+    async fn peeked_exit(group: &mut ProcessGroup) -> ExitStatus {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if let Some(status) = group.peek_exit() {
+                    return status;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the group's leader still runs after 10 s")
+    }
+
+    #[tokio::test]
+    async fn peek_exit_sees_the_end_without_reaping() {
+        let (mut group, _out) = sleeper().await;
+        assert_eq!(group.peek_exit(), None);
+        group.kill();
+        assert_eq!(peeked_exit(&mut group).await.signal(), Some(9));
+        // Still there for `wait`.
+        assert_eq!(ended_by(&mut group).await, Some(9));
+
+        let mut group = ProcessGroup::spawn(&mut sh("exit 3")).unwrap();
+        assert_eq!(peeked_exit(&mut group).await.code(), Some(3));
+        assert_eq!(group.wait().await.unwrap().code(), Some(3));
     }
 
     #[tokio::test]

@@ -439,6 +439,7 @@ mod tests {
                 task_id: None,
                 depth: 0,
                 children: None,
+                skills: None,
             },
         }
     }

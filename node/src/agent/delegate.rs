@@ -569,6 +569,41 @@ impl Tool for AgentTool {
     }
 }
 
+/// Runs a fork skill: a new task of the local role `role` whose runner starts from `private`
+/// (the part of the conversation the skill sees, and its tool filter and model), followed in
+/// the foreground to its answer.
+pub(crate) async fn fork_for_skill(
+    directory: &Directory,
+    ctx: &ToolContext,
+    role: &str,
+    description: &str,
+    prompt: String,
+    private: Value,
+) -> ToolOutput {
+    let Some(local) = directory.local(role) else {
+        return ToolOutput::error(format!("cannot fork: role {role:?} is not served here"));
+    };
+    let mut request = SendMessageRequest::new(Message::user_text(prompt));
+    let mut metadata = link_metadata(ctx, description);
+    if let Some(mew) = metadata.get_mut("mew") {
+        mew["fork"] = json!(true);
+    }
+    request.metadata = Some(metadata);
+    let delegation = Delegation {
+        agent: local.agent.clone(),
+        start: Start::Fork(local.forker.clone(), request, private),
+        link: ChildLink {
+            task_id: String::new(),
+            agent: role.to_owned(),
+            name: None,
+            description: description.to_owned(),
+            background: false,
+        },
+        background: false,
+    };
+    delegate(ctx, delegation).await
+}
+
 /// Finds a child of this conversation by name or task id; the newest wins.
 pub(crate) async fn find_child(children: &Children, key: &str) -> Result<ChildLink, String> {
     let links = children.links().await;

@@ -298,6 +298,13 @@ impl Agent {
     /// The request for the next model call.
     fn request(&self, session: &Session, environment: &str) -> ModelRequest {
         let mut messages = session.messages.clone();
+        // Active skills ride in the environment, so the system prompt stays the same.
+        let skills = self.context.skills.as_ref().and_then(|s| s.block());
+        let environment = match skills {
+            Some(block) if environment.is_empty() => block,
+            Some(block) => format!("{environment}\n\n{block}"),
+            None => environment.to_owned(),
+        };
         if !environment.is_empty()
             && let Some(last) = messages
                 .iter_mut()
@@ -328,7 +335,9 @@ impl Agent {
         observer: &dyn Observer,
     ) -> Option<Outcome> {
         if let Some(children) = &self.context.children
-            && calls.iter().any(|(_, name, input)| is_fork(name, input))
+            && calls
+                .iter()
+                .any(|(_, name, input)| is_fork(name, input) || name == "LoadSkill")
         {
             children.set_fork_source(session.messages.clone());
         }

@@ -6,6 +6,7 @@ pub(crate) mod conversation;
 pub(crate) mod delegate;
 pub(crate) mod engine;
 pub(crate) mod runner;
+pub(crate) mod skill_tools;
 pub(crate) mod task_tools;
 
 #[cfg(test)]

@@ -14,12 +14,16 @@ use tokio::sync::mpsc;
 
 use super::children::Children;
 use super::conversation::{Block, ChatMessage, Speaker};
+use super::delegate::Directory;
 use super::engine::{
     Agent, AgentError, AgentSettings, Observer, Outcome, PendingCall, Resume, Session,
 };
+use super::skill_tools::{SkillFork, SkillState, run_skill};
 use crate::config::AgentConfig;
 use crate::permission::PermissionEngine;
 use crate::provider::Providers;
+use crate::skills::catalog::Catalog;
+use crate::skills::render::{ActiveSkills, parse_slash};
 use crate::tasks::executor::{EventSink, ExecError, Executor, Turn};
 use crate::tools::registry::{ALL_AGENT_DISALLOWED_TOOLS, FilterLayers, ToolRegistry};
 use crate::tools::{ToolContext, ToolOutput};
@@ -31,17 +35,38 @@ struct RunnerState {
     session: Session,
     /// A tool call waiting for approval (the task is INPUT_REQUIRED).
     pending: Option<PendingCall>,
+    /// The skills active in this task (carried on to later tasks of the context).
+    #[serde(default)]
+    active_skills: ActiveSkills,
+    /// Set when this task runs a fork skill: its tool filter and model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    skill_fork: Option<SkillFork>,
+}
+
+/// The active skills a new task of a context starts with: those of the newest earlier task.
+fn inherited_skills(earlier_private: &Value) -> ActiveSkills {
+    earlier_private
+        .get("active_skills")
+        .cloned()
+        .and_then(|value| serde_json::from_value(value).ok())
+        .unwrap_or_default()
 }
 
 /// Runs model-driven roles.
 pub(crate) struct ModelExecutor {
     pub(crate) providers: Arc<Providers>,
     pub(crate) tools: ToolRegistry,
+    /// The MCP servers, whose current tools join the built-in ones at every turn.
+    pub(crate) mcp: Option<Arc<crate::mcp::McpManager>>,
     pub(crate) permissions: Arc<PermissionEngine>,
     pub(crate) env: Arc<HashMap<String, String>>,
     pub(crate) project_dir: PathBuf,
     /// The `agent:` configuration: default model, limits, delegation and compaction.
     pub(crate) agent: AgentConfig,
+    /// The skills roles may activate (`None`: skills are off).
+    pub(crate) skills: Option<Arc<Catalog>>,
+    /// Runs skills and delegations: the node's roles and peers.
+    pub(crate) directory: Option<Arc<Directory>>,
 }
 
 /// The `mew.ask` of a status message whose question only the user may answer.
@@ -61,7 +86,7 @@ fn usage_json(session: &Session) -> Value {
 }
 
 impl ModelExecutor {
-    fn system_prompt(turn: &Turn) -> String {
+    fn system_prompt(&self, turn: &Turn) -> String {
         let role = &turn.role;
         let mut system = format!(
             "You are {}, an agent of a Mew node. {}\n",
@@ -70,6 +95,12 @@ impl ModelExecutor {
         if !role.system_prompt.trim().is_empty() {
             system.push('\n');
             system.push_str(role.system_prompt.trim());
+            system.push('\n');
+        }
+        // Names and descriptions only, in a stable order: the bodies come with LoadSkill.
+        if let Some(disclosure) = self.skills.as_ref().and_then(|c| c.disclosure()) {
+            system.push('\n');
+            system.push_str(disclosure.trim());
             system.push('\n');
         }
         system
@@ -249,11 +280,26 @@ impl Executor for ModelExecutor {
                 turn.role.name
             ))
         })?;
-        let model = self
-            .providers
-            .resolve_model(&turn.role.model, &self.agent.model);
+        let mut state: RunnerState =
+            serde_json::from_value(turn.private.clone()).unwrap_or_default();
+        if turn.private.is_null() {
+            state.active_skills = inherited_skills(&turn.earlier_private);
+        }
+        let fork = state.skill_fork.clone();
+        let role_model = fork
+            .as_ref()
+            .and_then(|f| f.model.as_deref())
+            .map(mew_cards::ModelChoice::named)
+            .unwrap_or_else(|| turn.role.model.clone());
+        let model = self.providers.resolve_model(&role_model, &self.agent.model);
         let role = &turn.role;
-        let tools = self.tools.filter(&FilterLayers {
+        let mut all_tools = self.tools.clone();
+        if let Some(mcp) = &self.mcp {
+            for tool in mcp.tools() {
+                all_tools.register(tool);
+            }
+        }
+        let mut tools = all_tools.filter(&FilterLayers {
             // Delegation chains end at the configured depth: deeper tasks get no Agent tool.
             withhold: if turn.depth < self.agent.max_depth {
                 Vec::new()
@@ -267,12 +313,31 @@ impl Executor for ModelExecutor {
             disallowed: role.disallowed_tools.clone(),
             allowed: role.tools.clone(),
         });
+        if let Some(fork) = fork.as_ref().filter(|f| !f.allowed_tools.is_empty()) {
+            // A fork skill's allowed-tools is a hard filter.
+            tools = tools.filter(&FilterLayers {
+                allowed: fork.allowed_tools.clone(),
+                ..FilterLayers::default()
+            });
+        }
+        // LoadSkill is exempt from every allowlist: no filter may lock skills out.
+        if let Some(load) = all_tools.get("LoadSkill")
+            && self.skills.is_some()
+        {
+            tools.register(load.clone());
+        }
+        let skills = self.skills.as_ref().map(|catalog| {
+            Arc::new(SkillState::new(
+                catalog.clone(),
+                state.active_skills.clone(),
+            ))
+        });
         let agent = Agent {
             provider,
             tools,
             permissions: self.permissions.clone(),
             settings: AgentSettings {
-                system: Self::system_prompt(&turn),
+                system: self.system_prompt(&turn),
                 model,
                 max_turns: role.effective_max_turns(),
                 max_tokens: self.agent.max_tokens,
@@ -298,11 +363,57 @@ impl Executor for ModelExecutor {
                     self.agent.max_children,
                     self.agent.background_after,
                 ))),
+                skills: skills.clone(),
             },
         };
 
-        let mut state: RunnerState =
-            serde_json::from_value(turn.private.clone()).unwrap_or_default();
+        // `/name args` naming a skill: an inline skill is activated and its instructions are
+        // the message; a fork skill runs and its answer is the task's.
+        let mut message_blocks = blocks_of(&turn.message);
+        if !turn.resumed
+            && state.pending.is_none()
+            && let (Some(directory), Some(skill_state)) = (&self.directory, &skills)
+            && let Some((name, args)) = parse_slash(&turn.message.text())
+            && let Some(skill) = skill_state.catalog.get(&name)
+        {
+            if state.session.messages.is_empty() {
+                state.session.messages = conversation_of(&turn.history);
+            }
+            if let Some(children) = &agent.context.children {
+                children.set_fork_source(state.session.messages.clone());
+            }
+            let output = run_skill(directory, &agent.context, &name, &args).await;
+            if output.is_error {
+                return Err(ExecError(output.text_content()));
+            }
+            if skill.meta.mode == crate::skills::parse::SkillMode::Fork {
+                state.active_skills = skill_state.active();
+                let _ = sink
+                    .save_private(serde_json::to_value(&state).unwrap_or(Value::Null))
+                    .await;
+                return sink
+                    .status(
+                        TaskState::Completed,
+                        Some(Message::agent_text(output.text_content())),
+                    )
+                    .await
+                    .map_err(|_| {
+                        ExecError("the task ended while its answer was being recorded".to_owned())
+                    });
+            }
+            let body = skill_state
+                .active()
+                .entries()
+                .iter()
+                .find(|e| e.name.eq_ignore_ascii_case(skill.name()))
+                .map(|e| e.body.clone())
+                .unwrap_or_default();
+            message_blocks = vec![Block::Text {
+                text: format!("/{} {args}\n\n{body}", skill.name())
+                    .trim()
+                    .to_owned(),
+            }];
+        }
         let resume = match state.pending.take() {
             Some(pending) if turn.resumed => {
                 let approved = approves(&turn.message);
@@ -319,11 +430,11 @@ impl Executor for ModelExecutor {
                 // A fork's conversation may end with the user's turn: extend it.
                 match state.session.messages.last_mut() {
                     Some(last) if last.speaker == Speaker::User => {
-                        last.content.extend(blocks_of(&turn.message));
+                        last.content.extend(message_blocks);
                     }
                     _ => state.session.messages.push(ChatMessage {
                         speaker: Speaker::User,
-                        content: blocks_of(&turn.message),
+                        content: message_blocks,
                     }),
                 }
                 Resume::Fresh
@@ -343,6 +454,9 @@ impl Executor for ModelExecutor {
         // The reporter is gone: the forwarder drains what is left and ends.
         let _ = forwarder.await;
 
+        if let Some(skills) = &skills {
+            state.active_skills = skills.active();
+        }
         let closed = |_| ExecError("the task ended while its answer was being recorded".to_owned());
         let _ = sink
             .annotate("usage", usage_json(&state.session), false)

@@ -12,11 +12,13 @@ mod chat;
 mod config;
 mod local;
 mod logging;
+mod mcp;
 mod output;
 mod peers;
 mod remote;
 mod run;
 mod send;
+mod skills;
 mod tasks;
 mod tree;
 mod up;
@@ -143,12 +145,21 @@ pub(crate) enum Command {
     /// Fetch every configured peer now and list its state and roles; exit 1 if one is
     /// unreachable
     Peers,
+    /// Connect to the configured MCP servers and list them or their tools
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
+    /// List skills; install them from GitHub, remove them, verify them against the lock file
+    #[command(subcommand)]
+    Skills(skills::SkillsCommand),
 }
 
 impl Command {
     /// Whether this subcommand connects to the configured MCP servers.
     fn uses_mcp(&self) -> bool {
-        matches!(self, Command::Up(_) | Command::Run(_) | Command::Chat(_))
+        matches!(
+            self,
+            Command::Up(_) | Command::Run(_) | Command::Chat(_) | Command::Mcp(_)
+        )
     }
 
     /// The `node:` override flags this subcommand takes, if any.
@@ -163,7 +174,9 @@ impl Command {
             | Command::Tasks(_)
             | Command::Run(_)
             | Command::Chat(_)
-            | Command::Peers => None,
+            | Command::Peers
+            | Command::Mcp(_)
+            | Command::Skills(_) => None,
         }
     }
 }
@@ -296,6 +309,12 @@ async fn run(command: Command, context: Context) -> Result<(), Failure> {
         Command::Peers => peers::peers(&context, &mut std::io::stdout().lock())
             .await
             .map_err(Failure::Runtime),
+        Command::Mcp(command) => mcp::run(&command, &context, &mut std::io::stdout().lock())
+            .await
+            .map_err(Failure::Runtime),
+        Command::Skills(command) => {
+            skills::run(&command, &context, &mut std::io::stdout().lock()).await
+        }
     }
 }
 

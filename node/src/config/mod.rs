@@ -29,6 +29,7 @@ mod peers;
 mod providers;
 mod resolve;
 mod schema;
+mod skills;
 
 #[cfg(test)]
 mod mcp_tests;
@@ -50,6 +51,7 @@ pub use merge::Origin;
 pub use peers::{PeerBinding, PeerConfig};
 pub use providers::{AgentConfig, ProviderConfig, ProviderKind};
 pub use resolve::Entry;
+pub use skills::{DEFAULT_TOKEN_ENV, SkillsConfig};
 
 /// The node's resolved configuration: every default computed, every path absolute.
 ///
@@ -64,6 +66,9 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// `roles:` — where role definitions are found.
     pub roles: RolesConfig,
+    /// `skills:` — extra skill roots, and where and within which limits skills are installed
+    /// from.
+    pub skills: SkillsConfig,
     /// `permissions:` — the default permission mode and the allow, deny and ask rules.
     pub permissions: PermissionsConfig,
     /// `agent:` — which provider and model run model-driven roles.

@@ -71,6 +71,7 @@ impl LoadedConfig {
             .iter()
             .map(|dir| self.path("roles.dirs", dir, home, &project))
             .collect::<Result<_, _>>()?;
+        let skills = self.resolve_skills(home, &project)?;
         let limits = &settings.limits;
         let (mcp_servers, mcp_problems) = self.resolve_mcp(&project);
 
@@ -97,6 +98,7 @@ impl LoadedConfig {
                 max_body_bytes: limits.max_body_bytes.get(),
             },
             roles: RolesConfig { dirs },
+            skills,
             permissions: PermissionsConfig {
                 mode: settings.permissions.mode,
                 allow: settings.permissions.allow.clone(),

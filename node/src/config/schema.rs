@@ -9,6 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::peers::{PeerSettings, peer_entry_schema};
 use super::providers::{AgentSettings, ProviderSettings, provider_entry_schema};
+use super::skills::SkillsSettings;
 use super::{LogFormat, duration};
 
 /// The whole configuration file. Every section and key is optional in a file (`serde(default)`),
@@ -20,6 +21,7 @@ pub(crate) struct Settings {
     pub(crate) log: LogSettings,
     pub(crate) limits: LimitsSettings,
     pub(crate) roles: RolesSettings,
+    pub(crate) skills: SkillsSettings,
     pub(crate) permissions: PermissionsSettings,
     pub(crate) agent: AgentSettings,
     pub(crate) providers: BTreeMap<String, ProviderSettings>,

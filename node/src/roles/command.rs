@@ -815,6 +815,7 @@ mod tests {
             resumed: false,
             cancel: CancellationToken::new(),
             private: serde_json::Value::Null,
+            earlier_private: serde_json::Value::Null,
             depth: 0,
         }
     }

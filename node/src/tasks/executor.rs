@@ -28,6 +28,9 @@ pub struct Turn {
     /// The runner's private state of this task as last saved (`Null` at first):
     /// a model role keeps its conversation here, so a task resumes after a restart.
     pub private: serde_json::Value,
+    /// The private state of the newest earlier task of the same context (`Null` if none):
+    /// what a session carries from task to task (a model role's active skills).
+    pub earlier_private: serde_json::Value,
     /// Canceled when the task is canceled, times out, or the node stops.
     pub cancel: CancellationToken,
 }

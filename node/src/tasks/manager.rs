@@ -474,7 +474,8 @@ impl TaskManager {
                 delegation_depth(state.stored.task.metadata.as_ref()),
             )
         };
-        let mut earlier = match self.context_history(&context_id, &task_id).await {
+        let (mut earlier, earlier_private) = match self.context_history(&context_id, &task_id).await
+        {
             Ok(earlier) => earlier,
             Err(e) => {
                 self.fail(
@@ -498,6 +499,7 @@ impl TaskManager {
             resumed,
             cancel: live.cancel.clone(),
             private,
+            earlier_private,
             depth,
         };
         let sink: Arc<dyn EventSink> = Arc::new(Sink {
@@ -539,17 +541,28 @@ impl TaskManager {
         }
     }
 
+    /// The history of the context's other tasks, oldest first, and the private state of the
+    /// newest of them (`Null` if none).
     async fn context_history(
         &self,
         context: &ContextId,
         current: &TaskId,
-    ) -> Result<Vec<Message>, StoreError> {
-        let tasks = self.store.context(context).await?;
-        Ok(tasks
+    ) -> Result<(Vec<Message>, serde_json::Value), StoreError> {
+        let tasks: Vec<StoredTask> = self
+            .store
+            .context(context)
+            .await?
             .into_iter()
             .filter(|t| t.task.id != *current)
-            .flat_map(|t| t.task.history)
-            .collect())
+            .collect();
+        let private = tasks
+            .last()
+            .map(|t| t.private.clone())
+            .unwrap_or(serde_json::Value::Null);
+        Ok((
+            tasks.into_iter().flat_map(|t| t.task.history).collect(),
+            private,
+        ))
     }
 
     /// Completes the task unless turn `turn` already ended it or asked for input.

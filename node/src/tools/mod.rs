@@ -56,6 +56,8 @@ pub(crate) struct ToolContext {
     /// The task's children, for the tools that delegate and manage delegated tasks
     /// (`None` outside a task).
     pub(crate) children: Option<Arc<crate::agent::children::Children>>,
+    /// The skill catalog and the task's active skills (`None` where skills are off).
+    pub(crate) skills: Option<Arc<crate::agent::skill_tools::SkillState>>,
 }
 
 /// A tool's answer, sent back to the model.
@@ -173,6 +175,7 @@ pub(crate) mod test_support {
             task_id: None,
             depth: 0,
             children: None,
+            skills: None,
         }
     }
 }

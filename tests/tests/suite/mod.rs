@@ -1,9 +1,12 @@
 //! The end-to-end test modules.
 
+mod agent_skills;
 mod backends;
 mod conformance;
 mod error_kinds;
 mod node_agent;
 mod node_e2e;
+mod node_mcp;
+mod node_skills;
 mod python_client;
 mod server_errors;

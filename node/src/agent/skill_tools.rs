@@ -1,0 +1,307 @@
+//! Skills in a running agent: `LoadSkill`, `InstallSkill`, `/name args` commands, and the
+//! skills a task has active.
+//!
+//! An inline skill is activated in the current conversation: its rendered instructions ride in
+//! the environment block of every following request, in first-activation order, and carry on
+//! to later tasks of the same context (a session), until a new context. A fork skill runs in a
+//! child task of the same role, for real: its `allowed-tools` is a hard filter there, its
+//! `fork_context` decides how much of the parent's conversation the child sees (none, the
+//! recent turns, or all of it), its `model` picks the child's model, and the child's final text
+//! is the result.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::conversation::{Block, ChatMessage, Speaker};
+use super::delegate::{Directory, fork_for_skill};
+use super::engine::{Session, close_dangling_calls};
+use crate::skills::catalog::Catalog;
+use crate::skills::install::{InstallOptions, InstallScope, install, install_root};
+use crate::skills::parse::{ForkContext, SkillMode};
+use crate::skills::render::{ActiveSkills, render_body};
+use crate::tools::{Category, Tool, ToolContext, ToolOutput};
+
+/// How a fork skill's child runs, kept in its private state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SkillFork {
+    /// The skill.
+    pub(crate) name: String,
+    /// Only these tools (plus `LoadSkill`); empty: the role's tools.
+    pub(crate) allowed_tools: Vec<String>,
+    /// The model to run on, if the skill names one.
+    pub(crate) model: Option<String>,
+}
+
+/// The skills of one turn: the catalog and the task's active skills.
+#[derive(Debug)]
+pub(crate) struct SkillState {
+    pub(crate) catalog: Arc<Catalog>,
+    active: Mutex<ActiveSkills>,
+}
+
+impl SkillState {
+    /// The state of a turn that starts with `active`.
+    pub(crate) fn new(catalog: Arc<Catalog>, active: ActiveSkills) -> Self {
+        Self {
+            catalog,
+            active: Mutex::new(active),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ActiveSkills> {
+        self.active.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The active skills now.
+    pub(crate) fn active(&self) -> ActiveSkills {
+        self.lock().clone()
+    }
+
+    /// The "Active Skills" block for the environment, if any skill is active.
+    pub(crate) fn block(&self) -> Option<String> {
+        self.lock().render()
+    }
+
+    fn activate(&self, name: &str, body: String) {
+        self.lock().activate(name, body);
+    }
+}
+
+/// Activates skill `name` with `args`: inline, it joins the active skills and the answer says
+/// so; fork, it runs in a child task and its answer is the child's.
+pub(crate) async fn run_skill(
+    directory: &Directory,
+    ctx: &ToolContext,
+    name: &str,
+    args: &str,
+) -> ToolOutput {
+    let Some(skills) = ctx.skills.as_ref() else {
+        return ToolOutput::error("skills are not available here");
+    };
+    let catalog = skills.catalog.clone();
+    let wanted = name.trim().trim_start_matches('/').to_owned();
+    // Activation reads SKILL.md again: off the async runtime.
+    let activation = match tokio::task::spawn_blocking(move || catalog.activate(&wanted)).await {
+        Ok(Ok(activation)) => activation,
+        Ok(Err(e)) => return ToolOutput::error(e.to_string()),
+        Err(e) => return ToolOutput::error(format!("cannot read the skill: {e}")),
+    };
+    if let Some(warning) = &activation.warning {
+        tracing::warn!(skill = %activation.skill.name(), "{warning}");
+    }
+    let skill = activation.skill;
+    let body = render_body(&skill, args);
+    match skill.meta.mode {
+        SkillMode::Inline => {
+            skills.activate(skill.name(), body);
+            ToolOutput::text(format!(
+                "Skill {} is active: its instructions are in the Active Skills section of the \
+                 environment. Follow them now.",
+                skill.name()
+            ))
+        }
+        SkillMode::Fork => {
+            let Some(children) = ctx.children.as_ref() else {
+                return ToolOutput::error(format!(
+                    "skill {} runs in a child agent, which needs a task",
+                    skill.name()
+                ));
+            };
+            let messages = forked_context(children.fork_source(), skill.meta.fork_context);
+            let fork = SkillFork {
+                name: skill.name().to_owned(),
+                allowed_tools: skill.meta.allowed_tools.clone(),
+                model: skill.meta.model.clone(),
+            };
+            let private = json!({
+                "session": Session { messages, ..Session::default() },
+                "skill_fork": fork,
+            });
+            let role = children.role.clone();
+            fork_for_skill(
+                directory,
+                ctx,
+                &role,
+                &format!("skill {}", skill.name()),
+                body,
+                private,
+            )
+            .await
+        }
+    }
+}
+
+/// How many of the parent's latest user turns a `recent` fork sees.
+const RECENT_TURNS: usize = 3;
+
+/// The part of the parent's conversation a fork skill's child starts from.
+fn forked_context(messages: Vec<ChatMessage>, context: ForkContext) -> Vec<ChatMessage> {
+    let messages = match context {
+        ForkContext::None => return Vec::new(),
+        ForkContext::Full => messages,
+        ForkContext::Recent => {
+            // Start at a user turn of the person (not one of tool results), so that no tool
+            // result is cut from its call.
+            let starts: Vec<usize> = messages
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| {
+                    m.speaker == Speaker::User
+                        && !m
+                            .content
+                            .iter()
+                            .any(|b| matches!(b, Block::ToolResult { .. }))
+                })
+                .map(|(i, _)| i)
+                .collect();
+            let from = starts
+                .len()
+                .checked_sub(RECENT_TURNS)
+                .and_then(|i| starts.get(i))
+                .or_else(|| starts.first())
+                .copied()
+                .unwrap_or(messages.len());
+            messages.into_iter().skip(from).collect()
+        }
+    };
+    let mut session = Session {
+        messages,
+        ..Session::default()
+    };
+    close_dangling_calls(&mut session);
+    session.messages
+}
+
+/// `LoadSkill`.
+pub(crate) struct LoadSkill {
+    pub(crate) directory: Arc<Directory>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadInput {
+    name: String,
+    #[serde(default)]
+    args: String,
+}
+
+#[async_trait]
+impl Tool for LoadSkill {
+    fn name(&self) -> &str {
+        "LoadSkill"
+    }
+
+    fn description(&self) -> String {
+        "Activates a skill from the list of available skills in the system prompt. An inline \
+         skill's instructions join the environment of every following turn; a fork skill runs \
+         on its own in a child agent and returns its result. args is passed to the skill."
+            .to_owned()
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "The skill's name."},
+                "args": {"type": "string", "description": "What to do with it, if the skill takes arguments."}
+            },
+            "required": ["name"],
+            "additionalProperties": false
+        })
+    }
+
+    fn category(&self) -> Category {
+        Category::Read
+    }
+
+    async fn call(&self, input: Value, ctx: &ToolContext) -> ToolOutput {
+        let input: LoadInput = match serde_json::from_value(input) {
+            Ok(input) => input,
+            Err(e) => return ToolOutput::error(format!("invalid input for LoadSkill: {e}")),
+        };
+        run_skill(&self.directory, ctx, &input.name, &input.args).await
+    }
+}
+
+/// `InstallSkill`: installs a skill from GitHub (tree, raw or skills.sh URL), then reloads the
+/// catalog.
+pub(crate) struct InstallSkill {
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) options: InstallOptions,
+    pub(crate) home: Option<PathBuf>,
+    pub(crate) project: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InstallInput {
+    url: String,
+    #[serde(default)]
+    project: bool,
+}
+
+#[async_trait]
+impl Tool for InstallSkill {
+    fn name(&self) -> &str {
+        "InstallSkill"
+    }
+
+    fn description(&self) -> String {
+        "Installs a skill from a GitHub tree URL, a raw SKILL.md URL or a skills.sh URL into \
+         the user's skills (or the project's, with project: true); it is available at once."
+            .to_owned()
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "url": {"type": "string", "description": "Where the skill is."},
+                "project": {"type": "boolean", "description": "Install into the project instead of the user's skills."}
+            },
+            "required": ["url"],
+            "additionalProperties": false
+        })
+    }
+
+    fn category(&self) -> Category {
+        Category::Exec
+    }
+
+    async fn call(&self, input: Value, _ctx: &ToolContext) -> ToolOutput {
+        let input: InstallInput = match serde_json::from_value(input) {
+            Ok(input) => input,
+            Err(e) => return ToolOutput::error(format!("invalid input for InstallSkill: {e}")),
+        };
+        let scope = if input.project {
+            InstallScope::Project
+        } else {
+            InstallScope::User
+        };
+        let Some(root) = install_root(scope, self.home.as_deref(), &self.project) else {
+            return ToolOutput::error(
+                "the user's home directory is unknown: install into the project",
+            );
+        };
+        match install(&input.url, &root, &self.options).await {
+            Ok(installed) => {
+                self.catalog.reload();
+                let mut text = format!(
+                    "Installed skill {} ({} files) into {}; it is available now.",
+                    installed.name,
+                    installed.entry.files.len(),
+                    installed.dir.display()
+                );
+                for warning in &installed.warnings {
+                    text.push_str(&format!("\nwarning: {warning}"));
+                }
+                ToolOutput::text(text)
+            }
+            Err(e) => ToolOutput::error(format!("cannot install {}: {e}", input.url)),
+        }
+    }
+}

@@ -1,0 +1,41 @@
+#![cfg_attr(not(test), allow(dead_code))] // the dispatch points are wired by the agent runtime
+
+//! Hooks: user-defined actions run at points of a run (a tool call, a user message, a stop,
+//! a task arriving, ...), which can observe, add context, rewrite a tool's input or block.
+//!
+//! - [`event`]: the events, what a block means on each, and the payload.
+//! - [`rules`]: `hooks.yaml` and Claude Code settings files, compiled; problems as data.
+//! - [`matcher`]: conditions on payload fields, and Claude Code's `matcher` strings.
+//! - [`action`]: shell, http, prompt and subagent actions.
+//! - [`output`]: Claude Code's exit-code and JSON protocol, and the merged [`HookOutcome`].
+//! - [`engine`]: [`HookEngine::dispatch`], `only_once`, `async` hooks, timeouts, fail modes.
+//! - [`trust`]: project hooks run only once the user trusted their content.
+//!
+//! Typical use by a dispatch point:
+//!
+//! ```ignore
+//! let outcome = engine.dispatch(Payload::pre_tool_use(name, &input, id), &ctx).await;
+//! if let Some((hook, reason)) = outcome.refusal() { /* the call fails with the reason */ }
+//! ```
+
+pub(crate) mod action;
+pub(crate) mod engine;
+pub(crate) mod event;
+pub(crate) mod matcher;
+pub(crate) mod output;
+pub(crate) mod rules;
+pub(crate) mod trust;
+
+#[cfg(test)]
+mod tests;
+
+// The API the dispatch points use; unused until they are wired.
+#[allow(unused_imports)]
+pub(crate) use self::{
+    action::SubagentRunner,
+    engine::{EmptySessionId, HookContext, HookEngine, HookEngineError, HookSettings},
+    event::{BlockEffect, HookEvent, MAX_STOP_BLOCKS, Payload},
+    output::{Blocked, HookOutcome, Permission, PermissionDecision},
+    rules::{HookProblem, LoadedHooks, load, standard_files},
+    trust::{TrustStore, default_trust_file, trust_project, untrust_project},
+};

@@ -1,0 +1,624 @@
+//! One connection to an MCP server: the transport, the handshake, the first tool list.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use http::{HeaderName, HeaderValue};
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, Implementation, ProtocolVersion, ServerNotification,
+    SubscriptionFilter, Tool as ListedTool,
+};
+use rmcp::service::{
+    ClientInitializeError, NotificationContext, Peer, RoleClient, RunningService, ServiceError,
+};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt as _};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::McpContext;
+use super::http::HttpClient;
+use super::server::Server;
+use super::stderr::StderrTail;
+use crate::config::mcp::{McpServerConfig, McpTransport};
+use crate::process::{BASE_ENV, ProcessGroup, command, pass_env};
+
+/// The version asked for in the `server/discover` probe.
+const MODERN: ProtocolVersion = ProtocolVersion::V_2026_07_28;
+/// The version offered in the `initialize` handshake.
+const LEGACY: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+/// How long a failed stdio server is given to exit and finish its stderr, for the message.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+/// The transport's own headers, which a configuration may not set.
+const RESERVED_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+/// How long a server may take to acknowledge the `list_changed` subscription; one that does not
+/// is used without it.
+const LISTEN_LIMIT: Duration = Duration::from_secs(10);
+/// The most redirects followed for one request.
+const MAX_REDIRECTS: usize = 10;
+
+/// Receives what a server sends unasked.
+#[derive(Clone)]
+pub(super) struct Handler {
+    /// The server the connection belongs to.
+    pub(super) server: Weak<Server>,
+    /// Which of its connections this is.
+    pub(super) generation: u64,
+    /// The server's name, for logs.
+    pub(super) name: Arc<str>,
+}
+
+impl Handler {
+    fn tool_list_changed(&self) {
+        if let Some(server) = self.server.upgrade() {
+            server.tools_changed(self.generation);
+        }
+    }
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("mew", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(LEGACY)
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tool_list_changed();
+    }
+}
+
+/// What is behind a connection: a stdio program (its group and its stderr), or a URL.
+pub(super) struct Endpoint {
+    process: Mutex<Option<ProcessGroup>>,
+    stderr: Option<Arc<StderrTail>>,
+    /// How it is named in messages.
+    what: String,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Endpoint {
+    /// How the stdio program ended, once it has.
+    fn exit_status(&self) -> Option<ExitStatus> {
+        let mut process = lock(&self.process);
+        process.as_mut()?.peek_exit()
+    }
+
+    /// Why the connection ended, as far as is known now.
+    fn end_reason_now(&self) -> String {
+        let mut reason = match self.exit_status() {
+            Some(status) => format!("{} exited ({status})", self.what),
+            None => format!("the connection to {} ended", self.what),
+        };
+        if let Some(tail) = self
+            .stderr
+            .as_ref()
+            .map(|s| s.tail())
+            .filter(|t| !t.is_empty())
+        {
+            reason.push_str("; its stderr ends with:\n");
+            reason.push_str(&tail);
+        }
+        reason
+    }
+
+    /// Gives a stdio program that is going away a moment to exit and finish its stderr.
+    async fn settle(&self) {
+        if let Some(stderr) = &self.stderr {
+            let until = Instant::now() + EXIT_GRACE;
+            while self.exit_status().is_none() && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            stderr.settle(EXIT_GRACE / 2).await;
+        }
+    }
+
+    /// What went wrong, then what the program said: `why` alone for a URL.
+    fn explain(&self, why: &str) -> String {
+        match &self.stderr {
+            Some(stderr) => {
+                let tail = stderr.tail();
+                let mut text = match self.exit_status() {
+                    Some(status) => format!("{why}; {} exited ({status})", self.what),
+                    None => format!("{why} ({})", self.what),
+                };
+                if !tail.is_empty() {
+                    text.push_str("; its stderr ends with:\n");
+                    text.push_str(&tail);
+                }
+                text
+            }
+            None => format!("{}: {why}", self.what),
+        }
+    }
+}
+
+/// A live connection: the SDK's session, and what is behind it.
+pub(super) struct Connection {
+    peer: Peer<RoleClient>,
+    protocol: String,
+    service: Mutex<Option<RunningService<RoleClient, Handler>>>,
+    endpoint: Endpoint,
+    /// What reads `notifications/tools/list_changed` on a 2026-07-28 connection.
+    listener: Option<Listener>,
+}
+
+/// The task that reads a `subscriptions/listen` subscription, and what stops it.
+struct Listener {
+    task: JoinHandle<()>,
+    stop: CancellationToken,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Some(listener) = &self.listener {
+            listener.stop.cancel();
+            listener.task.abort();
+        }
+        // The session's drop guard ends the session; the group's drop kills the group.
+    }
+}
+
+impl Connection {
+    /// The session, to send requests.
+    pub(super) fn peer(&self) -> &Peer<RoleClient> {
+        &self.peer
+    }
+
+    /// The protocol version agreed with the server.
+    pub(super) fn protocol(&self) -> &str {
+        &self.protocol
+    }
+
+    /// False once the session ended or the stdio program exited.
+    pub(super) fn is_alive(&self) -> bool {
+        !self.peer.is_transport_closed() && self.endpoint.exit_status().is_none()
+    }
+
+    /// Why the connection ended, as far as is known now.
+    pub(super) fn end_reason_now(&self) -> String {
+        self.endpoint.end_reason_now()
+    }
+
+    /// Why the connection ended, after giving a stdio program a moment to exit and finish its
+    /// stderr.
+    pub(super) async fn end_reason(&self) -> String {
+        self.endpoint.settle().await;
+        self.endpoint.end_reason_now()
+    }
+
+    /// Kills a stdio program's process group at once.
+    pub(super) fn kill(&self) {
+        if let Some(group) = lock(&self.endpoint.process).as_mut() {
+            group.kill();
+        }
+    }
+
+    /// Ends the session and a stdio program: its stdin closes, then it gets SIGTERM, then its
+    /// group gets SIGKILL, all within `deadline`.
+    pub(super) async fn close(&self, deadline: Duration) {
+        let start = Instant::now();
+        // Ending the subscription first lets the server end its side at once.
+        if let Some(listener) = &self.listener {
+            listener.stop.cancel();
+            let _ = tokio::time::timeout(deadline / 4, async {
+                while !listener.task.is_finished() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await;
+        }
+        let service = lock(&self.service).take();
+        if let Some(mut service) = service {
+            let _ = service.close_with_timeout(deadline / 2).await;
+        }
+        let group = lock(&self.endpoint.process).take();
+        if let Some(mut group) = group {
+            let left = deadline.saturating_sub(start.elapsed());
+            if tokio::time::timeout(left / 2, group.wait()).await.is_err() {
+                let left = deadline.saturating_sub(start.elapsed());
+                let _ = group.terminate(left).await;
+            }
+            // Whatever else runs in the group goes with it.
+            group.kill();
+        }
+    }
+}
+
+/// Why a connection could not be made.
+pub(super) enum Failure {
+    /// The server answered the 2026-07-28 probe but supports none of the versions asked for:
+    /// worth a new connection with `initialize`.
+    NoCommonVersion(String),
+    /// Anything else.
+    Other(String),
+}
+
+impl Failure {
+    fn message(self) -> String {
+        match self {
+            Self::NoCommonVersion(message) | Self::Other(message) => message,
+        }
+    }
+}
+
+/// Connects to the server, within `limit`: the transport, the handshake, the tool list, and
+/// on 2026-07-28 the `list_changed` subscription. Returns the connection and the tools.
+pub(super) async fn connect(
+    name: &str,
+    config: &McpServerConfig,
+    ctx: &McpContext,
+    handler: Handler,
+    limit: Duration,
+) -> Result<(Connection, Vec<ListedTool>), String> {
+    let start = Instant::now();
+    match open(name, config, ctx, handler.clone(), false, limit).await {
+        Err(Failure::NoCommonVersion(why)) => {
+            tracing::debug!(server = name, "{why}; connecting again with initialize");
+            let left = limit.saturating_sub(start.elapsed());
+            open(name, config, ctx, handler, true, left)
+                .await
+                .map_err(Failure::message)
+        }
+        other => other.map_err(Failure::message),
+    }
+}
+
+/// One attempt: with `initialize` only when `legacy`, else probing with `server/discover`.
+async fn open(
+    name: &str,
+    config: &McpServerConfig,
+    ctx: &McpContext,
+    handler: Handler,
+    legacy: bool,
+    limit: Duration,
+) -> Result<(Connection, Vec<ListedTool>), Failure> {
+    let start = Instant::now();
+    let (endpoint, session) = match &config.transport {
+        McpTransport::Stdio {
+            command: program,
+            args,
+            env,
+            cwd,
+        } => {
+            let (mut group, dir) =
+                spawn(name, program, args, env, cwd.as_deref(), ctx).map_err(Failure::Other)?;
+            let child = group.child_mut();
+            let (Some(stdin), Some(stdout), Some(stderr)) =
+                (child.stdin.take(), child.stdout.take(), child.stderr.take())
+            else {
+                return Err(Failure::Other("the program's pipes are missing".to_owned()));
+            };
+            let endpoint = Endpoint {
+                process: Mutex::new(Some(group)),
+                stderr: Some(StderrTail::capture(name, stderr)),
+                what: format!("the server program {program:?} (in {})", dir.display()),
+            };
+            let transport = AsyncRwTransport::new_client(stdout, stdin);
+            let session =
+                tokio::time::timeout(limit, handshake(handler.clone(), transport, legacy)).await;
+            (endpoint, session)
+        }
+        McpTransport::Http { url, headers } => {
+            let endpoint = Endpoint {
+                process: Mutex::new(None),
+                stderr: None,
+                what: url.clone(),
+            };
+            let transport = http_transport(url, headers, config.connect_timeout)
+                .map_err(|why| Failure::Other(endpoint.explain(&why)))?;
+            let session =
+                tokio::time::timeout(limit, handshake(handler.clone(), transport, legacy)).await;
+            (endpoint, session)
+        }
+    };
+    let session = match session {
+        Ok(Ok(session)) => session,
+        Ok(Err(Failure::NoCommonVersion(why))) => {
+            return Err(Failure::NoCommonVersion(endpoint.explain(&why)));
+        }
+        Ok(Err(Failure::Other(why))) => {
+            endpoint.settle().await;
+            return Err(Failure::Other(endpoint.explain(&why)));
+        }
+        Err(_elapsed) => {
+            return Err(Failure::Other(
+                endpoint.explain(&format!("no answer to the handshake within {limit:?}")),
+            ));
+        }
+    };
+    let peer = session.peer().clone();
+    let protocol = peer
+        .peer_info()
+        .map(|info| info.protocol_version.to_string())
+        .unwrap_or_default();
+    let mut connection = Connection {
+        peer,
+        protocol,
+        service: Mutex::new(Some(session)),
+        endpoint,
+        listener: None,
+    };
+    let left = limit.saturating_sub(start.elapsed());
+    let tools = match tokio::time::timeout(left, connection.peer.list_all_tools()).await {
+        Ok(Ok(tools)) => tools,
+        Ok(Err(err)) => {
+            let why = format!("cannot list its tools: {}", describe_service_error(&err));
+            return Err(Failure::Other(connection.endpoint.explain(&why)));
+        }
+        Err(_elapsed) => {
+            let why = format!("no tool list within {limit:?}");
+            return Err(Failure::Other(connection.endpoint.explain(&why)));
+        }
+    };
+    let left = limit.saturating_sub(start.elapsed()).min(LISTEN_LIMIT);
+    connection.listener = listen_for_changes(&connection.peer, &handler, left).await;
+    Ok((connection, tools))
+}
+
+/// The SDK's handshake: `server/discover` first, falling back to `initialize` (or
+/// `initialize` alone when `legacy`).
+async fn handshake<T, E, A>(
+    handler: Handler,
+    transport: T,
+    legacy: bool,
+) -> Result<RunningService<RoleClient, Handler>, Failure>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let lifecycle = if legacy {
+        ClientLifecycleMode::Initialize
+    } else {
+        ClientLifecycleMode::Auto {
+            preferred_versions: vec![MODERN],
+            legacy_version: Some(LEGACY),
+        }
+    };
+    handler
+        .serve_with_lifecycle(transport, lifecycle)
+        .await
+        .map_err(|err| match err {
+            ClientInitializeError::NoCompatibleProtocolVersion { .. } => {
+                Failure::NoCommonVersion(describe_init_error(&err))
+            }
+            other => Failure::Other(describe_init_error(&other)),
+        })
+}
+
+/// On a 2026-07-28 connection whose server announces `tools.listChanged`, subscribes to
+/// `notifications/tools/list_changed` (earlier versions send it unasked, to the handler).
+async fn listen_for_changes(
+    peer: &Peer<RoleClient>,
+    handler: &Handler,
+    limit: Duration,
+) -> Option<Listener> {
+    let info = peer.peer_info()?;
+    if info.protocol_version.has_initialize() {
+        return None;
+    }
+    if info
+        .capabilities
+        .tools
+        .as_ref()
+        .and_then(|tools| tools.list_changed)
+        != Some(true)
+    {
+        return None;
+    }
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let mut subscription = match tokio::time::timeout(limit, peer.listen(filter)).await {
+        Ok(Ok(subscription)) => subscription,
+        Ok(Err(err)) => {
+            tracing::debug!(
+                server = %handler.name,
+                "no tool list updates: {}",
+                describe_service_error(&err)
+            );
+            return None;
+        }
+        Err(_elapsed) => {
+            tracing::debug!(server = %handler.name, "no tool list updates: no answer");
+            return None;
+        }
+    };
+    let handler = handler.clone();
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let next = tokio::select! {
+                next = subscription.next() => next,
+                () = stopped.cancelled() => {
+                    let _ = subscription
+                        .cancel_with_reason(Some("the client is closing".to_owned()))
+                        .await;
+                    break;
+                }
+            };
+            match next {
+                Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
+                    handler.tool_list_changed();
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(err) => {
+                    tracing::debug!(
+                        server = %handler.name,
+                        "tool list updates ended: {}",
+                        describe_service_error(&err)
+                    );
+                    break;
+                }
+            }
+        }
+    });
+    Some(Listener { task, stop })
+}
+
+/// Starts the program of a stdio server in its own process group, with the node's allowlisted
+/// environment plus `env`, in `cwd` (relative to the project) or the project directory.
+fn spawn(
+    name: &str,
+    program: &str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: Option<&Path>,
+    ctx: &McpContext,
+) -> Result<(ProcessGroup, PathBuf), String> {
+    let dir = match cwd {
+        Some(dir) => ctx.project_dir.join(dir),
+        None => ctx.project_dir.clone(),
+    };
+    if !dir.is_dir() {
+        return Err(format!(
+            "cannot start {program:?}: its working directory {} is not a directory",
+            dir.display()
+        ));
+    }
+    let mut cmd = command(program, args);
+    pass_env(&mut cmd, &ctx.env, BASE_ENV.iter().copied());
+    cmd.envs(env)
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut group = ProcessGroup::spawn(&mut cmd)
+        .map_err(|err| format!("cannot start {program:?} (in {}): {err}", dir.display()))?;
+    if let Some(ledger) = &ctx.ledger
+        && let Err(err) = group.record(ledger, "mcp", name)
+    {
+        tracing::warn!(server = name, "{err}");
+    }
+    Ok((group, dir))
+}
+
+/// The Streamable HTTP transport to `url`, sending `headers` with every request.
+fn http_transport(
+    url: &str,
+    headers: &BTreeMap<String, String>,
+    connect_timeout: Duration,
+) -> Result<StreamableHttpClientTransport<HttpClient>, String> {
+    let parsed = reqwest::Url::parse(url).map_err(|err| format!("not a URL: {err}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("{} is not an http or https URL", parsed.scheme()));
+    }
+    let mut custom = HashMap::new();
+    for (name, value) in headers {
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("{name:?} is not a valid header name"))?;
+        if RESERVED_HEADERS.contains(&header.as_str()) {
+            return Err(format!(
+                "the header {name} is the transport's own and cannot be configured"
+            ));
+        }
+        let mut value = HeaderValue::from_str(value)
+            .map_err(|_| format!("the value of the header {name} is not a valid header value"))?;
+        value.set_sensitive(true);
+        custom.insert(header, value);
+    }
+    let client = reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .pool_max_idle_per_host(0)
+        .redirect(reqwest::redirect::Policy::custom(same_origin_redirects))
+        .build()
+        .map_err(|err| format!("cannot set up the HTTP client: {}", chain(&err)))?;
+    let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom);
+    Ok(StreamableHttpClientTransport::with_client(
+        HttpClient(client),
+        config,
+    ))
+}
+
+/// Follows only 307 and 308 redirects within the same origin: they keep the method and body,
+/// and the configured headers (tokens) never reach another host.
+fn same_origin_redirects(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirect::Action {
+    let same_origin = attempt
+        .previous()
+        .first()
+        .is_some_and(|first| first.origin() == attempt.url().origin());
+    let keeps_the_body = matches!(attempt.status().as_u16(), 307 | 308);
+    if same_origin && keeps_the_body && attempt.previous().len() <= MAX_REDIRECTS {
+        attempt.follow()
+    } else {
+        attempt.stop()
+    }
+}
+
+/// `err` and its sources, joined by `: ` (the HTTP client's error, which the SDK wraps
+/// without naming it as a source, included).
+pub(super) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = next_source(err);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = next_source(cause);
+    }
+    text
+}
+
+fn next_source<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a (dyn std::error::Error + 'static)> {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    match err.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        Some(StreamableHttpError::Client(client)) => Some(client),
+        _ => err.source(),
+    }
+}
+
+/// A handshake failure, without the SDK's type names.
+fn describe_init_error(err: &ClientInitializeError) -> String {
+    match err {
+        ClientInitializeError::TransportError { error, context } => {
+            format!("{context} failed: {}", chain(error.error.as_ref()))
+        }
+        ClientInitializeError::ConnectionClosed(when) => {
+            format!("the connection closed while waiting for the {when}")
+        }
+        ClientInitializeError::JsonRpcError(error) => {
+            format!(
+                "the server refused the handshake: {} ({})",
+                error.message, error.code.0
+            )
+        }
+        ClientInitializeError::LegacyFallbackFailed { discover, fallback } => format!(
+            "the server/discover probe failed ({}), and so did initialize ({})",
+            describe_init_error(discover),
+            describe_init_error(fallback)
+        ),
+        other => chain(other),
+    }
+}
+
+/// A request failure, without the SDK's type names.
+pub(super) fn describe_service_error(err: &ServiceError) -> String {
+    match err {
+        ServiceError::McpError(error) => format!("error {}: {}", error.code.0, error.message),
+        ServiceError::TransportSend(error) => {
+            format!("cannot send the request: {}", chain(error.error.as_ref()))
+        }
+        ServiceError::TransportClosed => "the connection closed".to_owned(),
+        other => chain(other),
+    }
+}

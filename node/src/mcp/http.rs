@@ -1,0 +1,227 @@
+//! The HTTP client under the SDK's Streamable HTTP transport: reqwest, plus one fix.
+//!
+//! Some servers answer a request they cannot place with a JSON-RPC error that has no `id`
+//! (server-everything and others built from the TypeScript SDK's example answer a session id
+//! they do not know with `400 {"error": {"message": "Bad Request: No valid session ID
+//! provided"}}`, where the spec says 404). The SDK cannot match such an error to its request,
+//! so the call would wait out its whole timeout. This client instead:
+//!
+//! - takes an id-less error to a request sent in a session as the session being gone, which
+//!   makes the SDK open a new session and send the request again, once (as for a 404);
+//! - gives an id-less error to any other request the request's id, so the call fails at once
+//!   with the server's message.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures_util::stream::BoxStream;
+use http::{HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
+};
+use sse_stream::Sse;
+
+/// reqwest, with id-less errors placed (see the module docs).
+#[derive(Clone)]
+pub(super) struct HttpClient(pub(super) reqwest::Client);
+
+type PostResult = Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>;
+type StreamResult =
+    Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<reqwest::Error>>;
+
+/// The id of `message` when it is a request.
+fn request_id(message: &ClientJsonRpcMessage) -> Option<RequestId> {
+    match message {
+        ClientJsonRpcMessage::Request(request) => Some(request.id.clone()),
+        _ => None,
+    }
+}
+
+/// Places an id-less error answering the request `id` (see the module docs).
+fn place(id: Option<RequestId>, in_session: bool, response: PostResult) -> PostResult {
+    match response? {
+        StreamableHttpPostResponse::Json(ServerJsonRpcMessage::Error(mut error), session)
+            if error.id.is_none() =>
+        {
+            let Some(id) = id else {
+                return Ok(StreamableHttpPostResponse::Json(
+                    ServerJsonRpcMessage::Error(error),
+                    session,
+                ));
+            };
+            if in_session {
+                tracing::debug!(
+                    "the MCP server answered a request in its session with an error without an \
+                     id ({}): taking the session as gone",
+                    error.error.message
+                );
+                return Err(StreamableHttpError::SessionExpired);
+            }
+            error.id = Some(id);
+            Ok(StreamableHttpPostResponse::Json(
+                ServerJsonRpcMessage::Error(error),
+                session,
+            ))
+        }
+        other => Ok(other),
+    }
+}
+
+impl StreamableHttpClient for HttpClient {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> PostResult {
+        let id = request_id(&message);
+        let in_session = session_id.is_some();
+        let response = self
+            .0
+            .post_message(uri, message, session_id, auth_header, custom_headers)
+            .await;
+        place(id, in_session, response)
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> PostResult {
+        let id = request_id(&message);
+        let in_session = session_id.is_some();
+        let response = self
+            .0
+            .post_message_with_max_sse_event_size(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await;
+        place(id, in_session, response)
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> PostResult {
+        let id = request_id(&message);
+        let in_session = session_id.is_some();
+        let response = self
+            .0
+            .post_message_with_response_limits(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                limits,
+            )
+            .await;
+        place(id, in_session, response)
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), StreamableHttpError<reqwest::Error>> {
+        self.0
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> StreamResult {
+        self.0
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> StreamResult {
+        self.0
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::{ErrorCode, ErrorData, JsonRpcError};
+
+    use super::*;
+
+    fn idless() -> PostResult {
+        Ok(StreamableHttpPostResponse::Json(
+            ServerJsonRpcMessage::Error(JsonRpcError::new(
+                None,
+                ErrorData::new(ErrorCode(-32000), "Bad Request: No valid session ID", None),
+            )),
+            None,
+        ))
+    }
+
+    #[test]
+    fn an_idless_error_in_a_session_means_the_session_is_gone() {
+        let placed = place(Some(RequestId::Number(7)), true, idless());
+        assert!(matches!(placed, Err(StreamableHttpError::SessionExpired)));
+    }
+
+    #[test]
+    fn an_idless_error_outside_a_session_gets_the_requests_id() {
+        let placed = place(Some(RequestId::Number(7)), false, idless());
+        let Ok(StreamableHttpPostResponse::Json(ServerJsonRpcMessage::Error(error), _)) = placed
+        else {
+            panic!("not an error: {placed:?}");
+        };
+        assert_eq!(error.id, Some(RequestId::Number(7)));
+        // An answer to a notification stays as it is.
+        let placed = place(None, true, idless());
+        let Ok(StreamableHttpPostResponse::Json(ServerJsonRpcMessage::Error(error), _)) = placed
+        else {
+            panic!("not an error: {placed:?}");
+        };
+        assert_eq!(error.id, None);
+    }
+}

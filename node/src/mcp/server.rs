@@ -1,0 +1,510 @@
+//! One configured MCP server through its life: connect, call, reconnect, give up, stop.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, CallToolResponse};
+use rmcp::service::ServiceError;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::connect::{self, Connection, Handler, describe_service_error};
+use super::tool::{adapt, server_name_problem};
+use super::{McpContext, ServerState, ServerStatus, content};
+use crate::config::mcp::McpServerConfig;
+use crate::tools::{Tool, ToolContext, ToolOutput};
+
+/// The wait before the first restart in a row; each further one waits twice as long.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// The longest wait before a restart.
+const MAX_BACKOFF: Duration = Duration::from_secs(8);
+
+/// How long restart `n` in a row waits after the previous start.
+pub(super) fn backoff(n: u32) -> Duration {
+    let doublings = n.saturating_sub(1).min(16);
+    FIRST_BACKOFF
+        .saturating_mul(1 << doublings)
+        .min(MAX_BACKOFF)
+}
+
+/// One configured server.
+pub(super) struct Server {
+    name: String,
+    config: McpServerConfig,
+    ctx: Arc<McpContext>,
+    me: Weak<Server>,
+    shared: Mutex<Shared>,
+    /// Held while a connection is made, so concurrent calls wait for one restart.
+    reconnecting: tokio::sync::Mutex<()>,
+    /// Held while the tool list is reloaded.
+    refreshing: tokio::sync::Mutex<()>,
+    /// Cancelled by shutdown.
+    stopping: CancellationToken,
+    changes: watch::Sender<u64>,
+}
+
+/// What changes, behind one lock.
+struct Shared {
+    state: ServerState,
+    connection: Option<Arc<Connection>>,
+    /// Counts connections; a notification from an older one is ignored.
+    generation: u64,
+    tools: Vec<Arc<dyn Tool>>,
+    skipped: Vec<String>,
+    protocol: Option<String>,
+    last_error: Option<String>,
+    restarts: u32,
+    /// Restarts since a call last got an answer.
+    in_a_row: u32,
+    started: Option<Instant>,
+}
+
+/// What became of a call.
+enum Outcome {
+    Answer(Result<CallToolResponse, ServiceError>),
+    Cancelled,
+    TimedOut,
+    Stopped,
+}
+
+impl Server {
+    pub(super) fn new(
+        name: &str,
+        config: McpServerConfig,
+        ctx: Arc<McpContext>,
+        changes: watch::Sender<u64>,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self {
+            name: name.to_owned(),
+            config,
+            ctx,
+            me: me.clone(),
+            shared: Mutex::new(Shared {
+                state: ServerState::Connecting,
+                connection: None,
+                generation: 0,
+                tools: Vec::new(),
+                skipped: Vec::new(),
+                protocol: None,
+                last_error: None,
+                restarts: 0,
+                in_a_row: 0,
+                started: None,
+            }),
+            reconnecting: tokio::sync::Mutex::new(()),
+            refreshing: tokio::sync::Mutex::new(()),
+            stopping: CancellationToken::new(),
+            changes,
+        })
+    }
+
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn shared(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn announce(&self) {
+        self.changes.send_modify(|version| *version += 1);
+    }
+
+    /// The first connection.
+    pub(super) async fn start(&self) {
+        if let Some(problem) = server_name_problem(&self.name) {
+            tracing::warn!(server = %self.name, "skipped the MCP server: {problem}");
+            let mut shared = self.shared();
+            shared.state = ServerState::Failed;
+            shared.last_error = Some(problem);
+            return;
+        }
+        let _connecting = self.reconnecting.lock().await;
+        if let Err(err) = self.establish().await {
+            tracing::warn!(server = %self.name, "cannot connect to the MCP server: {err}");
+            let mut shared = self.shared();
+            if shared.state != ServerState::Stopped {
+                shared.state = ServerState::Failed;
+            }
+            shared.last_error = Some(err);
+        }
+    }
+
+    /// Makes a connection, lists the tools, and puts both in place.
+    async fn establish(&self) -> Result<(), String> {
+        let generation = {
+            let mut shared = self.shared();
+            shared.generation += 1;
+            shared.started = Some(Instant::now());
+            shared.generation
+        };
+        let handler = Handler {
+            server: self.me.clone(),
+            generation,
+            name: Arc::from(self.name.as_str()),
+        };
+        let limit = self.config.connect_timeout;
+        let attempt = connect::connect(&self.name, &self.config, &self.ctx, handler, limit);
+        let (connection, listed) = tokio::select! {
+            result = attempt => result?,
+            () = self.stopping.cancelled() => return Err("the node is shutting down".to_owned()),
+        };
+        let (tools, skipped) = adapt(&self.me, &self.name, &self.config, listed);
+        let mut shared = self.shared();
+        if shared.state == ServerState::Stopped {
+            return Err("the node is shutting down".to_owned());
+        }
+        tracing::info!(
+            server = %self.name,
+            protocol = connection.protocol(),
+            tools = tools.len(),
+            "connected to the MCP server"
+        );
+        shared.protocol = Some(connection.protocol().to_owned());
+        shared.connection = Some(Arc::new(connection));
+        shared.tools = tools;
+        shared.skipped = skipped;
+        shared.state = ServerState::Connected;
+        drop(shared);
+        self.announce();
+        Ok(())
+    }
+
+    /// The tools the model sees: none once the server failed or stopped.
+    pub(super) fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        let shared = self.shared();
+        match shared.state {
+            ServerState::Connected | ServerState::Restarting => shared.tools.clone(),
+            ServerState::Connecting | ServerState::Failed | ServerState::Stopped => Vec::new(),
+        }
+    }
+
+    pub(super) fn status(&self) -> ServerStatus {
+        let shared = self.shared();
+        let mut state = shared.state;
+        let mut last_error = shared.last_error.clone();
+        if state == ServerState::Connected
+            && let Some(connection) = &shared.connection
+            && !connection.is_alive()
+        {
+            state = ServerState::Restarting;
+            last_error = Some(connection.end_reason_now());
+        }
+        ServerStatus {
+            name: self.name.clone(),
+            transport: self.config.transport.kind(),
+            state,
+            tools: match state {
+                ServerState::Connected | ServerState::Restarting => shared.tools.len(),
+                _ => 0,
+            },
+            protocol_version: shared.protocol.clone(),
+            last_error,
+            restarts: shared.restarts,
+            skipped_tools: shared.skipped.clone(),
+            undefined_vars: self.config.undefined_vars.clone(),
+        }
+    }
+
+    /// Calls the tool `remote` (`name` to the model) with `input`.
+    pub(super) async fn call(
+        &self,
+        name: &str,
+        remote: &str,
+        input: Value,
+        ctx: &ToolContext,
+    ) -> ToolOutput {
+        let arguments = match input {
+            Value::Object(arguments) => Some(arguments),
+            Value::Null => None,
+            other => {
+                return ToolOutput::error(format!(
+                    "invalid input for {name}: expected a JSON object, got {other}"
+                ));
+            }
+        };
+        if ctx.cancel.is_cancelled() {
+            return ToolOutput::error(format!("{name} did not run: its task was cancelled"));
+        }
+        let connection = match self.live_connection(&ctx.cancel).await {
+            Ok(connection) => connection,
+            Err(why) => return ToolOutput::error(format!("{name} cannot run: {why}")),
+        };
+        let mut params = CallToolRequestParams::new(remote.to_owned());
+        params.arguments = arguments;
+        let timeout = self.config.call_timeout;
+        // Dropping the call before its answer (below, on cancellation or timeout) sends the
+        // server `notifications/cancelled` for the request.
+        let outcome = tokio::select! {
+            biased;
+            answer = connection.peer().call_tool_once(params) => Outcome::Answer(answer),
+            () = ctx.cancel.cancelled() => Outcome::Cancelled,
+            () = tokio::time::sleep(timeout) => Outcome::TimedOut,
+            () = self.stopping.cancelled() => Outcome::Stopped,
+        };
+        let server = &self.name;
+        match outcome {
+            Outcome::Answer(Ok(CallToolResponse::Complete(result))) => {
+                self.answered(&connection);
+                content::output(result)
+            }
+            Outcome::Answer(Ok(CallToolResponse::InputRequired(_))) => {
+                self.answered(&connection);
+                ToolOutput::error(format!(
+                    "{name} failed: the MCP server {server} asked for more input during the \
+                     call, which Mew does not provide"
+                ))
+            }
+            Outcome::Answer(Ok(CallToolResponse::Task(_))) => {
+                self.answered(&connection);
+                ToolOutput::error(format!(
+                    "{name} failed: the MCP server {server} turned the call into a task to poll, \
+                     which Mew does not follow"
+                ))
+            }
+            Outcome::Answer(Ok(_)) => {
+                self.answered(&connection);
+                ToolOutput::error(format!(
+                    "{name} failed: the MCP server {server} gave an answer Mew does not know"
+                ))
+            }
+            Outcome::Answer(Err(ServiceError::McpError(error))) => {
+                self.answered(&connection);
+                ToolOutput::error(format!(
+                    "{name} failed: the MCP server {server} answered with error {}: {}",
+                    error.code.0, error.message
+                ))
+            }
+            Outcome::Answer(Err(err)) => {
+                if connection.is_alive() && !matches!(err, ServiceError::TransportClosed) {
+                    return ToolOutput::error(format!(
+                        "{name} failed: the MCP server {server}: {}",
+                        describe_service_error(&err)
+                    ));
+                }
+                let reason = connection.end_reason().await;
+                let after = self.connection_ended(&connection, &reason);
+                ToolOutput::error(format!("{name} failed: {reason}{after}"))
+            }
+            Outcome::Cancelled => ToolOutput::error(format!(
+                "{name} was cancelled with its task; the MCP server {server} was told to stop it"
+            )),
+            Outcome::TimedOut => ToolOutput::error(format!(
+                "{name} timed out after {} (the call_timeout of the MCP server {server}); the \
+                 server was told to cancel it",
+                crate::config::duration::format(timeout)
+            )),
+            Outcome::Stopped => ToolOutput::error(format!(
+                "{name} was stopped: the MCP server {server} is shutting down"
+            )),
+        }
+    }
+
+    /// A call on `connection` got an answer: the server works, so restarts in a row start
+    /// from zero again.
+    fn answered(&self, connection: &Arc<Connection>) {
+        let mut shared = self.shared();
+        if shared
+            .connection
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, connection))
+        {
+            shared.in_a_row = 0;
+        }
+    }
+
+    /// Records that `connection` ended for `reason`: the server is restarted on the next call,
+    /// or has failed once it used up its restarts. Returns what happens next, for messages.
+    fn connection_ended(&self, connection: &Arc<Connection>, reason: &str) -> String {
+        let mut shared = self.shared();
+        let current = shared
+            .connection
+            .as_ref()
+            .is_some_and(|c| Arc::ptr_eq(c, connection));
+        if !current {
+            return String::new();
+        }
+        connection.kill();
+        shared.connection = None;
+        if shared.state == ServerState::Stopped {
+            return String::new();
+        }
+        if shared.in_a_row >= self.config.max_restarts {
+            let restarts = self.config.max_restarts;
+            tracing::warn!(server = %self.name, "gave up on the MCP server after {restarts} restarts in a row: {reason}");
+            shared.state = ServerState::Failed;
+            shared.last_error = Some(format!(
+                "gave up after {restarts} restarts in a row; the last time: {reason}"
+            ));
+            shared.tools.clear();
+            drop(shared);
+            self.announce();
+            format!(
+                "; gave up on the MCP server {} after {restarts} restarts in a row",
+                self.name
+            )
+        } else {
+            tracing::warn!(server = %self.name, "the MCP server's connection ended: {reason}");
+            shared.state = ServerState::Restarting;
+            shared.last_error = Some(reason.to_owned());
+            format!(
+                "; the MCP server {} is started again on the next call",
+                self.name
+            )
+        }
+    }
+
+    /// The connection to call on: the current one while it lives, else a new one (after a
+    /// backoff, within the restart limit).
+    async fn live_connection(&self, cancel: &CancellationToken) -> Result<Arc<Connection>, String> {
+        let _reconnecting = tokio::select! {
+            guard = self.reconnecting.lock() => guard,
+            () = cancel.cancelled() => return Err("the task was cancelled".to_owned()),
+            () = self.stopping.cancelled() => return Err(self.stopped()),
+        };
+        let dead = {
+            let shared = self.shared();
+            match shared.state {
+                ServerState::Stopped => return Err(self.stopped()),
+                ServerState::Failed => {
+                    return Err(format!(
+                        "the MCP server {} has failed: {}",
+                        self.name,
+                        shared.last_error.as_deref().unwrap_or("no reason known")
+                    ));
+                }
+                ServerState::Connecting | ServerState::Connected | ServerState::Restarting => {}
+            }
+            match &shared.connection {
+                Some(connection) if connection.is_alive() => return Ok(connection.clone()),
+                Some(connection) => Some(connection.clone()),
+                None => None,
+            }
+        };
+        if let Some(dead) = dead {
+            let reason = dead.end_reason().await;
+            self.connection_ended(&dead, &reason);
+        }
+        let (n, wait) = {
+            let mut shared = self.shared();
+            if shared.state == ServerState::Failed {
+                return Err(format!(
+                    "the MCP server {} has failed: {}",
+                    self.name,
+                    shared.last_error.as_deref().unwrap_or("no reason known")
+                ));
+            }
+            shared.in_a_row += 1;
+            shared.restarts += 1;
+            shared.state = ServerState::Restarting;
+            let n = shared.in_a_row;
+            let since = shared
+                .started
+                .map_or(Duration::MAX, |started| started.elapsed());
+            (n, backoff(n).saturating_sub(since))
+        };
+        tracing::info!(server = %self.name, "restarting the MCP server (restart {n} in a row)");
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = cancel.cancelled() => return Err("the task was cancelled".to_owned()),
+            () = self.stopping.cancelled() => return Err(self.stopped()),
+        }
+        match self.establish().await {
+            Ok(()) => self
+                .shared()
+                .connection
+                .clone()
+                .ok_or_else(|| self.stopped()),
+            Err(err) => {
+                let mut shared = self.shared();
+                if shared.state == ServerState::Stopped {
+                    return Err(self.stopped());
+                }
+                let why = format!("restart {n} in a row failed: {err}");
+                if n >= self.config.max_restarts {
+                    shared.state = ServerState::Failed;
+                    shared.tools.clear();
+                    shared.last_error = Some(format!(
+                        "gave up after {n} restarts in a row; the last one: {err}"
+                    ));
+                    drop(shared);
+                    self.announce();
+                } else {
+                    shared.last_error = Some(why.clone());
+                }
+                Err(format!("the MCP server {}: {why}", self.name))
+            }
+        }
+    }
+
+    fn stopped(&self) -> String {
+        format!("the MCP server {} is shut down", self.name)
+    }
+
+    /// The server said its tools changed (on the connection `generation`): reload them.
+    pub(super) fn tools_changed(&self, generation: u64) {
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        tokio::spawn(async move { me.refresh(generation).await });
+    }
+
+    async fn refresh(&self, generation: u64) {
+        let _refreshing = self.refreshing.lock().await;
+        let connection = {
+            let shared = self.shared();
+            if shared.generation != generation {
+                return;
+            }
+            match &shared.connection {
+                Some(connection) => connection.clone(),
+                None => return,
+            }
+        };
+        let listed = tokio::select! {
+            listed = tokio::time::timeout(self.config.connect_timeout, connection.peer().list_all_tools()) => listed,
+            () = self.stopping.cancelled() => return,
+        };
+        let listed = match listed {
+            Ok(Ok(listed)) => listed,
+            Ok(Err(err)) => {
+                tracing::warn!(
+                    server = %self.name,
+                    "cannot reload the tools of the MCP server: {}",
+                    describe_service_error(&err)
+                );
+                return;
+            }
+            Err(_elapsed) => {
+                tracing::warn!(server = %self.name, "cannot reload the tools of the MCP server: no answer");
+                return;
+            }
+        };
+        let (tools, skipped) = adapt(&self.me, &self.name, &self.config, listed);
+        let mut shared = self.shared();
+        if shared.generation != generation || shared.state == ServerState::Stopped {
+            return;
+        }
+        tracing::info!(server = %self.name, tools = tools.len(), "reloaded the MCP server's tools");
+        shared.tools = tools;
+        shared.skipped = skipped;
+        drop(shared);
+        self.announce();
+    }
+
+    /// Ends the session and the program, within `deadline`.
+    pub(super) async fn shutdown(&self, deadline: Duration) {
+        self.stopping.cancel();
+        let connection = {
+            let mut shared = self.shared();
+            shared.state = ServerState::Stopped;
+            shared.tools.clear();
+            shared.connection.take()
+        };
+        self.announce();
+        if let Some(connection) = connection {
+            connection.close(deadline).await;
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! An MCP server's tools as Mew tools: names, descriptions, schemas, categories, filters.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Weak};
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use super::server::Server;
+use crate::config::mcp::McpServerConfig;
+use crate::tools::registry::MCP_PREFIX;
+use crate::tools::{Category, Tool, ToolContext, ToolOutput};
+
+/// The longest tool name the model providers accept.
+pub(super) const MAX_TOOL_NAME: usize = 64;
+
+/// True when `name` matches `^[A-Za-z0-9_-]+$`.
+pub(super) fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Why `name` cannot name a server, if it cannot.
+pub(super) fn server_name_problem(name: &str) -> Option<String> {
+    if !valid_name(name) {
+        return Some(format!(
+            "the server name {name:?} does not match ^[A-Za-z0-9_-]+$"
+        ));
+    }
+    if name.contains("__") {
+        return Some(format!(
+            "the server name {name:?} holds \"__\", which separates the parts of mcp__<server>__<tool>"
+        ));
+    }
+    None
+}
+
+/// `mcp__<server>__<tool>`.
+pub(super) fn full_name(server: &str, tool: &str) -> String {
+    format!("{MCP_PREFIX}{server}__{tool}")
+}
+
+/// One tool of an MCP server.
+pub(super) struct McpTool {
+    server: Weak<Server>,
+    server_name: String,
+    /// `mcp__<server>__<tool>`.
+    name: String,
+    /// The name on the server.
+    remote: String,
+    description: String,
+    schema: Value,
+    category: Category,
+}
+
+/// The tools of `server` from its `tools/list` answer, filtered by its configuration, and the
+/// names that were skipped (with a warning) for breaking the naming rules.
+pub(super) fn adapt(
+    server: &Weak<Server>,
+    server_name: &str,
+    config: &McpServerConfig,
+    listed: Vec<rmcp::model::Tool>,
+) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    let mut skipped = Vec::new();
+    let mut seen = BTreeSet::new();
+    for listed in listed {
+        let remote = listed.name.to_string();
+        if !valid_name(&remote) {
+            tracing::warn!(
+                server = server_name,
+                "skipped the MCP tool {remote:?}: its name does not match ^[A-Za-z0-9_-]+$"
+            );
+            skipped.push(remote);
+            continue;
+        }
+        let name = full_name(server_name, &remote);
+        if name.len() > MAX_TOOL_NAME {
+            tracing::warn!(
+                server = server_name,
+                "skipped the MCP tool {remote:?}: {name} is longer than {MAX_TOOL_NAME} characters"
+            );
+            skipped.push(remote);
+            continue;
+        }
+        if !config.allow_tools.is_empty() && !config.allow_tools.contains(&remote) {
+            continue;
+        }
+        if config.deny_tools.contains(&remote) {
+            continue;
+        }
+        if !seen.insert(remote.clone()) {
+            tracing::warn!(
+                server = server_name,
+                "skipped a second MCP tool called {remote:?}"
+            );
+            skipped.push(remote);
+            continue;
+        }
+        let description = listed
+            .description
+            .as_deref()
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map_or_else(
+                || format!("The tool {remote} of the MCP server {server_name}."),
+                str::to_owned,
+            );
+        let read_only = listed
+            .annotations
+            .as_ref()
+            .and_then(|annotations| annotations.read_only_hint)
+            == Some(true);
+        tools.push(Arc::new(McpTool {
+            server: server.clone(),
+            server_name: server_name.to_owned(),
+            name,
+            remote,
+            description,
+            schema: schema(&listed.input_schema),
+            category: if read_only {
+                Category::Read
+            } else {
+                Category::Exec
+            },
+        }));
+    }
+    tools.sort_by(|a, b| a.name().cmp(b.name()));
+    (tools, skipped)
+}
+
+/// The server's input schema, passed through; `{"type":"object"}` when it is empty, and
+/// `"type": "object"` added when it has no type (providers require one).
+fn schema(input: &Map<String, Value>) -> Value {
+    let mut schema = input.clone();
+    if !schema.contains_key("type") {
+        schema.insert("type".to_owned(), Value::String("object".to_owned()));
+    }
+    Value::Object(schema)
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> String {
+        self.description.clone()
+    }
+
+    fn input_schema(&self) -> Value {
+        self.schema.clone()
+    }
+
+    fn category(&self) -> Category {
+        self.category
+    }
+
+    async fn call(&self, input: Value, ctx: &ToolContext) -> ToolOutput {
+        let Some(server) = self.server.upgrade() else {
+            return ToolOutput::error(format!(
+                "{} cannot run: the MCP server {} is shut down",
+                self.name, self.server_name
+            ));
+        };
+        server.call(&self.name, &self.remote, input, ctx).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(valid_name("get_issue-2"));
+        assert!(!valid_name(""));
+        assert!(!valid_name("bad.name"));
+        assert!(!valid_name("has space"));
+        assert!(!valid_name("ünï"));
+        assert_eq!(full_name("gh", "list"), "mcp__gh__list");
+        assert_eq!(server_name_problem("github"), None);
+        assert!(server_name_problem("a__b").unwrap().contains("\"__\""));
+        assert!(
+            server_name_problem("a.b")
+                .unwrap()
+                .contains("does not match")
+        );
+    }
+
+    #[test]
+    fn schemas_get_an_object_type() {
+        assert_eq!(schema(&Map::new()), serde_json::json!({"type": "object"}));
+        let Value::Object(given) = serde_json::json!({"properties": {"a": {"type": "string"}}})
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            schema(&given),
+            serde_json::json!({"type": "object", "properties": {"a": {"type": "string"}}})
+        );
+    }
+}

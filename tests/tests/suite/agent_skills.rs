@@ -1,0 +1,201 @@
+//! Skills in model-driven roles on a real node: disclosure in the system prompt, LoadSkill
+//! activating an inline skill for the following turns and the context's later tasks,
+//! `/name args` commands, and a fork skill run in a child with its tool filter, its context
+//! and its model.
+
+use anyhow::{Context, bail, ensure};
+use mew_cards::{Message, SendMessageRequest, SendMessageResponse, Task, TaskState};
+use mew_tests::model::{ScriptedModel, Step};
+use mew_tests::node::MewNode;
+use mew_transport::{AgentTransport, Binding, CallContext};
+use serde_json::json;
+
+/// A node with `roles`, the project skills `skills` (directory name, SKILL.md text), and its
+/// model roles on `model` (OpenAI-compatible API).
+async fn node(
+    model: &ScriptedModel,
+    roles: &[(&str, &str)],
+    skills: &[(&str, &str)],
+) -> anyhow::Result<MewNode> {
+    let config = format!(
+        "agent:\n  provider: scripted\n  model: sonnet\nproviders:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n",
+        model.base_url()
+    );
+    let mut node = MewNode::new()?;
+    node.write_config(&config)?;
+    for (file, text) in roles {
+        node.write_role(file, text)?;
+    }
+    for (dir, text) in skills {
+        let dir = node.project_dir().join(".mew/skills").join(dir);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("SKILL.md"), text)?;
+    }
+    node.launch().await?;
+    Ok(node)
+}
+
+fn role(name: &str, frontmatter: &str) -> String {
+    format!("---\nname: {name}\ndescription: A test role.\n{frontmatter}---\nYou help.\n")
+}
+
+const REVIEW: &str = "---\nname: review\ndescription: Reviews text for a kind of mistake.\n---\nCheck the text for $ARGUMENTS, one finding a line.\n";
+
+async fn send(node: &MewNode, role: &str, message: Message) -> anyhow::Result<Task> {
+    let agent = node
+        .agent(&format!("/agents/{role}"), Binding::JsonRpc)
+        .await?;
+    match agent
+        .send_message(&CallContext::default(), SendMessageRequest::new(message))
+        .await?
+    {
+        SendMessageResponse::Task(task) => Ok(task),
+        other => bail!("expected a task, got {other:?}"),
+    }
+}
+
+fn said(task: &Task) -> String {
+    task.status
+        .message
+        .as_ref()
+        .map(Message::text)
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn load_skill_activates_an_inline_skill_for_the_following_turns() -> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "LoadSkill",
+            json!({"name": "review", "args": "typos"}),
+        )
+        .expect_system("- **review**: Reviews text for a kind of mistake.")
+        .expect_tools_include(["LoadSkill"]),
+        Step::text("No typos found.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("Check the text for typos, one finding a line."),
+    ])?;
+    // The role's allowlist names no skill tool: LoadSkill is exempt from allowlists.
+    let node = node(
+        &model,
+        &[("writer.md", &role("writer", "tools: [read_file]\n"))],
+        &[("review", REVIEW)],
+    )
+    .await?;
+    let task = send(
+        &node,
+        "writer",
+        Message::user_text("review my text for typos"),
+    )
+    .await?;
+    ensure!(
+        task.status.state == TaskState::Completed && said(&task) == "No typos found.",
+        "{:?}: {}",
+        task.status.state,
+        said(&task)
+    );
+    // The role card lists the skills the role can use.
+    let card = node
+        .agent("/agents/writer", Binding::JsonRpc)
+        .await?
+        .card()
+        .await?;
+    ensure!(
+        card.skills
+            .iter()
+            .any(|s| s.id == "skill/review" && s.tags == ["mew-skill"]),
+        "card skills {:?}",
+        card.skills
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_slash_command_activates_a_skill_that_stays_active_in_its_context() -> anyhow::Result<()>
+{
+    let model = ScriptedModel::start(vec![
+        Step::text("Found one typo.").expect_last_user("Check the text for typos"),
+        Step::text("Still checking.").expect_last_user("## Active Skills"),
+        Step::text("Fresh start."),
+    ])?;
+    let node = node(
+        &model,
+        &[("writer.md", &role("writer", ""))],
+        &[("review", REVIEW)],
+    )
+    .await?;
+    let first = send(&node, "writer", Message::user_text("/review typos")).await?;
+    ensure!(said(&first) == "Found one typo.", "{}", said(&first));
+    let mut again = Message::user_text("and this paragraph?");
+    again.context_id = Some(first.context_id.clone());
+    let second = send(&node, "writer", again).await?;
+    ensure!(said(&second) == "Still checking.", "{}", said(&second));
+    // A new context is a new session: nothing is active.
+    let third = send(&node, "writer", Message::user_text("hello")).await?;
+    ensure!(said(&third) == "Fresh start.", "{}", said(&third));
+    let last = model
+        .requests()
+        .last()
+        .context("requests")?
+        .last_user_text();
+    ensure!(
+        !last.contains("Active Skills"),
+        "a skill leaked into a new context: {last}"
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fork_skill_runs_in_a_child_with_its_tools_context_and_model() -> anyhow::Result<()> {
+    let counter = "---\nname: counter\ndescription: Counts lines in a child agent.\nmode: fork\n\
+                   fork_context: recent\nmodel: haiku\nallowed-tools: [read_file]\n---\n\
+                   Count the lines of $ARGUMENTS.\n";
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "LoadSkill",
+            json!({"name": "counter", "args": "notes.txt"}),
+        )
+        .expect_model("gpt-4o"),
+        Step::text("Scope: notes.txt has 3 lines.")
+            .expect_model("gpt-4o-mini")
+            .expect_tools_include(["read_file", "LoadSkill"])
+            .expect_tools_exclude(["bash", "glob", "Agent"])
+            .expect_last_user("Count the lines of notes.txt."),
+        Step::text("It has 3 lines.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("Scope: notes.txt has 3 lines."),
+    ])?;
+    let node = node(
+        &model,
+        &[(
+            "boss.md",
+            &role("boss", "tools: [read_file, bash, glob, Agent]\n"),
+        )],
+        &[("counter", counter)],
+    )
+    .await?;
+    let task = send(&node, "boss", Message::user_text("how long is notes.txt?")).await?;
+    ensure!(
+        task.status.state == TaskState::Completed && said(&task) == "It has 3 lines.",
+        "{:?}: {}",
+        task.status.state,
+        said(&task)
+    );
+    // fork_context: recent — the child saw the parent's request.
+    let child_request = model
+        .requests()
+        .get(1)
+        .context("the child's request")?
+        .body
+        .to_string();
+    ensure!(
+        child_request.contains("how long is notes.txt?"),
+        "the child did not see the recent conversation: {child_request}"
+    );
+    model.assert_done();
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! MCP through a running node: a model role calls a tool of an MCP server the node connected
+//! to, and a broken server next to a good one is reported without harming it.
+
+use anyhow::{Context, bail, ensure};
+use mew_cards::{Message, SendMessageRequest, SendMessageResponse, TaskState};
+use mew_tests::model::{ScriptedModel, Step};
+use mew_tests::node::MewNode;
+use mew_transport::{AgentTransport, Binding, CallContext};
+use serde_json::json;
+
+/// A node whose model roles run on `model` and that knows the hermetic MCP server (stdio) as
+/// `hermetic` and a server whose program does not exist as `broken`. MCP tools are `exec`
+/// tools: a rule allows the echo tool without asking.
+async fn node(model: &ScriptedModel) -> anyhow::Result<MewNode> {
+    let server = mew_tests::mcp::server_bin()?;
+    let config = format!(
+        "agent:\n  provider: scripted\n  model: sonnet\n\
+         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n\
+         permissions:\n  allow: [mcp__hermetic__echo]\n\
+         mcp_servers:\n\
+         \x20 hermetic:\n    command: {}\n    deny_tools: [crash]\n\
+         \x20 broken:\n    command: mew-test-no-such-mcp-server\n    connect_timeout: 10s\n",
+        model.base_url(),
+        server.display()
+    );
+    let mut node = MewNode::new()?;
+    node.write_config(&config)?;
+    node.write_role(
+        "toolsmith.md",
+        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__hermetic]\n---\nUse the tools.\n",
+    )?;
+    node.launch().await?;
+    Ok(node)
+}
+
+#[tokio::test]
+async fn a_model_role_calls_an_mcp_tool_through_a_running_node() -> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "mcp__hermetic__echo",
+            json!({"text": "meow", "times": 3}),
+        )
+        .expect_tools_include(["mcp__hermetic__echo", "mcp__hermetic__image"])
+        .expect_tools_exclude(["mcp__hermetic__crash", "read_file"]),
+        Step::text("The server said meow three times.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("meow meow meow"),
+    ])?;
+    let node = node(&model).await?;
+    let agent = node.agent("/agents/toolsmith", Binding::JsonRpc).await?;
+    let task = match agent
+        .send_message(
+            &CallContext::default(),
+            SendMessageRequest::new(Message::user_text("echo meow three times")),
+        )
+        .await?
+    {
+        SendMessageResponse::Task(task) => task,
+        other => bail!("expected a task, got {other:?}"),
+    };
+    let said = task
+        .status
+        .message
+        .as_ref()
+        .map(Message::text)
+        .unwrap_or_default();
+    ensure!(
+        task.status.state == TaskState::Completed && said == "The server said meow three times.",
+        "{:?}: {said}",
+        task.status.state
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn mew_mcp_list_reports_the_broken_server_and_the_good_one_works() -> anyhow::Result<()> {
+    let model = ScriptedModel::start(Vec::new())?;
+    let node = node(&model).await?;
+
+    let (code, out, err) = node.client(&["mcp", "list"]).await?;
+    ensure!(code == 1, "exit {code}: {out}{err}");
+    ensure!(
+        out.contains("hermetic\n  transport: stdio\n  state:     connected")
+            && out.contains("broken\n  transport: stdio\n  state:     failed")
+            && out.contains("mew-test-no-such-mcp-server"),
+        "{out}"
+    );
+    ensure!(
+        err.contains("1 of 2 MCP servers not connected: broken"),
+        "{err}"
+    );
+
+    let (code, out, err) = node.client(&["--json", "mcp", "tools", "hermetic"]).await?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let tools: serde_json::Value = serde_json::from_str(&out).context("--json output")?;
+    let tools = tools["tools"].as_array().context("tools")?;
+    let category = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["category"].clone())
+    };
+    ensure!(
+        category("mcp__hermetic__echo") == Some(json!("exec"))
+            && category("mcp__hermetic__crash").is_none(),
+        "{tools:?}"
+    );
+    ensure!(
+        tools.iter().any(|t| t["category"] == "read"),
+        "no read-only tool listed: {tools:?}"
+    );
+    Ok(())
+}
