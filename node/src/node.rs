@@ -185,6 +185,35 @@ impl Runtime {
         for problem in skills.problems() {
             warn!(path = %problem.path, "skill: {}", problem.message);
         }
+        let model_tools = {
+            let mut tools = ToolRegistry::builtin();
+            tools.register(Arc::new(AgentTool {
+                directory: directory.clone(),
+                max_depth: config.agent.max_depth,
+            }));
+            tools.register(Arc::new(SendMessageTool {
+                directory: directory.clone(),
+            }));
+            tools.register(Arc::new(TaskList {
+                directory: directory.clone(),
+            }));
+            tools.register(Arc::new(TaskGet {
+                directory: directory.clone(),
+            }));
+            tools.register(Arc::new(TaskStop {
+                directory: directory.clone(),
+            }));
+            tools.register(Arc::new(LoadSkill {
+                directory: directory.clone(),
+            }));
+            tools.register(Arc::new(InstallSkill {
+                catalog: skills.clone(),
+                options: config.skills.install_options(|name| env.get(name).cloned()),
+                home: config.home_dir.clone(),
+                project: config.project_dir.clone(),
+            }));
+            tools
+        };
         let roles = Arc::new(NodeRoles {
             catalog,
             command: Arc::new(CommandExecutor::new(
@@ -194,35 +223,7 @@ impl Runtime {
             )),
             model: Arc::new(ModelExecutor {
                 providers: providers.clone(),
-                tools: {
-                    let mut tools = ToolRegistry::builtin();
-                    tools.register(Arc::new(AgentTool {
-                        directory: directory.clone(),
-                        max_depth: config.agent.max_depth,
-                    }));
-                    tools.register(Arc::new(SendMessageTool {
-                        directory: directory.clone(),
-                    }));
-                    tools.register(Arc::new(TaskList {
-                        directory: directory.clone(),
-                    }));
-                    tools.register(Arc::new(TaskGet {
-                        directory: directory.clone(),
-                    }));
-                    tools.register(Arc::new(TaskStop {
-                        directory: directory.clone(),
-                    }));
-                    tools.register(Arc::new(LoadSkill {
-                        directory: directory.clone(),
-                    }));
-                    tools.register(Arc::new(InstallSkill {
-                        catalog: skills.clone(),
-                        options: config.skills.install_options(|name| env.get(name).cloned()),
-                        home: config.home_dir.clone(),
-                        project: config.project_dir.clone(),
-                    }));
-                    tools
-                },
+                tools: model_tools.clone(),
                 mcp: Some(mcp.clone()),
                 permissions,
                 env,
@@ -232,6 +233,18 @@ impl Runtime {
                 directory: Some(directory.clone()),
             }),
         });
+        // Skills that name tools nobody has: a warning each (the skill still works).
+        let known: std::collections::HashSet<String> = model_tools
+            .specs()
+            .into_iter()
+            .map(|spec| spec.name)
+            .chain(mcp.tools().iter().map(|tool| tool.name().to_owned()))
+            .collect();
+        for problem in
+            skills.validate_tools(|name| known.contains(name) || name.starts_with("mcp__"))
+        {
+            warn!(path = %problem.path, "skill: {}", problem.message);
+        }
         let manager = TaskManager::start(Arc::new(store.clone()), roles.clone(), limits).await?;
         let runtime = Self {
             config,

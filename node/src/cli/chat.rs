@@ -35,6 +35,7 @@ Type a message to send it to the role; each one continues the conversation.
   /tasks          the tasks of this chat
   /resume [ID]    continue the conversation of an earlier task (without ID: list recent ones)
   /help           this help
+  /SKILL ARGS     use a skill (see the system prompt's list) with ARGS
   /quit           leave (so does the end of the input, Ctrl-D)
 Ctrl-C cancels the running task; at the prompt, it leaves.
 A line that starts with // is sent with one / removed.
@@ -190,7 +191,14 @@ async fn chat_in<O: Write, E: Write>(
                 return Err(Failure::Interrupted(anyhow!("interrupted")));
             }
         };
-        match parse_line(&line) {
+        let parsed = match parse_line(&line) {
+            // `/name args` naming a skill goes to the role, which runs the skill.
+            Line::Unknown(name) if runtime.skills.get(&name).is_some() => {
+                Line::Say(line.trim().to_owned())
+            }
+            parsed => parsed,
+        };
+        match parsed {
             Line::Nothing => {}
             Line::Quit => return Ok(()),
             Line::Help => terminal.out.write_all(HELP.as_bytes()).map_err(io)?,
@@ -471,6 +479,40 @@ mod tests {
         assert!(second.contains("Nice to meet you, Ada."), "{second}");
         let third = conversation(&requests[2]);
         assert!(!third.contains("Ada"), "{third}");
+        model.assert_done();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slash_line_naming_a_skill_runs_it_with_its_arguments() {
+        let model = ScriptedModel::start(vec![
+            Step::text("HELLO THERE").expect_last_user("Answer in capitals: hello there"),
+        ])
+        .unwrap();
+        let project = Project::new(Some(&model), &[]);
+        let skill = project.config.project_dir.join(".mew/skills/shout");
+        std::fs::create_dir_all(&skill).unwrap();
+        std::fs::write(
+            skill.join("SKILL.md"),
+            "---\nname: shout\ndescription: Answers in capitals.\n---\nAnswer in capitals: $ARGUMENTS\n",
+        )
+        .unwrap();
+        let mut terminal = terminal("/shout hello there\n/frobnicate\n/quit\n", false);
+
+        let result = chat(
+            ChatArgs { role: None },
+            project.config.clone(),
+            false,
+            &mut terminal,
+        )
+        .await;
+
+        assert!(result.is_ok(), "{result:?}");
+        let (out, err) = printed(&terminal);
+        assert_eq!(out, "HELLO THERE\n");
+        assert_eq!(
+            err,
+            "unknown command /frobnicate; /help lists the commands\n"
+        );
         model.assert_done();
     }
 

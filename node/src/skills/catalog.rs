@@ -222,11 +222,13 @@ impl Snapshot {
     }
 
     /// How many skills there are.
+    #[cfg_attr(not(test), allow(dead_code))] // used by tests and future callers
     pub(crate) fn len(&self) -> usize {
         self.skills.len()
     }
 
     /// True when there are no skills.
+    #[cfg_attr(not(test), allow(dead_code))] // used by tests and future callers
     pub(crate) fn is_empty(&self) -> bool {
         self.skills.is_empty()
     }
@@ -418,6 +420,7 @@ impl Catalog {
     }
 
     /// The roots, lowest first.
+    #[cfg_attr(not(test), allow(dead_code))] // used by tests and future callers
     pub(crate) fn roots(&self) -> &[SkillRoot] {
         &self.roots
     }

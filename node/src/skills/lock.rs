@@ -203,6 +203,7 @@ pub(crate) fn write_lock(
 }
 
 /// The installed skills of `root`, by name.
+#[cfg_attr(not(test), allow(dead_code))] // used by tests and future callers
 pub(crate) fn list(root: &Path) -> Result<Vec<(String, LockEntry)>, LockError> {
     Ok(read_lock(root)?.skills.into_iter().collect())
 }

@@ -14,8 +14,6 @@
 //! - [`lock`]: the install root's lock file (source, commit, SHA-256 of every file) and
 //!   [`lock::verify`], which finds drift.
 
-#![cfg_attr(not(test), allow(dead_code))] // wired by the agent runtime, the tools and the CLI
-
 pub(crate) mod catalog;
 pub(crate) mod install;
 pub(crate) mod lock;
