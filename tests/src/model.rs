@@ -54,6 +54,14 @@
 //! Tests call [`ScriptedModel::assert_done`] at the end: it panics if anything failed or if steps
 //! were left unused.
 //!
+//! # Repeating the last step (load tests only)
+//!
+//! With [`Options::repeat`] (the binary's `--repeat`), a request after the last step is not a
+//! failure: it is answered by the last step again, forever, its `expect` still checked. Such
+//! repeated requests are counted (`requests` in the status) but not recorded, so a long load test
+//! holds constant memory. The script must have at least one step. Tests keep the default: an
+//! exhausted script is a failure.
+//!
 //! # Wire formats
 //!
 //! Anthropic, `stream: false`: one `Message` JSON (`id`, `type: "message"`, `role`, `model`,
@@ -739,6 +747,9 @@ pub struct Options {
     pub port: u16,
     /// Print each failure on stderr as it happens.
     pub log_failures: bool,
+    /// After the last step, answer every further model request with the last step again
+    /// (counted, not recorded); for load tests. Needs at least one step.
+    pub repeat: bool,
 }
 
 /// A running scripted model server; stopped when dropped.
@@ -767,8 +778,31 @@ struct ScriptState {
     steps: VecDeque<Step>,
     /// Steps used so far.
     used: usize,
+    /// The last step, kept once used when [`Options::repeat`] is set.
+    last: Option<Step>,
+    /// Requests received, recorded or not.
+    received: usize,
+    /// Whether the request being answered came after the last step was used, with
+    /// [`Options::repeat`]: it is counted, not recorded.
+    repeating: bool,
     requests: Vec<Recorded>,
     failures: Vec<String>,
+}
+
+impl ScriptState {
+    /// Numbers a new request (from 1).
+    fn next_number(&mut self) -> usize {
+        self.received += 1;
+        self.repeating = self.last.is_some();
+        self.received
+    }
+
+    /// Keeps `request` in the record, unless it came after the last step was used (repeat).
+    fn record(&mut self, request: Recorded) {
+        if !self.repeating {
+            self.requests.push(request);
+        }
+    }
 }
 
 impl Shared {
@@ -791,7 +825,7 @@ impl Shared {
         Status {
             remaining: state.steps.len(),
             failures: state.failures.clone(),
-            requests: state.requests.len(),
+            requests: state.received,
         }
     }
 }
@@ -818,6 +852,9 @@ impl ScriptedModel {
     /// Starts a server with `options`.
     pub fn start_with(steps: Vec<Step>, options: Options) -> anyhow::Result<Self> {
         validate(&steps)?;
+        if options.repeat && steps.is_empty() {
+            bail!("repeating the last step needs a script with at least one step");
+        }
         let runtime = tokio::runtime::Handle::try_current()
             .context("the scripted model needs a tokio runtime")?;
         let listener = StdTcpListener::bind(("127.0.0.1", options.port))
@@ -833,6 +870,9 @@ impl ScriptedModel {
             state: Mutex::new(ScriptState {
                 steps: steps.into(),
                 used: 0,
+                last: None,
+                received: 0,
+                repeating: false,
                 requests: Vec::new(),
                 failures: Vec::new(),
             }),
@@ -841,6 +881,11 @@ impl ScriptedModel {
             .fallback(dispatch)
             .layer(DefaultBodyLimit::max(MAX_BODY))
             .with_state(shared.clone());
+        // Answers are written in several small pieces (SSE events): without TCP_NODELAY the
+        // last one can wait for the client's delayed ACK.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let task = runtime.spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
                 eprintln!("scripted model: server stopped: {e}");
@@ -858,7 +903,8 @@ impl ScriptedModel {
         &self.base_url
     }
 
-    /// Every request received so far, in order.
+    /// Every request received so far, in order (with [`Options::repeat`], not those answered by
+    /// the repeated last step).
     pub fn requests(&self) -> Vec<Recorded> {
         self.shared.lock().requests.clone()
     }
@@ -942,8 +988,8 @@ fn unknown_endpoint(
     body: &Bytes,
 ) -> Response {
     let mut state = shared.lock();
-    let n = state.requests.len() + 1;
-    state.requests.push(Recorded {
+    let n = state.next_number();
+    state.record(Recorded {
         api: None,
         method: method.to_string(),
         path: path.to_owned(),
@@ -1034,14 +1080,15 @@ async fn model_call(shared: &Shared, api: Api, headers: &HeaderMap, body: &Bytes
 /// Records the request and decides the answer; returns the request's number (from 1).
 fn decide(shared: &Shared, api: Api, headers: &HeaderMap, body: &Bytes) -> (usize, Decision) {
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let is_json = parsed.is_some();
     let mut state = shared.lock();
-    let n = state.requests.len() + 1;
+    let n = state.next_number();
     let mut recorded = Recorded {
         api: Some(api),
         method: "POST".to_owned(),
         path: api.path().to_owned(),
         headers: header_map(headers),
-        body: parsed.clone().unwrap_or(Value::Null),
+        body: parsed.unwrap_or(Value::Null),
         status: 200,
         step: None,
     };
@@ -1058,22 +1105,20 @@ fn decide(shared: &Shared, api: Api, headers: &HeaderMap, body: &Bytes) -> (usiz
     // A wrong key is an answer a test may want: not a failure.
     if let Some((message, code)) = key_rejection(shared.options.key.as_deref(), api, headers) {
         recorded.status = 401;
-        state.requests.push(recorded);
+        state.record(recorded);
         let decision = refuse(401, ErrorKind::AuthenticationError, message, code);
         return (n, decision);
     }
 
     // What the real service refuses is a client bug: a failure.
-    let checked = match &parsed {
-        None => Err("the request body is not valid JSON".to_owned()),
-        Some(body) => match api {
-            Api::Anthropic => check_anthropic(headers, body),
-            Api::OpenAi => check_openai(body),
-        },
+    let checked = match (is_json, api) {
+        (false, _) => Err("the request body is not valid JSON".to_owned()),
+        (true, Api::Anthropic) => check_anthropic(headers, &recorded.body),
+        (true, Api::OpenAi) => check_openai(&recorded.body),
     };
     if let Err(problem) = checked {
         recorded.status = 400;
-        state.requests.push(recorded);
+        state.record(recorded);
         shared.fail(
             &mut state,
             format!(
@@ -1087,10 +1132,21 @@ fn decide(shared: &Shared, api: Api, headers: &HeaderMap, body: &Bytes) -> (usiz
     }
 
     let model = recorded.model().to_owned();
-    let Some(step) = state.steps.pop_front() else {
+    let (step, index) = match state.steps.pop_front() {
+        Some(step) => {
+            let index = state.used;
+            state.used += 1;
+            if shared.options.repeat && state.steps.is_empty() {
+                state.last = Some(step.clone());
+            }
+            (Some(step), index)
+        }
+        None => (state.last.clone(), state.used.saturating_sub(1)),
+    };
+    let Some(step) = step else {
         recorded.status = 500;
         let quoted = quote(&recorded.last_user_text());
-        state.requests.push(recorded);
+        state.record(recorded);
         let message = format!(
             "scripted model: script exhausted at request #{n} ({api} {model}, last user text: \
              {quoted:?})"
@@ -1098,14 +1154,12 @@ fn decide(shared: &Shared, api: Api, headers: &HeaderMap, body: &Bytes) -> (usiz
         shared.fail(&mut state, message.clone());
         return (n, refuse(500, ErrorKind::ApiError, message, None));
     };
-    let index = state.used;
-    state.used += 1;
     recorded.step = Some(index);
 
     let mismatches = mismatches(&step.expect, &recorded);
     if !mismatches.is_empty() {
         recorded.status = 500;
-        state.requests.push(recorded);
+        state.record(recorded);
         let message = format!(
             "scripted model: request #{n} ({api} {model}) does not match step #{}: {}",
             index + 1,
@@ -1122,7 +1176,7 @@ fn decide(shared: &Shared, api: Api, headers: &HeaderMap, body: &Bytes) -> (usiz
             .unwrap_or_else(|| ErrorKind::from_status(error.status.unwrap_or(500)));
         let status = error.status.unwrap_or_else(|| kind.status(api));
         recorded.status = status;
-        state.requests.push(recorded);
+        state.record(recorded);
         let decision = Decision::Error {
             status,
             kind,
@@ -1137,7 +1191,7 @@ fn decide(shared: &Shared, api: Api, headers: &HeaderMap, body: &Bytes) -> (usiz
     let include_usage = recorded.body["stream_options"]["include_usage"]
         .as_bool()
         .unwrap_or(false);
-    state.requests.push(recorded);
+    state.record(recorded);
     let decision = Decision::Message {
         reply,
         n,
@@ -2707,6 +2761,75 @@ mod tests {
         );
         assert_eq!(model.failures(), [expected]);
         assert_eq!(model.problems(), [expected]);
+    }
+
+    #[tokio::test]
+    async fn repeat_serves_the_last_step_again_and_counts_without_recording() {
+        let options = Options {
+            repeat: true,
+            ..Options::default()
+        };
+        let model = ScriptedModel::start_with(
+            vec![
+                Step::text("first"),
+                Step::text("again").expect_last_user("echo"),
+            ],
+            options,
+        )
+        .unwrap();
+        let mut answers = Vec::new();
+        for _ in 0..4 {
+            let body: Value = post_openai(&model, "k", &openai_body("echo hello", false))
+                .await
+                .json()
+                .await
+                .unwrap();
+            answers.push(body["choices"][0]["message"]["content"].clone());
+        }
+        let streamed = post_anthropic(&model, "k", &anthropic_body("echo hello", true))
+            .await
+            .text()
+            .await
+            .unwrap();
+        let streamed: String = parse_sse(&streamed)
+            .iter()
+            .filter_map(|(_, data)| serde_json::from_str::<Value>(data).ok())
+            .filter_map(|event| event["delta"]["text"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(streamed, "again");
+        assert_eq!(answers, ["first", "again", "again", "again"]);
+        assert_eq!(
+            model.status(),
+            Status {
+                remaining: 0,
+                failures: vec![],
+                requests: 5
+            }
+        );
+        let steps: Vec<Option<usize>> = model.requests().iter().map(|r| r.step).collect();
+        assert_eq!(steps, [Some(0), Some(1)], "repeats are not recorded");
+        model.assert_done();
+
+        // The repeated step still checks its expectations.
+        let response = post_openai(&model, "k", &openai_body("something else", false)).await;
+        assert_eq!(response.status(), 500);
+        assert_eq!(model.failures().len(), 1);
+        assert!(
+            model.failures()[0].contains("request #6"),
+            "{:?}",
+            model.failures()
+        );
+        assert!(model.failures()[0].contains("does not match step #2"));
+    }
+
+    #[tokio::test]
+    async fn repeat_needs_a_step() {
+        let options = Options {
+            repeat: true,
+            ..Options::default()
+        };
+        let error = ScriptedModel::start_with(vec![], options).unwrap_err();
+        assert!(error.to_string().contains("at least one step"), "{error}");
     }
 
     #[tokio::test]

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mew_cards::{ContextId, Message, Task, TaskId, TaskState, TaskStatus, Timestamp};
+use rusqlite::config::DbConfig;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, ErrorCode, OpenFlags, params, params_from_iter};
 use tokio::sync::{mpsc, oneshot};
@@ -67,6 +68,10 @@ const MAX_IDLE_READERS: usize = 4;
 
 /// The columns `decode` reads, in its order.
 const COLUMNS: &str = "id, role, owner, parent, created, status_time, task, private";
+
+/// The tasks of one context (`?1`), oldest first.
+const CONTEXT_SQL: &str = "SELECT id, role, owner, parent, created, status_time, task, private \
+     FROM tasks WHERE context_id = ?1 ORDER BY created, id";
 
 /// The durable task store: one SQLite database file.
 ///
@@ -277,10 +282,8 @@ impl TaskStore for SqliteStore {
     async fn context(&self, context_id: &ContextId) -> Result<Vec<StoredTask>, StoreError> {
         let context_id = context_id.as_str().to_owned();
         self.read(move |conn| {
-            let sql =
-                format!("SELECT {COLUMNS} FROM tasks WHERE context_id = ?1 ORDER BY created, id");
             let mut stmt = conn
-                .prepare_cached(&sql)
+                .prepare_cached(CONTEXT_SQL)
                 .map_err(|e| read_error("a context", e))?;
             let rows = stmt
                 .query([&context_id])
@@ -321,6 +324,11 @@ fn open_connection(path: &Path, access: Access) -> Result<Connection, StoreError
         };
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", true)?;
+        // One plan per statement, whatever is bound to it. Without this, SQLite notes that
+        // the plan of the context query (for its ORDER BY) may depend on the bound value,
+        // and expires such a statement when its bindings are cleared, which the statement
+        // cache does each time it takes one back: it was parsed and planned on every call.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
         if access == Access::Read {
             conn.pragma_update(None, "query_only", true)?;
         }
@@ -1295,6 +1303,39 @@ mod tests {
         assert_eq!(ids(&tasks), ["w", "y", "z", "x"]);
         assert_eq!(tasks[3].created, at(T0 + 30));
         assert_eq!(store.context(&"none".into()).await.unwrap(), []);
+    }
+
+    #[tokio::test]
+    async fn cached_reads_are_not_prepared_again_for_new_bindings() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        for (id, context) in [("a", "c1"), ("b", "c2"), ("c", "c3")] {
+            store
+                .put(&stored(id, context, "r", TaskState::Working, T0))
+                .await
+                .unwrap();
+        }
+        assert!(CONTEXT_SQL.starts_with(&format!("SELECT {COLUMNS} FROM")));
+        // Reads one after the other share one pooled connection and its statement cache.
+        for context in ["c1", "c2", "c3", "c1"] {
+            assert_eq!(store.context(&context.into()).await.unwrap().len(), 1);
+        }
+        let (runs, reprepared) = store
+            .inner
+            .readers
+            .with(|conn| {
+                let stmt = conn.prepare_cached(CONTEXT_SQL).unwrap();
+                Ok((
+                    stmt.get_status(rusqlite::StatementStatus::Run),
+                    stmt.get_status(rusqlite::StatementStatus::RePrepare),
+                ))
+            })
+            .unwrap();
+        assert_eq!(runs, 4, "the reads used the cached statement");
+        assert_eq!(
+            reprepared, 0,
+            "the context query was parsed and planned again"
+        );
     }
 
     #[tokio::test]

@@ -1,10 +1,14 @@
 //! `scripted-model`: serves a scripted model (see `mew_tests::model`) for end-to-end tests.
 //!
-//! Usage: `scripted-model --script FILE [--port N] [--key KEY]`
+//! Usage: `scripted-model --script FILE [--port N] [--key KEY] [--repeat]`
 //!
 //! `FILE` is a YAML list of steps (JSON if it ends in `.json`). Prints `READY <base_url>` on
 //! stdout once listening (clients append `/v1/messages` or `/v1/chat/completions`), and each
 //! failure on stderr as it happens. `GET <base_url>/_script/status` reports progress.
+//!
+//! `--repeat` is for load tests (`scripts/bench`): after the last step, every further request is
+//! answered by the last step again, forever, counted but not recorded. Without it a request after
+//! the last step is a failure, as in tests.
 //!
 //! Stops on SIGTERM, SIGINT, or when stdin is a pipe or socket and closes (a null or terminal
 //! stdin is not watched). Exits with 0 if every step was used and nothing failed, else with 1
@@ -24,10 +28,11 @@ struct Args {
     script: PathBuf,
     port: u16,
     key: Option<String>,
+    repeat: bool,
 }
 
 /// How to call this program.
-const USAGE: &str = "usage: scripted-model --script FILE [--port N] [--key KEY]";
+const USAGE: &str = "usage: scripted-model --script FILE [--port N] [--key KEY] [--repeat]";
 
 impl Args {
     /// Reads the arguments after the program name.
@@ -35,6 +40,7 @@ impl Args {
         let mut script = None;
         let mut port = 0;
         let mut key = None;
+        let mut repeat = false;
         while let Some(arg) = args.next() {
             let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
             match arg.as_str() {
@@ -44,6 +50,7 @@ impl Args {
                     port = text.parse().with_context(|| format!("bad port {text:?}"))?;
                 }
                 "--key" => key = Some(value()?),
+                "--repeat" => repeat = true,
                 "-h" | "--help" => bail!("{USAGE}"),
                 other => bail!("unknown argument {other:?}\n{USAGE}"),
             }
@@ -52,6 +59,7 @@ impl Args {
             script: script.context(USAGE)?,
             port,
             key,
+            repeat,
         })
     }
 }
@@ -78,6 +86,7 @@ async fn run() -> anyhow::Result<i32> {
             key: args.key,
             port: args.port,
             log_failures: true,
+            repeat: args.repeat,
         },
     )?;
     let mut stdout = std::io::stdout();
