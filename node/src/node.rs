@@ -19,6 +19,9 @@ use crate::agent::runner::ModelExecutor;
 use crate::agent::skill_tools::{InstallSkill, LoadSkill};
 use crate::agent::task_tools::{TaskGet, TaskList, TaskStop};
 use crate::config::Config;
+use crate::hooks::{
+    HookEngine, HookSettings, TrustStore, default_trust_file, load, standard_files,
+};
 use crate::mcp::{McpContext, McpManager};
 use crate::peers::Peers;
 use crate::permission::PermissionEngine;
@@ -109,6 +112,8 @@ pub(crate) struct Runtime {
     pub(crate) mcp: Arc<McpManager>,
     /// The skills model roles can activate.
     pub(crate) skills: Arc<SkillCatalog>,
+    /// The hook rules and what runs them.
+    pub(crate) hooks: Arc<HookEngine>,
     /// The task store's file.
     pub(crate) database: PathBuf,
     default_role: Arc<RoleDefinition>,
@@ -185,6 +190,7 @@ impl Runtime {
         for problem in skills.problems() {
             warn!(path = %problem.path, "skill: {}", problem.message);
         }
+        let hooks = Arc::new(load_hooks(&config, &env, &ledger)?);
         let model_tools = {
             let mut tools = ToolRegistry::builtin();
             tools.register(Arc::new(AgentTool {
@@ -231,6 +237,7 @@ impl Runtime {
                 agent: config.agent.clone(),
                 skills: Some(skills.clone()),
                 directory: Some(directory.clone()),
+                hooks: Some(hooks.clone()),
             }),
         });
         // Skills that name tools nobody has: a warning each (the skill still works).
@@ -253,6 +260,7 @@ impl Runtime {
             peers,
             mcp,
             skills,
+            hooks,
             database,
             default_role,
             roles,
@@ -316,6 +324,7 @@ impl Runtime {
     /// The agent of `role` alone.
     pub(crate) fn role_agent(&self, role: &Arc<RoleDefinition>) -> RoleAgent {
         RoleAgent::role(self.manager.clone(), role.clone(), self.role_card(role))
+            .with_hooks(self.hooks.clone(), self.config.project_dir.clone())
     }
 
     /// The node's front agent: runs the default role, sees every task; its card lists the
@@ -330,6 +339,7 @@ impl Runtime {
             &self.card_options(),
         );
         RoleAgent::front(self.manager.clone(), self.default_role.clone(), card)
+            .with_hooks(self.hooks.clone(), self.config.project_dir.clone())
     }
 
     /// Stops the tasks (waiting up to `node.shutdown_grace`), closes the task store and lets
@@ -341,10 +351,12 @@ impl Runtime {
             roles,
             store,
             mcp,
+            hooks,
             _lock,
             ..
         } = self;
         manager.shutdown(config.node.shutdown_grace).await;
+        hooks.shutdown().await;
         mcp.shutdown(MCP_SHUTDOWN_DEADLINE).await;
         drop(manager);
         drop(roles);
@@ -352,6 +364,40 @@ impl Runtime {
             warn!(error = %e, "closing the task store failed");
         }
     }
+}
+
+/// The hook rules of the user's and the project's files (project hooks only once trusted with
+/// `mew hooks trust`), each problem logged and skipped.
+fn load_hooks(
+    config: &Config,
+    env: &Arc<HashMap<String, String>>,
+    ledger: &Path,
+) -> anyhow::Result<HookEngine> {
+    let trust = config
+        .home_dir
+        .as_deref()
+        .map(default_trust_file)
+        .map(|file| {
+            TrustStore::load(&file).unwrap_or_else(|e| {
+                warn!(file = %file.display(), "cannot read the trusted hooks: {e}; trusting none");
+                TrustStore::default()
+            })
+        })
+        .unwrap_or_default();
+    let loaded = load(
+        &standard_files(config.home_dir.as_deref(), &config.project_dir),
+        &trust,
+    );
+    for problem in &loaded.problems {
+        warn!("hook: {problem}");
+    }
+    let settings = HookSettings {
+        env: env.clone(),
+        extra_env: Vec::new(),
+        project_dir: config.project_dir.clone(),
+        ledger_dir: Some(ledger.to_path_buf()),
+    };
+    HookEngine::new(loaded.rules, settings).context("cannot start the hook engine")
 }
 
 /// How long MCP servers get to close their sessions when the node stops; then their process

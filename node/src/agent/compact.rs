@@ -440,6 +440,7 @@ mod tests {
                 depth: 0,
                 children: None,
                 skills: None,
+                hooks: None,
             },
         }
     }

@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::children::{ChildLink, Children, Notifier, notice};
 use super::conversation::{Block, ChatMessage, Speaker};
+use crate::hooks::{Payload, RunHooks};
 use crate::peers::Peers;
 use crate::tools::{Category, Tool, ToolContext, ToolOutput};
 
@@ -249,6 +250,24 @@ fn link_metadata(ctx: &ToolContext, description: &str) -> serde_json::Map<String
 /// Runs a delegation: waits for a place, starts the child, records it, and
 /// either follows it to its end or leaves it running in the background.
 async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
+    if let Some(hooks) = &ctx.hooks {
+        let (Start::Send(request) | Start::Fork(_, request, _)) = &d.start;
+        let parent = ctx.task_id.as_ref().map_or("", |task| task.as_str());
+        let outcome = hooks
+            .dispatch(Payload::delegation_start(
+                parent,
+                &d.link.agent,
+                &request.message.text(),
+                d.background,
+            ))
+            .await;
+        if let Some((hook, reason)) = outcome.refusal() {
+            return ToolOutput::error(format!(
+                "delegation to {} blocked by hook {hook}: {reason}",
+                d.link.agent
+            ));
+        }
+    }
     let call = CallContext::default();
     let children = ctx.children.clone();
     let permit = match &children {
@@ -277,10 +296,18 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
         () = ctx.cancel.cancelled() => return ToolOutput::error("canceled"),
     };
     d.link.task_id = child.id.to_string();
+    if let Some(hooks) = &ctx.hooks {
+        let _ = hooks
+            .dispatch(Payload::subagent_start(&d.link.task_id, &d.link.agent))
+            .await;
+    }
     let Some(children) = children else {
         // Outside a task: nothing to record, no background; follow to the end.
         return match follow(&mut stream, &mut child, &d.agent, &ctx.cancel, None).await {
-            Followed::Ended => answer_of(&child, &d.link.agent),
+            Followed::Ended => {
+                subagent_stop(ctx.hooks.as_deref(), &d.link, &child).await;
+                answer_of(&child, &d.link.agent)
+            }
             Followed::Canceled => ToolOutput::error("canceled"),
             Followed::Failed(e) => ToolOutput::error(format!("{} failed: {e}", d.link.agent)),
         };
@@ -296,7 +323,7 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
             d.agent,
             d.link,
             (children, notifier),
-            ctx.cancel.clone(),
+            (ctx.cancel.clone(), ctx.hooks.clone()),
             permit,
         );
         return answer;
@@ -314,7 +341,10 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
     )
     .await;
     match followed {
-        Ok(Followed::Ended) => answer_of(&child, &d.link.agent),
+        Ok(Followed::Ended) => {
+            subagent_stop(ctx.hooks.as_deref(), &d.link, &child).await;
+            answer_of(&child, &d.link.agent)
+        }
         Ok(Followed::Canceled) => ToolOutput::error("canceled"),
         Ok(Followed::Failed(e)) => ToolOutput::error(format!("{} failed: {e}", d.link.agent)),
         Err(_) => {
@@ -329,11 +359,26 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
                 d.agent,
                 d.link,
                 (children, notifier),
-                ctx.cancel.clone(),
+                (ctx.cancel.clone(), ctx.hooks.clone()),
                 permit,
             );
             answer
         }
+    }
+}
+
+/// Dispatches `SubagentStop` for a child that ended (information only: a block does not
+/// restart the child).
+async fn subagent_stop(hooks: Option<&RunHooks>, link: &ChildLink, child: &Task) {
+    if let Some(hooks) = hooks {
+        let _ = hooks
+            .dispatch(Payload::subagent_stop(
+                &link.task_id,
+                &link.agent,
+                false,
+                &result_text(child),
+            ))
+            .await;
     }
 }
 
@@ -401,7 +446,7 @@ fn spawn_follower(
     agent: Arc<dyn AgentTransport>,
     link: ChildLink,
     (children, notifier): (Arc<Children>, Notifier),
-    cancel: CancellationToken,
+    (cancel, hooks): (CancellationToken, Option<Arc<RunHooks>>),
     permit: Option<OwnedSemaphorePermit>,
 ) {
     tokio::spawn(async move {
@@ -409,6 +454,7 @@ fn spawn_follower(
         let report = Some((children.as_ref(), &link));
         let text = match follow(&mut stream, &mut child, &agent, &cancel, report).await {
             Followed::Ended => {
+                subagent_stop(hooks.as_deref(), &link, &child).await;
                 let state = child.status.state.to_string();
                 notice(&link, &state, &result_text(&child))
             }

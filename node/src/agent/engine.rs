@@ -22,6 +22,7 @@ use serde_json::Value;
 use super::conversation::{
     Block, ChatMessage, Delta, ModelRequest, ResultPart, Speaker, StopReason, Usage,
 };
+use crate::hooks::{HookOutcome, MAX_STOP_BLOCKS, Payload, PermissionDecision};
 use crate::permission::{Decision, PermissionEngine};
 use crate::provider::{Provider, ProviderError};
 use crate::tools::registry::ToolRegistry;
@@ -104,6 +105,9 @@ pub(crate) enum AgentError {
     /// The run was canceled.
     #[error("canceled")]
     Canceled,
+    /// A hook answered `continue: false`.
+    #[error("stopped by a hook: {0}")]
+    HookStopped(String),
 }
 
 /// What the loop reports while it runs.
@@ -186,7 +190,18 @@ impl Agent {
                 }
             } else if approved {
                 observer.tool_started(&pending.id, &pending.name, &pending.input);
-                self.call(&pending.name, pending.input.clone()).await
+                let mut output = self.call(&pending.name, pending.input.clone()).await;
+                if output.relay.is_none()
+                    && let Some(reason) = self
+                        .post_tool_use(&pending.id, &pending.name, &pending.input, &mut output)
+                        .await
+                {
+                    observer.tool_finished(&pending.id, &pending.name, &output);
+                    self.push_result(session, result_block(&pending.id, output));
+                    close_dangling_calls(session);
+                    return Err(AgentError::HookStopped(reason));
+                }
+                output
             } else {
                 ToolOutput::error(format!("the user did not allow this call: {reason}"))
             };
@@ -200,12 +215,13 @@ impl Agent {
             }
             observer.tool_finished(&pending.id, &pending.name, &output);
             self.push_result(session, result_block(&pending.id, output));
-            if let Some(outcome) = self.run_calls(session, calls, observer).await {
+            if let Some(outcome) = self.run_calls(session, calls, observer).await? {
                 return Ok(outcome);
             }
         }
         self.close_dangling_calls(session);
         let mut unknown_streak = 0;
+        let mut stop_blocks = 0;
         loop {
             if self.context.cancel.is_cancelled() {
                 return Err(AgentError::Canceled);
@@ -218,14 +234,32 @@ impl Agent {
                     push_text(session, notice);
                 }
             }
-            super::compact::compact_if_needed(
+            if let Err(error) = super::compact::compact_if_needed(
                 self.provider.as_ref(),
                 &self.settings,
                 &self.tools.specs(),
                 session,
                 &self.context.cancel,
             )
-            .await?;
+            .await
+            {
+                if let AgentError::Provider(provider_error) = &error {
+                    self.notify("stream_error", &provider_error.to_string())
+                        .await;
+                }
+                return Err(error);
+            }
+            if let Some(hooks) = &self.context.hooks {
+                let outcome = hooks
+                    .dispatch(Payload::pre_user_message(session.model_calls + 1))
+                    .await;
+                if let Some(reason) = outcome.stop {
+                    return Err(AgentError::HookStopped(reason));
+                }
+                for context in outcome.additional_context {
+                    push_text(session, context);
+                }
+            }
             let request = self.request(session, environment);
             let on_delta = |delta: Delta| {
                 if let Delta::Text(text) = delta {
@@ -233,8 +267,15 @@ impl Agent {
                 }
             };
             let response = tokio::select! {
-                response = self.provider.complete(&request, &on_delta) => response?,
+                response = self.provider.complete(&request, &on_delta) => response,
                 () = self.context.cancel.cancelled() => return Err(AgentError::Canceled),
+            };
+            let response = match response {
+                Ok(response) => response,
+                Err(error) => {
+                    self.notify("stream_error", &error.to_string()).await;
+                    return Err(error.into());
+                }
             };
             session.model_calls += 1;
             session.usage += response.usage;
@@ -267,6 +308,20 @@ impl Agent {
                 if self.context.cancel.is_cancelled() {
                     return Err(AgentError::Canceled);
                 }
+                // A stop hook may refuse the stop: its reason is the model's next input.
+                if let Some(hooks) = &self.context.hooks {
+                    let outcome = hooks
+                        .dispatch(Payload::stop(session.model_calls, stop_blocks > 0, &text))
+                        .await;
+                    if outcome.stop.is_none()
+                        && let Some(blocked) = outcome.blocked
+                        && stop_blocks < MAX_STOP_BLOCKS
+                    {
+                        stop_blocks += 1;
+                        push_text(session, blocked.reason);
+                        continue;
+                    }
+                }
                 return Ok(Outcome::Answered(text));
             }
             let unknown: Vec<&str> = calls
@@ -289,7 +344,7 @@ impl Agent {
                 speaker: Speaker::User,
                 content: Vec::new(),
             });
-            if let Some(outcome) = self.run_calls(session, calls, observer).await {
+            if let Some(outcome) = self.run_calls(session, calls, observer).await? {
                 return Ok(outcome);
             }
         }
@@ -333,7 +388,33 @@ impl Agent {
         session: &mut Session,
         calls: Vec<(String, String, Value)>,
         observer: &dyn Observer,
-    ) -> Option<Outcome> {
+    ) -> Result<Option<Outcome>, AgentError> {
+        // The PreToolUse hooks of every call first: they may rewrite an input, refuse a
+        // call or decide its permission, and `decide` is synchronous.
+        let pre = self.pre_tool_use(&calls).await;
+        if let Some(reason) = pre.iter().find_map(|outcome| outcome.stop.clone()) {
+            for (id, _, _) in &calls {
+                self.push_result(
+                    session,
+                    result_block(
+                        id,
+                        ToolOutput::error(format!("[not run: a hook stopped the run: {reason}]")),
+                    ),
+                );
+            }
+            return Err(AgentError::HookStopped(reason));
+        }
+        let calls: Vec<(String, String, Value)> = calls
+            .into_iter()
+            .zip(&pre)
+            .map(|((id, name, input), outcome)| {
+                let input = match &outcome.updated_input {
+                    Some(updated @ Value::Object(_)) => updated.clone(),
+                    _ => input,
+                };
+                (id, name, input)
+            })
+            .collect();
         if let Some(children) = &self.context.children
             && calls
                 .iter()
@@ -343,7 +424,8 @@ impl Agent {
         }
         let decisions: Vec<Verdict> = calls
             .iter()
-            .map(|(_, name, input)| self.decide(name, input))
+            .zip(&pre)
+            .map(|((_, name, input), outcome)| self.decide(name, input, outcome))
             .collect();
         let mut index = 0;
         while index < calls.len() {
@@ -362,33 +444,46 @@ impl Agent {
             };
             if let Verdict::Ask(question) = &decisions[index] {
                 let (id, name, input) = &calls[index];
-                return Some(Outcome::NeedsApproval(PendingCall {
+                self.notify("permission_prompt", question).await;
+                return Ok(Some(Outcome::NeedsApproval(PendingCall {
                     id: id.clone(),
                     name: name.clone(),
                     input: input.clone(),
                     question: question.clone(),
                     relay: None,
-                }));
+                })));
             }
             let outputs = join_all(calls[index..end].iter().zip(&decisions[index..end]).map(
                 |((id, name, input), verdict)| async move {
                     observer.tool_started(id, name, input);
+                    let mut stop = None;
                     let output = match verdict {
-                        Verdict::Run(_) => self.call(name, input.clone()).await,
+                        Verdict::Run(_) => {
+                            let mut output = self.call(name, input.clone()).await;
+                            if output.relay.is_none() {
+                                stop = self.post_tool_use(id, name, input, &mut output).await;
+                            }
+                            output
+                        }
                         Verdict::Refuse(output) => output.clone(),
                         Verdict::Ask(question) => ToolOutput::error(question.clone()),
                     };
-                    (id, name, output)
+                    (id, name, output, stop)
                 },
             ))
             .await;
             let mut relayed = None;
-            for ((id, name, mut output), (_, _, input)) in
-                outputs.into_iter().zip(&calls[index..end])
+            let mut stopped = None;
+            for ((id, name, mut output, stop), ((_, _, input), pre)) in outputs
+                .into_iter()
+                .zip(calls[index..end].iter().zip(&pre[index..end]))
             {
+                if stopped.is_none() {
+                    stopped = stop;
+                }
                 if let Some(task) = output.relay.take() {
                     let question = output.text_content();
-                    if relayed.is_none() {
+                    if relayed.is_none() && stopped.is_none() {
                         // The first permission question of the batch goes to the user;
                         // its call gets its result once the user has answered.
                         relayed = Some(PendingCall {
@@ -405,20 +500,81 @@ impl Agent {
                          to={task} to put the question to them."
                     ));
                 }
+                // What the PreToolUse hooks had to say rides with the result.
+                append_text(&mut output, &pre.additional_context);
                 observer.tool_finished(id, name, &output);
                 session.tool_calls += 1;
                 self.push_result(session, result_block(id, output));
             }
+            if let Some(reason) = stopped {
+                close_dangling_calls(session);
+                return Err(AgentError::HookStopped(reason));
+            }
             if let Some(pending) = relayed {
-                return Some(Outcome::NeedsApproval(pending));
+                self.notify("permission_prompt", &pending.question).await;
+                return Ok(Some(Outcome::NeedsApproval(pending)));
             }
             index = end;
         }
-        None
+        Ok(None)
+    }
+
+    /// Dispatches `PreToolUse` for each call, concurrently; empty outcomes without hooks.
+    async fn pre_tool_use(&self, calls: &[(String, String, Value)]) -> Vec<HookOutcome> {
+        let Some(hooks) = &self.context.hooks else {
+            return vec![HookOutcome::default(); calls.len()];
+        };
+        join_all(calls.iter().map(|(id, name, input)| async move {
+            // A call of an unknown tool is refused anyway: no hook sees it.
+            if self.tools.get(name).is_none() {
+                return HookOutcome::default();
+            }
+            hooks.dispatch(Payload::pre_tool_use(name, input, id)).await
+        }))
+        .await
+    }
+
+    /// Dispatches `PostToolUse` for a call that ran: added context and a block's reason
+    /// (the call already ran: the reason is feedback) are appended to its result. Returns the
+    /// reason of a `continue: false`.
+    async fn post_tool_use(
+        &self,
+        id: &str,
+        name: &str,
+        input: &Value,
+        output: &mut ToolOutput,
+    ) -> Option<String> {
+        let hooks = self.context.hooks.as_ref()?;
+        let outcome = hooks
+            .dispatch(Payload::post_tool_use(
+                name,
+                input,
+                id,
+                &output.text_content(),
+                output.is_error,
+            ))
+            .await;
+        append_text(output, &outcome.additional_context);
+        if let Some(blocked) = &outcome.blocked {
+            append_text(
+                output,
+                &[format!("[hook {}] {}", blocked.hook, blocked.reason)],
+            );
+        }
+        outcome.stop
+    }
+
+    /// Dispatches a `Notification` (information only: its outcome is not used).
+    async fn notify(&self, kind: &str, detail: &str) {
+        if let Some(hooks) = &self.context.hooks {
+            let _ = hooks.dispatch(Payload::notification(kind, detail)).await;
+        }
     }
 
     /// What happens to a call: it runs, it is refused with an error result, or it needs approval.
-    fn decide(&self, name: &str, input: &Value) -> Verdict {
+    /// `hook` is what the call's `PreToolUse` hooks said: a refusal refuses it, `ask` asks even
+    /// where the rules allow, `allow` skips the question (deny rules and plan mode still refuse).
+    fn decide(&self, name: &str, input: &Value, hook: &HookOutcome) -> Verdict {
         let Some(tool) = self.tools.get(name) else {
             let known: Vec<String> = self.tools.specs().into_iter().map(|s| s.name).collect();
             return Verdict::Refuse(ToolOutput::error(format!(
@@ -431,15 +587,37 @@ impl Agent {
                 "the arguments of this call are not valid JSON: {invalid}; call the tool again with a JSON object"
             )));
         }
-        match self
+        if let Some((hook, reason)) = hook.refusal() {
+            return Verdict::Refuse(ToolOutput::error(format!("[hook {hook}] {reason}")));
+        }
+        let decision = self
             .permissions
-            .check(self.settings.mode, name, tool.category(), input)
-        {
-            Decision::Allow => Verdict::Run(tool.category()),
+            .check(self.settings.mode, name, tool.category(), input);
+        let by_hook = hook.permission.as_ref();
+        match decision {
             Decision::Deny { reason } => {
                 Verdict::Refuse(ToolOutput::error(format!("permission denied: {reason}")))
             }
-            Decision::Ask { question } => Verdict::Ask(question),
+            Decision::Allow => match by_hook {
+                Some(permission) if permission.decision == PermissionDecision::Ask => {
+                    let why = if permission.reason.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", permission.reason)
+                    };
+                    Verdict::Ask(format!(
+                        "Allow this {name} call {input}? The hook {} asks for approval{why}.",
+                        permission.hook
+                    ))
+                }
+                _ => Verdict::Run(tool.category()),
+            },
+            Decision::Ask { question } => match by_hook {
+                Some(permission) if permission.decision == PermissionDecision::Allow => {
+                    Verdict::Run(tool.category())
+                }
+                _ => Verdict::Ask(question),
+            },
         }
     }
 
@@ -496,6 +674,16 @@ impl Agent {
     pub(crate) fn close_dangling_calls(&self, session: &mut Session) {
         close_dangling_calls(session);
     }
+}
+
+/// Appends each text to a tool result.
+fn append_text(output: &mut ToolOutput, texts: &[String]) {
+    output.content.extend(
+        texts
+            .iter()
+            .filter(|text| !text.trim().is_empty())
+            .map(|text| ResultPart::Text { text: text.clone() }),
+    );
 }
 
 /// Whether a call starts a fork: `Agent` without a `subagent_type`.

@@ -122,6 +122,7 @@ fn agent(model: &ScriptedModel, tools: ToolRegistry, unknown_tool_limit: u32) ->
             depth: 0,
             children: None,
             skills: None,
+            hooks: None,
         },
     }
 }
@@ -344,4 +345,396 @@ async fn a_long_run_compacts_its_conversation_and_finishes() {
             .contains("Summary: the user wants 1 to 5 recorded")
     );
     assert!(!s.messages[0].text().contains("record 1 to 5"));
+}
+
+// Hooks at the dispatch points of the loop: real `sh` scripts, as a user would write them.
+
+/// The hooks of a run from `rules` (a JSON list of `hooks.yaml` rules), working in `dir`.
+fn run_hooks(dir: &std::path::Path, rules: Value) -> Arc<crate::hooks::RunHooks> {
+    use crate::hooks::rules::{Format, RuleSource, Scope, parse_mew};
+    let source = Arc::new(RuleSource {
+        path: dir.join("hooks.yaml"),
+        scope: Scope::User,
+        format: Format::Mew,
+        hash: String::new(),
+    });
+    let (rules, problems) = parse_mew(&json!({ "hooks": rules }).to_string(), &source);
+    assert_eq!(problems, [], "the test's rules must compile");
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".to_owned());
+    let settings = crate::hooks::HookSettings {
+        env: Arc::new(std::collections::HashMap::from([("PATH".to_owned(), path)])),
+        extra_env: Vec::new(),
+        project_dir: dir.to_owned(),
+        ledger_dir: None,
+    };
+    let engine = crate::hooks::HookEngine::new(rules, settings).unwrap();
+    Arc::new(crate::hooks::RunHooks {
+        engine: Arc::new(engine),
+        ctx: crate::hooks::HookContext::new("context-1", dir).unwrap(),
+    })
+}
+
+fn shell_hook(name: &str, event: &str, command: &str) -> Value {
+    json!({"name": name, "event": event, "action": {"type": "shell", "command": command}})
+}
+
+/// A hook that prints `output` (a JSON object) on stdout.
+fn json_hook(name: &str, event: &str, output: &Value) -> Value {
+    shell_hook(name, event, &format!("printf '%s\\n' '{output}'"))
+}
+
+/// An agent with the `record` tool and `rules` as its hooks.
+fn hooked_agent(
+    model: &ScriptedModel,
+    dir: &std::path::Path,
+    rules: Value,
+) -> (Agent, Arc<Mutex<Vec<i64>>>) {
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tools = ToolRegistry::new();
+    tools.register(Arc::new(Recorder(order.clone())));
+    let mut agent = agent(model, tools, 3);
+    agent.context.hooks = Some(run_hooks(dir, rules));
+    (agent, order)
+}
+
+#[tokio::test]
+async fn a_pre_tool_use_block_refuses_the_call_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("c1", "record", json!({"n": 1})),
+        Step::text("refused").expect_last_user("[hook guard] no recording today"),
+    ])
+    .unwrap();
+    let (agent, order) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([shell_hook(
+            "guard",
+            "PreToolUse",
+            "echo 'no recording today' >&2; exit 2"
+        )]),
+    );
+    let mut s = session("record 1");
+    let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert_eq!(outcome, Outcome::Answered("refused".into()));
+    assert!(order.lock().unwrap().is_empty(), "the tool must not run");
+    assert_eq!(results(&s, 2), [("c1".to_owned(), true)]);
+    model.assert_done();
+}
+
+#[tokio::test]
+async fn a_pre_tool_use_hook_rewrites_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("c1", "record", json!({"n": 1})),
+        Step::text("done").expect_last_user("recorded 7"),
+    ])
+    .unwrap();
+    let output =
+        json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": {"n": 7}}});
+    let (agent, order) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([json_hook("rewrite", "PreToolUse", &output)]),
+    );
+    let mut s = session("record 1");
+    agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert_eq!(*order.lock().unwrap(), [7]);
+    model.assert_done();
+}
+
+#[tokio::test]
+async fn a_pre_tool_use_ask_asks_even_where_the_mode_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let model =
+        ScriptedModel::start(vec![Step::tool_call("c1", "record", json!({"n": 1}))]).unwrap();
+    let output = json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+        "permissionDecision": "ask", "permissionDecisionReason": "check with a human"}});
+    let (agent, order) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([json_hook("asker", "PreToolUse", &output)]),
+    );
+    assert_eq!(agent.settings.mode, PermissionMode::BypassPermissions);
+    let mut s = session("record 1");
+    let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    let Outcome::NeedsApproval(pending) = outcome else {
+        panic!("expected a question, got {outcome:?}");
+    };
+    assert_eq!(pending.id, "c1");
+    assert!(
+        pending.question.contains("check with a human"),
+        "{}",
+        pending.question
+    );
+    assert!(order.lock().unwrap().is_empty());
+    model.assert_done();
+}
+
+#[tokio::test]
+async fn a_pre_tool_use_deny_refuses_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("c1", "record", json!({"n": 1})),
+        Step::text("denied").expect_last_user("[hook denier] not this one"),
+    ])
+    .unwrap();
+    let output = json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+        "permissionDecision": "deny", "permissionDecisionReason": "not this one"}});
+    let (agent, order) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([json_hook("denier", "PreToolUse", &output)]),
+    );
+    let mut s = session("record 1");
+    agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert!(order.lock().unwrap().is_empty());
+    assert_eq!(results(&s, 2), [("c1".to_owned(), true)]);
+    model.assert_done();
+}
+
+#[tokio::test]
+async fn a_pre_tool_use_allow_skips_the_question() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("c1", "record", json!({"n": 1})),
+        Step::text("done").expect_tool_results(["c1"]),
+    ])
+    .unwrap();
+    let output = json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+        "permissionDecision": "allow"}});
+    let (mut agent, order) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([json_hook("allower", "PreToolUse", &output)]),
+    );
+    // In the default mode an exec call needs approval; the hook's allow skips it.
+    agent.settings.mode = PermissionMode::Default;
+    let mut s = session("record 1");
+    let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert_eq!(outcome, Outcome::Answered("done".into()));
+    assert_eq!(*order.lock().unwrap(), [1]);
+    model.assert_done();
+}
+
+#[tokio::test]
+async fn without_hooks_the_default_mode_asks_for_an_exec_call() {
+    // The counterpart of the test above: the question the hook's allow skips.
+    let model =
+        ScriptedModel::start(vec![Step::tool_call("c1", "record", json!({"n": 1}))]).unwrap();
+    let mut tools = ToolRegistry::new();
+    tools.register(Arc::new(Recorder(Arc::default())));
+    let mut agent = agent(&model, tools, 3);
+    agent.settings.mode = PermissionMode::Default;
+    let mut s = session("record 1");
+    let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert!(matches!(outcome, Outcome::NeedsApproval(_)), "{outcome:?}");
+}
+
+#[tokio::test]
+async fn post_tool_use_context_and_blocks_reach_the_next_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("c1", "record", json!({"n": 1})),
+        Step::text("noted")
+            .expect_last_user("remember the milk")
+            .expect_last_user("that was too small"),
+    ])
+    .unwrap();
+    let output = json!({"hookSpecificOutput": {"hookEventName": "PostToolUse",
+        "additionalContext": "remember the milk"}});
+    let (agent, order) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([
+            json_hook("context", "PostToolUse", &output),
+            shell_hook(
+                "critic",
+                "PostToolUse",
+                "echo 'that was too small' >&2; exit 2"
+            ),
+        ]),
+    );
+    let mut s = session("record 1");
+    agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert_eq!(*order.lock().unwrap(), [1]);
+    let text = s.messages[2]
+        .content
+        .iter()
+        .find_map(|b| match b {
+            Block::ToolResult { content, .. } => Some(format!("{content:?}")),
+            _ => None,
+        })
+        .unwrap();
+    assert!(text.contains("recorded 1"), "{text}");
+    assert!(text.contains("remember the milk"), "{text}");
+    // A block after the call is feedback: its reason rides with the result.
+    assert!(text.contains("that was too small"), "{text}");
+    model.assert_done();
+}
+
+#[tokio::test]
+async fn a_stop_block_makes_the_run_go_on_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("blocked-once");
+    let script = format!(
+        "if [ -e '{0}' ]; then exit 0; fi; touch '{0}'; echo 'check the tests first' >&2; exit 2",
+        marker.display()
+    );
+    let model = ScriptedModel::start(vec![
+        Step::text("finished"),
+        Step::text("tests pass").expect_last_user("check the tests first"),
+    ])
+    .unwrap();
+    let (agent, _) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([shell_hook("gate", "Stop", &script)]),
+    );
+    let mut s = session("do it");
+    let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert_eq!(outcome, Outcome::Answered("tests pass".into()));
+    assert_eq!(s.model_calls, 2);
+    model.assert_done();
+}
+
+#[tokio::test]
+async fn stop_blocks_in_a_row_are_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocks = crate::hooks::MAX_STOP_BLOCKS;
+    let steps = (0..=blocks)
+        .map(|i| Step::text(format!("answer {i}")))
+        .collect();
+    let model = ScriptedModel::start(steps).unwrap();
+    let (mut agent, _) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([shell_hook("never", "Stop", "echo 'not yet' >&2; exit 2")]),
+    );
+    agent.settings.max_turns = blocks + 5;
+    let mut s = session("do it");
+    let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert_eq!(outcome, Outcome::Answered(format!("answer {blocks}")));
+    assert_eq!(s.model_calls, u64::from(blocks) + 1);
+    model.assert_done();
+}
+
+#[tokio::test]
+async fn continue_false_from_a_pre_tool_use_hook_stops_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let model =
+        ScriptedModel::start(vec![Step::tool_call("c1", "record", json!({"n": 1}))]).unwrap();
+    let output = json!({"continue": false, "stopReason": "budget exhausted"});
+    let (agent, order) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([json_hook("budget", "PreToolUse", &output)]),
+    );
+    let mut s = session("record 1");
+    let error = agent
+        .run(&mut s, Resume::Fresh, "", &Quiet)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, AgentError::HookStopped(reason) if reason == "budget exhausted"),
+        "{error:?}"
+    );
+    assert!(order.lock().unwrap().is_empty());
+    assert_eq!(results(&s, 2), [("c1".to_owned(), true)]);
+    model.assert_done();
+}
+
+#[tokio::test]
+async fn pre_tool_use_context_rides_with_the_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("c1", "record", json!({"n": 1})),
+        Step::text("done").expect_last_user("the record is shared"),
+    ])
+    .unwrap();
+    let output = json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+        "additionalContext": "the record is shared"}});
+    let (agent, order) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([json_hook("note", "PreToolUse", &output)]),
+    );
+    let mut s = session("record 1");
+    agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert_eq!(*order.lock().unwrap(), [1]);
+    model.assert_done();
+}
+
+#[tokio::test]
+async fn pre_user_message_context_reaches_every_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("c1", "record", json!({"n": 1})).expect_last_user("turn 1 of the run"),
+        Step::text("done").expect_last_user("turn 2 of the run"),
+    ])
+    .unwrap();
+    let script = r#"iter=$(sed -n 's/.*"iter":\([0-9]*\).*/\1/p'); printf '{"hookSpecificOutput": {"hookEventName": "PreUserMessage", "additionalContext": "turn %s of the run"}}\n' "$iter""#;
+    let (agent, _) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([shell_hook("turns", "PreUserMessage", script)]),
+    );
+    let mut s = session("record 1");
+    agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    model.assert_done();
+}
+
+#[tokio::test]
+async fn a_permission_question_is_a_notification() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("notifications");
+    let model =
+        ScriptedModel::start(vec![Step::tool_call("c1", "record", json!({"n": 1}))]).unwrap();
+    let (mut agent, _) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([shell_hook(
+            "notify",
+            "Notification",
+            &format!("cat >> '{}'", log.display())
+        )]),
+    );
+    agent.settings.mode = PermissionMode::Default;
+    let mut s = session("record 1");
+    let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert!(matches!(outcome, Outcome::NeedsApproval(_)), "{outcome:?}");
+    let logged: Value = serde_json::from_str(&std::fs::read_to_string(&log).unwrap()).unwrap();
+    assert_eq!(logged["notification_type"], "permission_prompt");
+    assert!(
+        logged["message"].as_str().unwrap().contains("record"),
+        "{logged}"
+    );
+    model.assert_done();
+}
+
+#[tokio::test]
+async fn a_pre_tool_use_allow_does_not_lift_a_deny_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("c1", "record", json!({"n": 1})),
+        Step::text("refused").expect_last_user("permission denied"),
+    ])
+    .unwrap();
+    let output = json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+        "permissionDecision": "allow"}});
+    let (mut agent, order) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([json_hook("allower", "PreToolUse", &output)]),
+    );
+    let config = PermissionsConfig {
+        deny: vec!["record".into()],
+        ..PermissionsConfig::default()
+    };
+    agent.permissions = Arc::new(PermissionEngine::new(&config, dir.path(), None).unwrap());
+    let mut s = session("record 1");
+    agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert!(order.lock().unwrap().is_empty());
+    assert_eq!(results(&s, 2), [("c1".to_owned(), true)]);
+    model.assert_done();
 }

@@ -67,6 +67,8 @@ pub(crate) struct ModelExecutor {
     pub(crate) skills: Option<Arc<Catalog>>,
     /// Runs skills and delegations: the node's roles and peers.
     pub(crate) directory: Option<Arc<Directory>>,
+    /// The node's hooks (`None`: hooks are off).
+    pub(crate) hooks: Option<Arc<crate::hooks::HookEngine>>,
 }
 
 /// The `mew.ask` of a status message whose question only the user may answer.
@@ -332,6 +334,11 @@ impl Executor for ModelExecutor {
                 state.active_skills.clone(),
             ))
         });
+        // A role's own mode wins; `default` defers to the configured mode.
+        let mode = match role.permission_mode {
+            PermissionMode::Default => self.permissions.default_mode(),
+            mode => mode,
+        };
         let agent = Agent {
             provider,
             tools,
@@ -345,11 +352,7 @@ impl Executor for ModelExecutor {
                 compact_at: self.agent.compact_at,
                 // Children are held to a shorter leash than the main agent.
                 unknown_tool_limit: if turn.depth == 0 { 3 } else { 2 },
-                // A role's own mode wins; `default` defers to the configured mode.
-                mode: match role.permission_mode {
-                    PermissionMode::Default => self.permissions.default_mode(),
-                    mode => mode,
-                },
+                mode,
             },
             context: ToolContext {
                 cwd: self.project_dir.clone(),
@@ -364,12 +367,59 @@ impl Executor for ModelExecutor {
                     self.agent.background_after,
                 ))),
                 skills: skills.clone(),
+                hooks: self.hooks.as_ref().and_then(|engine| {
+                    let ctx = crate::hooks::HookContext::new(
+                        turn.context_id.as_str(),
+                        self.project_dir.clone(),
+                    )
+                    .ok()?
+                    .with_mode(mode.as_str())
+                    .with_cancel(turn.cancel.clone());
+                    Some(Arc::new(crate::hooks::RunHooks {
+                        engine: engine.clone(),
+                        ctx,
+                    }))
+                }),
             },
         };
 
         // `/name args` naming a skill: an inline skill is activated and its instructions are
         // the message; a fork skill runs and its answer is the task's.
         let mut message_blocks = blocks_of(&turn.message);
+        let hooks = agent.context.hooks.clone();
+        let approval = turn.resumed && state.pending.is_some();
+        // Context the SessionStart and UserPromptSubmit hooks add to the user's message.
+        let mut hook_context = Vec::new();
+        if let Some(hooks) = hooks.as_ref().filter(|_| !approval) {
+            if !turn.resumed && turn.history.is_empty() && state.session.messages.is_empty() {
+                let outcome = hooks
+                    .dispatch(crate::hooks::Payload::session_start("startup"))
+                    .await;
+                hook_context.extend(outcome.additional_context);
+            }
+            let outcome = hooks
+                .dispatch(crate::hooks::Payload::user_prompt_submit(
+                    &turn.message.text(),
+                ))
+                .await;
+            let refused = match (outcome.refusal(), &outcome.stop) {
+                (Some((hook, reason)), _) => Some(format!("blocked by hook {hook}: {reason}")),
+                (None, Some(reason)) => Some(format!("stopped by a hook: {reason}")),
+                (None, None) => None,
+            };
+            if let Some(error) = refused {
+                // The task fails without a model call.
+                let _ = hooks
+                    .dispatch(crate::hooks::Payload::task_completed(
+                        turn.task_id.as_str(),
+                        &turn.role.name,
+                        TaskState::Failed.as_str(),
+                    ))
+                    .await;
+                return Err(ExecError(error));
+            }
+            hook_context.extend(outcome.additional_context);
+        }
         if !turn.resumed
             && state.pending.is_none()
             && let (Some(directory), Some(skill_state)) = (&self.directory, &skills)
@@ -427,6 +477,12 @@ impl Executor for ModelExecutor {
                 if state.session.messages.is_empty() {
                     state.session.messages = conversation_of(&turn.history);
                 }
+                message_blocks.extend(
+                    hook_context
+                        .into_iter()
+                        .filter(|text| !text.trim().is_empty())
+                        .map(|text| Block::Text { text }),
+                );
                 // A fork's conversation may end with the user's turn: extend it.
                 match state.session.messages.last_mut() {
                     Some(last) if last.speaker == Speaker::User => {
@@ -461,7 +517,13 @@ impl Executor for ModelExecutor {
         let _ = sink
             .annotate("usage", usage_json(&state.session), false)
             .await;
-        match outcome {
+        let final_state = match &outcome {
+            Ok(Outcome::Answered(_)) => Some(TaskState::Completed),
+            Ok(Outcome::NeedsApproval(_)) => None,
+            Err(AgentError::Canceled) => Some(TaskState::Canceled),
+            Err(_) => Some(TaskState::Failed),
+        };
+        let result = match outcome {
             Ok(Outcome::Answered(text)) => {
                 sink.save_private(serde_json::to_value(&state).unwrap_or(Value::Null))
                     .await
@@ -508,6 +570,24 @@ impl Executor for ModelExecutor {
                     .await;
                 Err(ExecError(error.to_string()))
             }
+        };
+        // TaskCompleted once the task's final status is recorded (or its failure returned).
+        if let (Some(hooks), Some(final_state)) = (&hooks, final_state) {
+            let final_state = if result.is_ok() {
+                final_state
+            } else if final_state == TaskState::Canceled {
+                TaskState::Canceled
+            } else {
+                TaskState::Failed
+            };
+            let _ = hooks
+                .dispatch(crate::hooks::Payload::task_completed(
+                    turn.task_id.as_str(),
+                    &turn.role.name,
+                    final_state.as_str(),
+                ))
+                .await;
         }
+        result
     }
 }

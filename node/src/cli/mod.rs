@@ -10,6 +10,7 @@ mod bench;
 mod card;
 mod chat;
 mod config;
+mod hooks;
 mod local;
 mod logging;
 mod mcp;
@@ -151,6 +152,9 @@ pub(crate) enum Command {
     /// List skills; install them from GitHub, remove them, verify them against the lock file
     #[command(subcommand)]
     Skills(skills::SkillsCommand),
+    /// List the hook rules; trust or untrust the project's hook files
+    #[command(subcommand)]
+    Hooks(hooks::HooksCommand),
 }
 
 impl Command {
@@ -176,7 +180,8 @@ impl Command {
             | Command::Chat(_)
             | Command::Peers
             | Command::Mcp(_)
-            | Command::Skills(_) => None,
+            | Command::Skills(_)
+            | Command::Hooks(_) => None,
         }
     }
 }
@@ -315,6 +320,7 @@ async fn run(command: Command, context: Context) -> Result<(), Failure> {
         Command::Skills(command) => {
             skills::run(&command, &context, &mut std::io::stdout().lock()).await
         }
+        Command::Hooks(command) => hooks::run(&command, &context, &mut std::io::stdout().lock()),
     }
 }
 

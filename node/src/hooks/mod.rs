@@ -39,3 +39,26 @@ pub(crate) use self::{
     rules::{HookProblem, LoadedHooks, load, standard_files},
     trust::{TrustStore, default_trust_file, trust_project, untrust_project},
 };
+
+/// The hooks of one run: the node's engine and who dispatches (the session is the task's
+/// context, the cwd the project, the mode the run's permission mode, the cancel token the
+/// task's). Cheap to clone behind an `Arc`.
+pub(crate) struct RunHooks {
+    pub(crate) engine: std::sync::Arc<HookEngine>,
+    pub(crate) ctx: HookContext,
+}
+
+impl RunHooks {
+    /// Dispatches `payload` when some rule listens to its event; an empty outcome otherwise.
+    pub(crate) async fn dispatch(&self, payload: Payload) -> HookOutcome {
+        self.engine.dispatch(payload, &self.ctx).await
+    }
+}
+
+impl std::fmt::Debug for RunHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunHooks")
+            .field("session", &self.ctx.session_id())
+            .finish_non_exhaustive()
+    }
+}

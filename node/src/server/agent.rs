@@ -1,5 +1,6 @@
 //! `RoleAgent`: one role of the node as an `AgentTransport`, backed by the task manager.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -10,6 +11,7 @@ use mew_cards::{
 use mew_transport::{AgentTransport, CallContext, Error, EventStream, collect_send};
 
 use crate::agent::delegate::Forker;
+use crate::hooks::{HookContext, HookEngine, HookEvent, Payload};
 use crate::tasks::manager::{Scope, Submission, TaskManager};
 
 /// The keys of a task's `metadata.mew` that only the node writes: its children
@@ -25,6 +27,10 @@ pub(crate) struct RoleAgent {
     card: AgentCard,
     /// `None` for the front agent.
     scope_role: Option<String>,
+    /// The node's hooks: `TaskReceived` runs before a new task starts.
+    hooks: Option<Arc<HookEngine>>,
+    /// The directory hooks run in (the project).
+    hook_cwd: PathBuf,
 }
 
 impl RoleAgent {
@@ -40,6 +46,8 @@ impl RoleAgent {
             role,
             card,
             scope_role,
+            hooks: None,
+            hook_cwd: PathBuf::new(),
         }
     }
 
@@ -54,7 +62,17 @@ impl RoleAgent {
             role: default_role,
             card,
             scope_role: None,
+            hooks: None,
+            hook_cwd: PathBuf::new(),
         }
+    }
+
+    /// Runs `engine`'s `TaskReceived` hooks, in `cwd`, before each new task.
+    #[must_use]
+    pub(crate) fn with_hooks(mut self, engine: Arc<HookEngine>, cwd: PathBuf) -> Self {
+        self.hooks = Some(engine);
+        self.hook_cwd = cwd;
+        self
     }
 
     fn scope(&self, ctx: &CallContext) -> Scope {
@@ -69,8 +87,50 @@ impl RoleAgent {
         ctx: &CallContext,
         request: SendMessageRequest,
     ) -> Result<(Task, EventStream), Error> {
-        self.submit_with(ctx, request, serde_json::Value::Null)
-            .await
+        let mut submission = self.submission(ctx, request, serde_json::Value::Null)?;
+        if let Some(reason) = self.task_received(&mut submission.message).await {
+            return self.manager.reject(submission, &reason).await;
+        }
+        self.manager.submit(submission, &self.scope(ctx)).await
+    }
+
+    /// Dispatches `TaskReceived` when `message` starts a new task and a hook listens; returns
+    /// the reason when a hook refuses the task. The session is the message's context, which
+    /// is given a fresh id first when it has none (the task then keeps it).
+    async fn task_received(&self, message: &mut mew_cards::Message) -> Option<String> {
+        let engine = self.hooks.as_ref()?;
+        if message.task_id.is_some() || !engine.listens_to(HookEvent::TaskReceived) {
+            return None;
+        }
+        let context_id = message
+            .context_id
+            .get_or_insert_with(mew_cards::ContextId::generate)
+            .clone();
+        let ctx = match HookContext::new(context_id.as_str(), &self.hook_cwd) {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                tracing::warn!("TaskReceived hooks skipped: {e}");
+                return None;
+            }
+        };
+        let payload =
+            Payload::task_received("", context_id.as_str(), &self.role.name, &message.text());
+        let outcome = engine.dispatch(payload, &ctx).await;
+        for error in &outcome.errors {
+            tracing::warn!(role = %self.role.name, "TaskReceived: {error}");
+        }
+        // A block or a deny refuses the task; so does `continue: false` (nothing may run).
+        let (hook, reason) = match (outcome.refusal(), &outcome.stop) {
+            (Some((hook, reason)), _) => (hook, reason),
+            (None, Some(reason)) => ("", reason.as_str()),
+            (None, None) => return None,
+        };
+        tracing::info!(role = %self.role.name, hook, "a hook rejected a task: {reason}");
+        Some(match (reason.trim().is_empty(), hook.is_empty()) {
+            (false, _) => reason.to_owned(),
+            (true, false) => format!("the task was rejected by hook `{hook}`"),
+            (true, true) => "the task was rejected by a hook".to_owned(),
+        })
     }
 
     /// Submits `request`; a new task's runner starts from `private`.
@@ -80,6 +140,17 @@ impl RoleAgent {
         request: SendMessageRequest,
         private: serde_json::Value,
     ) -> Result<(Task, EventStream), Error> {
+        let submission = self.submission(ctx, request, private)?;
+        self.manager.submit(submission, &self.scope(ctx)).await
+    }
+
+    /// Checks `request` and makes it a submission; a new task's runner starts from `private`.
+    fn submission(
+        &self,
+        ctx: &CallContext,
+        request: SendMessageRequest,
+        private: serde_json::Value,
+    ) -> Result<Submission, Error> {
         if request.history_length().is_some_and(|n| n < 0) {
             return Err(Error::protocol(
                 ErrorKind::InvalidParams,
@@ -118,15 +189,14 @@ impl RoleAgent {
             .and_then(|mew| mew.get("parentTask"))
             .and_then(serde_json::Value::as_str)
             .map(mew_cards::TaskId::from);
-        let submission = Submission {
+        Ok(Submission {
             role: self.role.clone(),
             message: request.message,
             owner: ctx.principal.clone(),
             parent,
             metadata: request.metadata,
             private,
-        };
-        self.manager.submit(submission, &self.scope(ctx)).await
+        })
     }
 }
 
@@ -214,5 +284,149 @@ impl AgentTransport for RoleAgent {
         request: SubscribeToTaskRequest,
     ) -> Result<EventStream, Error> {
         self.manager.subscribe(&request.id, &self.scope(ctx)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mew_cards::{
+        Artifact, Message, Part, RoleSource, SendMessageRequest, SendMessageResponse, TaskState,
+        parse_role,
+    };
+    use mew_transport::{AgentTransport, CallContext};
+
+    use super::*;
+    use crate::hooks::{HookSettings, TrustStore, load, standard_files};
+    use crate::tasks::executor::{EventSink, ExecError, Executor, Turn};
+    use crate::tasks::manager::{Limits, Roles};
+    use crate::tasks::sqlite::SqliteStore;
+    use crate::tasks::store::TaskStore;
+
+    /// Answers every turn with one artifact.
+    struct Answer;
+
+    #[async_trait]
+    impl Executor for Answer {
+        async fn run(&self, _turn: Turn, sink: Arc<dyn EventSink>) -> Result<(), ExecError> {
+            sink.artifact(
+                Artifact::new("answer", vec![Part::text("ok")]),
+                false,
+                false,
+            )
+            .await
+            .map_err(|_| ExecError("closed".into()))
+        }
+    }
+
+    struct OneRole(Arc<RoleDefinition>);
+
+    impl Roles for OneRole {
+        fn role(&self, name: &str) -> Option<Arc<RoleDefinition>> {
+            (name == self.0.name).then(|| self.0.clone())
+        }
+
+        fn executor(&self, _: &RoleDefinition) -> Arc<dyn Executor> {
+            Arc::new(Answer)
+        }
+    }
+
+    const GATE: &str = "hooks:\n  - name: gate\n    event: TaskReceived\n    if:\n      \
+                        all_of:\n        - {field: prompt, match: 're:forbidden'}\n        \
+                        - {field: role, match: helper}\n    action:\n      type: shell\n      \
+                        command: \"echo 'not this topic' >&2; exit 2\"\n  \
+                        - name: halt\n    event: TaskReceived\n    \
+                        if: {all_of: [{field: prompt, match: 're:^halt'}]}\n    \
+                        action:\n      type: shell\n      \
+                        command: \"echo '{\\\"continue\\\": false, \\\"stopReason\\\": \\\"closed\\\"}'\"\n";
+
+    /// The agent of role `helper`, with a user hook rejecting messages about "forbidden".
+    async fn agent(dir: &std::path::Path) -> RoleAgent {
+        let home = dir.join("home");
+        let project = dir.join("project");
+        std::fs::create_dir_all(home.join(".mew")).unwrap();
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(home.join(".mew/hooks.yaml"), GATE).unwrap();
+        let loaded = load(
+            &standard_files(Some(&home), &project),
+            &TrustStore::default(),
+        );
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let settings = HookSettings {
+            project_dir: project.clone(),
+            ..HookSettings::default()
+        };
+        let engine = Arc::new(HookEngine::new(loaded.rules, settings).unwrap());
+        let text = "---\nname: helper\ndescription: helps\ncommand: [true]\n---\n";
+        let role = Arc::new(
+            parse_role(text, "helper.md", RoleSource::Project)
+                .unwrap()
+                .definition,
+        );
+        let store: Arc<dyn TaskStore> = Arc::new(SqliteStore::open(&dir.join("tasks.db")).unwrap());
+        let manager = TaskManager::start(store, Arc::new(OneRole(role.clone())), Limits::default())
+            .await
+            .unwrap();
+        RoleAgent::role(manager, role, AgentCard::default()).with_hooks(engine, project)
+    }
+
+    async fn send(agent: &RoleAgent, message: Message) -> Result<Task, Error> {
+        let request = SendMessageRequest::new(message);
+        match agent.send_message(&CallContext::default(), request).await? {
+            SendMessageResponse::Task(task) => Ok(task),
+            other => panic!("expected a task, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_task_received_hook_rejects_a_new_task_with_its_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = agent(dir.path()).await;
+
+        let rejected = send(&agent, Message::user_text("the forbidden topic"))
+            .await
+            .unwrap();
+        assert_eq!(rejected.status.state, TaskState::Rejected);
+        let reason = rejected.status.message.as_ref().unwrap();
+        assert_eq!(reason.text(), "not this topic");
+        assert_eq!(reason.task_id.as_ref(), Some(&rejected.id));
+        assert_eq!(rejected.history[0].text(), "the forbidden topic");
+        // Stored as it was answered.
+        let stored = agent
+            .get_task(
+                &CallContext::default(),
+                GetTaskRequest {
+                    id: rejected.id.clone(),
+                    ..GetTaskRequest::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(stored.status.state, TaskState::Rejected);
+
+        // A message in a context keeps it.
+        let mut in_context = Message::user_text("forbidden again");
+        in_context.context_id = Some(rejected.context_id.clone());
+        let again = send(&agent, in_context).await.unwrap();
+        assert_eq!(again.status.state, TaskState::Rejected);
+        assert_eq!(again.context_id, rejected.context_id);
+        assert_ne!(again.id, rejected.id);
+
+        let halted = send(&agent, Message::user_text("halt now")).await.unwrap();
+        assert_eq!(halted.status.state, TaskState::Rejected);
+        assert_eq!(halted.status.message.as_ref().unwrap().text(), "closed");
+
+        let accepted = send(&agent, Message::user_text("something else"))
+            .await
+            .unwrap();
+        assert_eq!(accepted.status.state, TaskState::Completed);
+
+        // A message to an existing task is not a new task: no hook, the task's own answer.
+        let mut follow_up = Message::user_text("forbidden follow-up");
+        follow_up.task_id = Some(accepted.id.clone());
+        let error = send(&agent, follow_up).await.unwrap_err();
+        assert!(
+            error.to_string().contains("takes no more messages"),
+            "{error}"
+        );
     }
 }

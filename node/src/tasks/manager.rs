@@ -302,6 +302,59 @@ impl TaskManager {
         Ok((task, stream))
     }
 
+    /// Stores a new task for `submission` that was refused before it started (a
+    /// `TaskReceived` hook blocked it): `SUBMITTED`, then `REJECTED` with `reason` as its
+    /// status message. Returns the task and a stream that yields it and ends.
+    pub(crate) async fn reject(
+        &self,
+        submission: Submission,
+        reason: &str,
+    ) -> Result<(Task, EventStream), Error> {
+        validate_message(&submission.message)?;
+        let id = TaskId::generate();
+        let context_id = submission
+            .message
+            .context_id
+            .clone()
+            .unwrap_or_else(ContextId::generate);
+        let mut message = submission.message;
+        message.task_id = Some(id.clone());
+        message.context_id = Some(context_id.clone());
+        let now = Timestamp::now();
+        let mut stored = StoredTask {
+            task: Task {
+                id,
+                context_id,
+                status: TaskStatus {
+                    state: TaskState::Submitted,
+                    message: None,
+                    timestamp: Some(now),
+                },
+                artifacts: Vec::new(),
+                history: vec![message],
+                metadata: submission.metadata,
+            },
+            role: submission.role.name.clone(),
+            owner: submission.owner,
+            parent: submission.parent,
+            created: now,
+            private: serde_json::Value::Null,
+        };
+        self.store.put(&stored).await.map_err(store_error)?;
+        let refusal = agent_message(&stored.task, reason.to_owned());
+        stored.task.status = TaskStatus {
+            state: TaskState::Rejected,
+            message: Some(refusal),
+            timestamp: Some(Timestamp::now()),
+        };
+        self.store.put(&stored).await.map_err(store_error)?;
+        let task = stored.task;
+        let stream: EventStream = Box::pin(futures_util::stream::iter([Ok(StreamResponse::Task(
+            task.clone(),
+        ))]));
+        Ok((task, stream))
+    }
+
     async fn resume(
         self: &Arc<Self>,
         id: TaskId,

@@ -58,6 +58,8 @@ pub(crate) struct ToolContext {
     pub(crate) children: Option<Arc<crate::agent::children::Children>>,
     /// The skill catalog and the task's active skills (`None` where skills are off).
     pub(crate) skills: Option<Arc<crate::agent::skill_tools::SkillState>>,
+    /// The hooks of the run (`None` where hooks are off).
+    pub(crate) hooks: Option<Arc<crate::hooks::RunHooks>>,
 }
 
 /// A tool's answer, sent back to the model.
@@ -176,6 +178,7 @@ pub(crate) mod test_support {
             depth: 0,
             children: None,
             skills: None,
+            hooks: None,
         }
     }
 }

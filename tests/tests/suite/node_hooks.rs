@@ -1,0 +1,332 @@
+//! Hooks on a real node: a `TaskReceived` hook of the project that rejects tasks once trusted
+//! (and stops when its file changes), a Claude Code `PreToolUse` hook script that refuses a
+//! command, and a `DelegationStart` hook that keeps a model from delegating to another node.
+
+use std::path::Path;
+
+use anyhow::{Context, bail, ensure};
+use mew_cards::{
+    ListTasksRequest, Message, SendMessageRequest, SendMessageResponse, Task, TaskState,
+};
+use mew_tests::model::{ScriptedModel, Step};
+use mew_tests::node::MewNode;
+use mew_transport::{AgentTransport, Binding, CallContext};
+use serde_json::json;
+
+/// A `hooks.yaml` whose `TaskReceived` rule rejects messages that mention "forbidden".
+const NO_FORBIDDEN: &str = "\
+hooks:
+  - name: no-forbidden
+    event: TaskReceived
+    if:
+      all_of:
+        - field: prompt
+          match: \"re:forbidden\"
+    action:
+      type: shell
+      command: \"echo 'forbidden topics are not accepted here' >&2; exit 2\"
+";
+
+/// A Claude Code hook script: refuses a `Bash` call whose command holds `rm -rf`.
+const NO_RM_SCRIPT: &str = "\
+#!/bin/sh
+input=$(cat)
+case \"$input\" in
+  *'\"command\":'*'rm -rf'*)
+    echo 'rm -rf is not allowed' >&2
+    exit 2
+    ;;
+esac
+exit 0
+";
+
+/// `.claude/settings.json` running the script before every `Bash` call.
+const CLAUDE_SETTINGS: &str = r#"{
+  "permissions": {"allow": []},
+  "hooks": {
+    "PreToolUse": [
+      {
+        "matcher": "Bash",
+        "hooks": [
+          {"type": "command", "command": "sh \"$CLAUDE_PROJECT_DIR/.claude/hooks/no-rm.sh\""}
+        ]
+      }
+    ]
+  }
+}
+"#;
+
+fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// A node (not launched) whose model roles run on `model`, over the OpenAI-compatible API.
+fn model_node(model: &ScriptedModel, roles: &[(&str, &str)]) -> anyhow::Result<MewNode> {
+    let config = format!(
+        "agent:\n  provider: scripted\n  model: sonnet\n\
+         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n",
+        model.base_url()
+    );
+    let node = MewNode::new()?;
+    node.write_config(&config)?;
+    for (file, text) in roles {
+        node.write_role(file, text)?;
+    }
+    Ok(node)
+}
+
+fn command_role(name: &str, command: &str) -> String {
+    format!("---\nname: {name}\ndescription: Runs {command}.\ncommand: {command}\n---\n")
+}
+
+fn role(name: &str, frontmatter: &str) -> String {
+    format!(
+        "---\nname: {name}\ndescription: A test role.\n{frontmatter}---\nYou help with tests.\n"
+    )
+}
+
+/// Runs `mew` with `args` against the node's home and project; fails unless it exits 0.
+async fn mew(node: &MewNode, args: &[&str]) -> anyhow::Result<String> {
+    let (code, stdout, stderr) = node.client(args).await?;
+    ensure!(
+        code == 0,
+        "mew {} exited {code}: {stdout}{stderr}",
+        args.join(" ")
+    );
+    Ok(stdout)
+}
+
+async fn send(node: &MewNode, role: &str, text: &str) -> anyhow::Result<Task> {
+    let agent = node
+        .agent(&format!("/agents/{role}"), Binding::JsonRpc)
+        .await?;
+    let request = SendMessageRequest::new(Message::user_text(text));
+    match agent.send_message(&CallContext::default(), request).await? {
+        SendMessageResponse::Task(task) => Ok(task),
+        other => bail!("expected a task, got {other:?}"),
+    }
+}
+
+fn status_text(task: &Task) -> String {
+    task.status
+        .message
+        .as_ref()
+        .map(Message::text)
+        .unwrap_or_default()
+}
+
+/// The tasks of a node, through its front agent.
+async fn tasks_of(node: &MewNode) -> anyhow::Result<Vec<Task>> {
+    let agent = node.agent("", Binding::JsonRpc).await?;
+    Ok(agent
+        .list_tasks(&CallContext::default(), ListTasksRequest::default())
+        .await?
+        .tasks)
+}
+
+#[tokio::test]
+async fn a_trusted_task_received_hook_rejects_tasks_and_an_edited_one_is_skipped()
+-> anyhow::Result<()> {
+    let mut node = MewNode::new()?;
+    node.write_role("greeter.md", &command_role("greeter", "[echo, accepted]"))?;
+    let hooks_file = node.project_dir().join(".mew/hooks.yaml");
+    write(&hooks_file, NO_FORBIDDEN)?;
+
+    // Not trusted yet: listed, marked, and the way to trust it named.
+    let listed = mew(&node, &["hooks", "list"]).await?;
+    ensure!(
+        listed.contains("no-forbidden")
+            && listed.contains("TaskReceived")
+            && listed.contains("run `mew hooks trust`"),
+        "hooks list before trust:\n{listed}"
+    );
+    let trusted = mew(&node, &["hooks", "trust"]).await?;
+    ensure!(
+        trusted.contains("hooks.yaml"),
+        "hooks trust said:\n{trusted}"
+    );
+    let listed = mew(&node, &["--json", "hooks", "list"]).await?;
+    let listing: serde_json::Value = serde_json::from_str(&listed).context("hooks list --json")?;
+    let rule = &listing["rules"][0];
+    ensure!(
+        rule["name"] == "no-forbidden"
+            && rule["event"] == "TaskReceived"
+            && rule["scope"] == "project"
+            && rule["trusted"] == true,
+        "hooks list --json after trust:\n{listed}"
+    );
+
+    node.launch().await?;
+    let rejected = send(&node, "greeter", "tell me about the forbidden room").await?;
+    ensure!(
+        rejected.status.state == TaskState::Rejected,
+        "state {:?}: {}",
+        rejected.status.state,
+        status_text(&rejected)
+    );
+    ensure!(
+        status_text(&rejected).contains("forbidden topics are not accepted here"),
+        "reason {:?}",
+        status_text(&rejected)
+    );
+    let accepted = send(&node, "greeter", "hello there").await?;
+    ensure!(
+        accepted.status.state == TaskState::Completed,
+        "state {:?}: {}",
+        accepted.status.state,
+        status_text(&accepted)
+    );
+    // The rejected task is stored like any other, and says why over `GetTask` too.
+    let tasks = tasks_of(&node).await?;
+    let stored = tasks
+        .iter()
+        .find(|task| task.id == rejected.id)
+        .context("the rejected task is not listed")?;
+    ensure!(
+        stored.status.state == TaskState::Rejected
+            && status_text(stored).contains("forbidden topics"),
+        "stored {:?}: {}",
+        stored.status.state,
+        status_text(stored)
+    );
+
+    // An edit revokes the trust: after a restart the hook is skipped.
+    let edited = format!("{NO_FORBIDDEN}# edited after it was trusted\n");
+    write(&hooks_file, &edited)?;
+    let listed = mew(&node, &["hooks", "list"]).await?;
+    ensure!(
+        listed.contains("run `mew hooks trust`"),
+        "hooks list after the edit:\n{listed}"
+    );
+    node.restart().await?;
+    let passed = send(&node, "greeter", "tell me about the forbidden room").await?;
+    ensure!(
+        passed.status.state == TaskState::Completed,
+        "an untrusted hook ran: {:?}: {}",
+        passed.status.state,
+        status_text(&passed)
+    );
+    ensure!(
+        node.log().contains("trusted again"),
+        "the skipped file is not logged:\n{}",
+        node.log()
+    );
+
+    // `untrust` forgets the file.
+    write(&hooks_file, NO_FORBIDDEN)?;
+    mew(&node, &["hooks", "trust"]).await?;
+    let untrusted = mew(&node, &["hooks", "untrust"]).await?;
+    ensure!(
+        untrusted.contains("hooks.yaml"),
+        "hooks untrust said:\n{untrusted}"
+    );
+    let listed = mew(&node, &["--json", "hooks", "list"]).await?;
+    ensure!(
+        listed.contains("\"trusted\": false"),
+        "hooks list after untrust:\n{listed}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_claude_code_pre_tool_use_script_refuses_a_bash_command() -> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("call_1", "bash", json!({"command": "rm -rf build"})),
+        Step::text("I will leave the build directory alone.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("rm -rf is not allowed"),
+    ])?;
+    let mut node = model_node(
+        &model,
+        &[("cleaner.md", &role("cleaner", "tools: [bash]\n"))],
+    )?;
+    let project = node.project_dir();
+    write(&project.join(".claude/hooks/no-rm.sh"), NO_RM_SCRIPT)?;
+    write(&project.join(".claude/settings.json"), CLAUDE_SETTINGS)?;
+    let marker = project.join("build/marker.txt");
+    write(&marker, "still here\n")?;
+    mew(&node, &["hooks", "trust"]).await?;
+    let listed = mew(&node, &["hooks", "list"]).await?;
+    ensure!(
+        listed.contains("PreToolUse") && listed.contains("settings.json"),
+        "hooks list:\n{listed}"
+    );
+
+    node.launch().await?;
+    let task = send(&node, "cleaner", "clean up the build").await?;
+    ensure!(
+        task.status.state == TaskState::Completed,
+        "state {:?}: {}",
+        task.status.state,
+        status_text(&task)
+    );
+    ensure!(
+        status_text(&task) == "I will leave the build directory alone.",
+        "answer {:?}",
+        status_text(&task)
+    );
+    ensure!(marker.exists(), "the refused command ran");
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_delegation_start_hook_blocks_a_delegation_to_another_node() -> anyhow::Result<()> {
+    let peer = MewNode::start(&[("upper.md", &command_role("upper", "[tr, a-z, A-Z]"))]).await?;
+    let upper_url = peer.role_url("upper");
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "Agent",
+            json!({"prompt": "shout this", "description": "shout", "subagent_type": upper_url}),
+        ),
+        Step::text("The other node is off limits.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("delegating to other nodes is not allowed"),
+    ])?;
+    let mut node = model_node(&model, &[("boss.md", &role("boss", "tools: [Agent]\n"))])?;
+    // A user hook: always trusted.
+    write(
+        &node.home_dir().join(".mew/hooks.yaml"),
+        "hooks:\n\
+         \x20 - name: local-only\n\
+         \x20   event: DelegationStart\n\
+         \x20   if:\n\
+         \x20     all_of:\n\
+         \x20       - field: target\n\
+         \x20         match: \"re:^https?://\"\n\
+         \x20   action:\n\
+         \x20     type: shell\n\
+         \x20     command: \"echo 'delegating to other nodes is not allowed' >&2; exit 2\"\n",
+    )?;
+    let listed = mew(&node, &["hooks", "list"]).await?;
+    ensure!(
+        listed.contains("local-only") && listed.contains("user"),
+        "hooks list:\n{listed}"
+    );
+
+    node.launch().await?;
+    let task = send(&node, "boss", "have the other node shout").await?;
+    ensure!(
+        task.status.state == TaskState::Completed,
+        "state {:?}: {}",
+        task.status.state,
+        status_text(&task)
+    );
+    ensure!(
+        status_text(&task) == "The other node is off limits.",
+        "answer {:?}",
+        status_text(&task)
+    );
+    let delegated = tasks_of(&peer).await?;
+    ensure!(
+        delegated.is_empty(),
+        "the peer got {} task(s)",
+        delegated.len()
+    );
+    model.assert_done();
+    Ok(())
+}
