@@ -257,6 +257,8 @@ impl TaskManager {
             _ => Slot::Wait,
         };
         let id = TaskId::generate();
+        // A context made here has no earlier tasks: its first turn need not read them.
+        let fresh_context = submission.message.context_id.is_none();
         let context_id = submission
             .message
             .context_id
@@ -298,7 +300,11 @@ impl TaskManager {
             let stream = self.watch(&live, &state);
             (state.stored.task.clone(), stream)
         };
-        self.spawn_turn(live, submission.role, message, false, 1, slot);
+        let start = TurnStart {
+            resumed: false,
+            fresh_context,
+        };
+        self.spawn_turn(live, submission.role, message, start, 1, slot);
         Ok((task, stream))
     }
 
@@ -426,7 +432,11 @@ impl TaskManager {
             (state.stored.task.clone(), stream, role, state.turn)
         };
         self.queued.fetch_add(1, Ordering::SeqCst);
-        self.spawn_turn(live, role, message, true, turn, Slot::Wait);
+        let start = TurnStart {
+            resumed: true,
+            fresh_context: false,
+        };
+        self.spawn_turn(live, role, message, start, turn, Slot::Wait);
         Ok((task, stream))
     }
 
@@ -463,7 +473,7 @@ impl TaskManager {
         live: Arc<Live>,
         role: Arc<RoleDefinition>,
         message: Message,
-        resumed: bool,
+        start: TurnStart,
         turn: u64,
         slot: Slot,
     ) {
@@ -483,7 +493,7 @@ impl TaskManager {
                 };
                 manager.queued.fetch_sub(1, Ordering::SeqCst);
                 if let Some(_permit) = permit {
-                    manager.run_turn(&live, role, message, resumed, turn).await;
+                    manager.run_turn(&live, role, message, start, turn).await;
                 }
                 manager.finish(&live, turn).await;
             }
@@ -503,9 +513,10 @@ impl TaskManager {
         live: &Arc<Live>,
         role: Arc<RoleDefinition>,
         message: Message,
-        resumed: bool,
+        start: TurnStart,
         turn: u64,
     ) {
+        let resumed = start.resumed;
         let (task_id, context_id, history, private, depth) = {
             let mut state = live.state.lock().await;
             if state.turn != turn || !state.busy {
@@ -527,8 +538,12 @@ impl TaskManager {
                 delegation_depth(state.stored.task.metadata.as_ref()),
             )
         };
-        let (mut earlier, earlier_private) = match self.context_history(&context_id, &task_id).await
-        {
+        let history_read = if start.fresh_context {
+            Ok((Vec::new(), serde_json::Value::Null))
+        } else {
+            self.context_history(&context_id, &task_id).await
+        };
+        let (mut earlier, earlier_private) = match history_read {
             Ok(earlier) => earlier,
             Err(e) => {
                 self.fail(
@@ -813,6 +828,15 @@ impl TaskManager {
             warn!(grace = %humanize(grace), "tasks still running after the shutdown grace period");
         }
     }
+}
+
+/// How a turn starts.
+#[derive(Clone, Copy, Debug)]
+struct TurnStart {
+    /// The message answers the task's question (INPUT_REQUIRED).
+    resumed: bool,
+    /// The task created its context: there are no earlier tasks to read.
+    fresh_context: bool,
 }
 
 /// Whether a turn waits for a slot of its own.
