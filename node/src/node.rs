@@ -190,7 +190,7 @@ impl Runtime {
         for problem in skills.problems() {
             warn!(path = %problem.path, "skill: {}", problem.message);
         }
-        let hooks = Arc::new(load_hooks(&config, &env, &ledger)?);
+        let hooks = Arc::new(load_hooks(&config, &env, &ledger, &directory)?);
         let model_tools = {
             let mut tools = ToolRegistry::builtin();
             tools.register(Arc::new(AgentTool {
@@ -367,11 +367,13 @@ impl Runtime {
 }
 
 /// The hook rules of the user's and the project's files (project hooks only once trusted with
-/// `mew hooks trust`), each problem logged and skipped.
+/// `mew hooks trust`), each problem logged and skipped; `subagent` actions run the roles of
+/// `directory`.
 fn load_hooks(
     config: &Config,
     env: &Arc<HashMap<String, String>>,
     ledger: &Path,
+    directory: &Arc<Directory>,
 ) -> anyhow::Result<HookEngine> {
     let trust = config
         .home_dir
@@ -393,11 +395,15 @@ fn load_hooks(
     }
     let settings = HookSettings {
         env: env.clone(),
-        extra_env: Vec::new(),
+        extra_env: config.hooks.env.clone(),
         project_dir: config.project_dir.clone(),
         ledger_dir: Some(ledger.to_path_buf()),
     };
-    HookEngine::new(loaded.rules, settings).context("cannot start the hook engine")
+    let subagents =
+        crate::agent::hook_subagent::HookSubagents::new(directory.clone(), config.agent.max_depth);
+    Ok(HookEngine::new(loaded.rules, settings)
+        .context("cannot start the hook engine")?
+        .with_subagents(Arc::new(subagents)))
 }
 
 /// How long MCP servers get to close their sessions when the node stops; then their process

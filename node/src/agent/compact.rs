@@ -27,6 +27,11 @@
 //! does not count in `model_calls`, so compacting never brings a run closer to its `max_turns`.
 //! [`WindowUse::compactions`] counts compactions instead.
 //!
+//! Hooks see a compaction: `PreCompact` (trigger `auto`, the estimate before) just before the
+//! summary request, and `PostCompact` (the estimates before and after) once the summary took its
+//! place. Neither can stop it; their errors are only logged. The additional context of a
+//! `PreCompact` hook joins the summary instruction as extra guidance.
+//!
 //! A failed summary call fails the run with the provider's error, whatever the error, and leaves
 //! the conversation as it was. Going on uncompacted would not help: the summary request is
 //! smaller than the request it was to make room for, so a model that finds the summary request
@@ -41,6 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::conversation::{Block, ChatMessage, ModelRequest, ResultPart, Speaker, ToolSpec, Usage};
 use super::engine::{AgentError, AgentSettings, Session};
+use crate::hooks::{HookOutcome, Payload, RunHooks};
 use crate::provider::{Provider, ProviderError};
 
 /// Bytes of text per token in the estimate of what the provider has not counted.
@@ -69,6 +75,12 @@ take its place, so write what you need to carry on the work without it:\n\
 4. Findings, errors met and how they were resolved.\n\
 5. Work still open, and the next step.\n\
 Be concise but complete. Answer with the summary only; no tools are available.";
+
+/// The trigger of compactions the loop starts on its own (Claude Code's value).
+const TRIGGER: &str = "auto";
+
+/// Introduces the guidance `PreCompact` hooks added to the summary instruction.
+const GUIDANCE_HEADER: &str = "\n\nAdditional guidance for this summary:";
 
 /// How full the context window is, as far as the last model call tells.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +128,9 @@ fn threshold(settings: &AgentSettings) -> u64 {
 
 /// Compacts the conversation if the next request would reach the threshold; tells whether it did.
 ///
+/// With `hooks`, `PreCompact` is dispatched before the summary request and `PostCompact` after
+/// the compaction (trigger `auto`); neither blocks.
+///
 /// The summary call's usage is added to `session.usage`; `session.model_calls` is left alone,
 /// so a compaction never counts against the run's `max_turns`.
 ///
@@ -131,6 +146,7 @@ pub(crate) async fn compact_if_needed(
     tools: &[ToolSpec],
     session: &mut Session,
     cancel: &CancellationToken,
+    hooks: Option<&RunHooks>,
 ) -> Result<bool, AgentError> {
     let threshold = threshold(settings);
     if threshold == 0 {
@@ -144,6 +160,20 @@ pub(crate) async fn compact_if_needed(
     let Some(cut) = cut(&session.messages, keep_budget) else {
         return Ok(false);
     };
+    let mut guidance = Vec::new();
+    if let Some(hooks) = hooks {
+        let outcome = hooks.dispatch(Payload::pre_compact(TRIGGER, before)).await;
+        log_ignored_stop("PreCompact", &outcome);
+        guidance = outcome.additional_context;
+    }
+    let mut instruction = SUMMARY_INSTRUCTION.to_owned();
+    if !guidance.is_empty() {
+        instruction.push_str(GUIDANCE_HEADER);
+        for text in &guidance {
+            instruction.push('\n');
+            instruction.push_str(text.trim());
+        }
+    }
     let request = ModelRequest {
         model: settings.model.clone(),
         system: settings.system.clone(),
@@ -151,7 +181,7 @@ pub(crate) async fn compact_if_needed(
             speaker: Speaker::User,
             content: vec![Block::Text {
                 text: format!(
-                    "<transcript>\n{}</transcript>\n\n{SUMMARY_INSTRUCTION}",
+                    "<transcript>\n{}</transcript>\n\n{instruction}",
                     transcript(&session.messages[..cut])
                 ),
             }],
@@ -204,15 +234,30 @@ pub(crate) async fn compact_if_needed(
         compactions: session.window.compactions + 1,
         ..WindowUse::default()
     };
+    let after = estimate(settings, tools, session);
     tracing::info!(
         estimate = before,
         threshold,
         summarized,
         kept = session.messages.len(),
-        after = estimate(settings, tools, session),
+        after,
         "compacted the conversation"
     );
+    if let Some(hooks) = hooks {
+        let outcome = hooks
+            .dispatch(Payload::post_compact(TRIGGER, before, after))
+            .await;
+        log_ignored_stop("PostCompact", &outcome);
+    }
     Ok(true)
+}
+
+/// Logs a `continue: false` from a compaction hook, which stops nothing here. Hook errors (a
+/// block among them: these events cannot be blocked) are logged by the engine.
+fn log_ignored_stop(event: &str, outcome: &HookOutcome) {
+    if let Some(reason) = &outcome.stop {
+        tracing::warn!(event, %reason, "a compaction hook cannot stop the run; ignored");
+    }
 }
 
 /// Where to cut `messages`: the index of the first message kept, or `None` if there is nothing

@@ -240,6 +240,7 @@ impl Agent {
                 &self.tools.specs(),
                 session,
                 &self.context.cancel,
+                self.context.hooks.as_deref(),
             )
             .await
             {

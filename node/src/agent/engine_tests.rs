@@ -738,3 +738,98 @@ async fn a_pre_tool_use_allow_does_not_lift_a_deny_rule() {
     assert_eq!(results(&s, 2), [("c1".to_owned(), true)]);
     model.assert_done();
 }
+
+#[tokio::test]
+async fn compaction_hooks_see_it_and_pre_compact_guides_the_summary() {
+    use mew_tests::model::Usage as Tokens;
+    let dir = tempfile::tempdir().unwrap();
+    let pre = dir.path().join("pre-compact.json");
+    let post = dir.path().join("post-compact.json");
+    let record = |n: i64, input: u64| {
+        Step::tool_call(format!("r{n}"), "record", json!({"n": n}))
+            .with_usage(Tokens::new(input, 10))
+    };
+    let model = ScriptedModel::start(vec![
+        record(1, 500),
+        record(2, 900),
+        record(3, 1300),
+        // 1610 tokens: the next request would pass 80% of the 2000-token window.
+        record(4, 1600),
+        Step::text("Summary: 1 to 4 recorded.")
+            .expect_tools_exclude(["record"])
+            .expect_last_user("Additional guidance for this summary:\nkeep every number")
+            .with_usage(Tokens::new(300, 40)),
+        Step::text("all recorded").expect_tool_results(["r2", "r3", "r4"]),
+    ])
+    .unwrap();
+    let guidance = r#"{"hookSpecificOutput": {"hookEventName": "PreCompact", "additionalContext": "keep every number"}}"#;
+    let (mut agent, order) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([
+            shell_hook(
+                "before",
+                "PreCompact",
+                &format!("cat > '{}'; printf '%s\\n' '{guidance}'", pre.display())
+            ),
+            shell_hook(
+                "after",
+                "PostCompact",
+                &format!("cat > '{}'", post.display())
+            ),
+        ]),
+    );
+    agent.settings.context_window = 2_000;
+    let mut s = session("record 1 to 4");
+    let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert_eq!(outcome, Outcome::Answered("all recorded".into()));
+    model.assert_done();
+    assert_eq!(*order.lock().unwrap(), [1, 2, 3, 4]);
+    assert_eq!(s.window.compactions, 1);
+
+    let pre: Value = serde_json::from_str(&std::fs::read_to_string(&pre).unwrap()).unwrap();
+    assert_eq!(pre["hook_event_name"], "PreCompact");
+    assert_eq!(pre["trigger"], "auto");
+    assert_eq!(pre["session_id"], "context-1");
+    let before = pre["before_tokens"].as_u64().unwrap();
+    assert!(before >= 1_600, "{pre}");
+
+    let post: Value = serde_json::from_str(&std::fs::read_to_string(&post).unwrap()).unwrap();
+    assert_eq!(post["hook_event_name"], "PostCompact");
+    assert_eq!(post["trigger"], "auto");
+    assert_eq!(post["before_tokens"].as_u64(), Some(before));
+    let after = post["after_tokens"].as_u64().unwrap();
+    assert!(0 < after && after < before, "{post}");
+}
+
+#[tokio::test]
+async fn without_compaction_the_compaction_hooks_do_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("compactions");
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("c1", "record", json!({"n": 1})),
+        Step::text("done"),
+    ])
+    .unwrap();
+    let (agent, _) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([
+            shell_hook(
+                "before",
+                "PreCompact",
+                &format!("cat >> '{}'", log.display())
+            ),
+            shell_hook(
+                "after",
+                "PostCompact",
+                &format!("cat >> '{}'", log.display())
+            ),
+        ]),
+    );
+    let mut s = session("record 1");
+    agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    model.assert_done();
+    assert_eq!(s.window.compactions, 0);
+    assert!(!log.exists(), "no compaction, no compaction hooks");
+}

@@ -1,5 +1,13 @@
 //! `mew chat [--role R]`: a conversation with a role in the terminal, without HTTP: each line
 //! is a task in one context, so the role sees what was said before.
+//!
+//! A context is a hook session (its id the session id, the project the cwd). `SessionStart` is
+//! dispatched by the runner for a task that starts a new context; the chat dispatches
+//! `SessionEnd` for the context it leaves (reason `clear` at `/clear`, `resume` when `/resume`
+//! switches to another one, `exit` when the chat ends, `other` when it fails) and then forgets
+//! which `only_once` rules ran in it, and `SessionResume` once `/resume ID` switched the context.
+//! None of them blocks; the additional context and messages of `SessionResume` are shown as
+//! notes.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -16,6 +24,7 @@ use super::local::{Ending, Printer, Terminal, Typed, converse, one_line};
 use super::output::state_name;
 use super::remote::remote_error;
 use crate::config::Config;
+use crate::hooks::{HookContext, HookOutcome, Payload};
 use crate::node::Runtime;
 use crate::roles::catalog::render_agents;
 
@@ -153,18 +162,53 @@ async fn chat_in<O: Write, E: Write>(
         .as_deref()
         .unwrap_or(&runtime.config.node.default_role);
     let role = runtime.known_role(name).map_err(Failure::Usage)?;
-    let front = runtime.front_agent();
     let mut chat = Chat {
         role,
         context: None,
         contexts: Vec::new(),
     };
     let mut printer = Printer::new(json, false);
+    let ended = chat_lines(runtime, &mut chat, json, terminal, &mut printer).await;
+    if let Some(context) = chat.context.take() {
+        let reason = match &ended {
+            Ok(()) | Err(Failure::Interrupted(_)) => "exit",
+            Err(_) => "other",
+        };
+        end_session(runtime, &context, reason).await;
+    }
+    ended
+}
+
+/// Dispatches `payload` in the hook session of `context`: the context id is the session id,
+/// the project the cwd. Nothing here blocks, so the outcome only carries notes.
+async fn session_hook(runtime: &Runtime, context: &ContextId, payload: Payload) -> HookOutcome {
+    match HookContext::new(context.as_str(), runtime.config.project_dir.clone()) {
+        Ok(ctx) => runtime.hooks.dispatch(payload, &ctx).await,
+        Err(_) => HookOutcome::default(),
+    }
+}
+
+/// Ends the hook session of `context` (`SessionEnd` with `reason`); its `only_once` rules may
+/// run again should it be resumed.
+async fn end_session(runtime: &Runtime, context: &ContextId, reason: &str) {
+    let _ = session_hook(runtime, context, Payload::session_end(reason)).await;
+    runtime.hooks.reset_session(context.as_str());
+}
+
+/// The lines of a chat, until `/quit`, the end of the input or a Ctrl-C at the prompt.
+async fn chat_lines<O: Write, E: Write>(
+    runtime: &Runtime,
+    chat: &mut Chat,
+    json: bool,
+    terminal: &mut Terminal<O, E>,
+    printer: &mut Printer,
+) -> Result<(), Failure> {
+    let front = runtime.front_agent();
     let io = |error: std::io::Error| Failure::Runtime(error.into());
     if terminal.interactive {
         terminal
             .note(
-                &mut printer,
+                printer,
                 &format!(
                     "mew chat with {}: /help lists the commands, /quit leaves\n",
                     chat.role.name
@@ -175,19 +219,19 @@ async fn chat_in<O: Write, E: Write>(
     loop {
         if terminal.interactive {
             terminal
-                .note(&mut printer, &format!("{}> ", chat.role.name))
+                .note(printer, &format!("{}> ", chat.role.name))
                 .map_err(io)?;
         }
         let line = match terminal.typed().await.map_err(Failure::Runtime)? {
             Typed::Line(line) => line,
             Typed::End => {
                 if terminal.interactive {
-                    terminal.note(&mut printer, "\n").map_err(io)?;
+                    terminal.note(printer, "\n").map_err(io)?;
                 }
                 return Ok(());
             }
             Typed::Interrupted => {
-                terminal.note(&mut printer, "\n").map_err(io)?;
+                terminal.note(printer, "\n").map_err(io)?;
                 return Err(Failure::Interrupted(anyhow!("interrupted")));
             }
         };
@@ -207,14 +251,16 @@ async fn chat_in<O: Write, E: Write>(
                 .write_all(render_agents(runtime.catalog(), json).as_bytes())
                 .map_err(io)?,
             Line::Clear => {
-                chat.context = None;
+                if let Some(context) = chat.context.take() {
+                    end_session(runtime, &context, "clear").await;
+                }
                 terminal
-                    .note(&mut printer, "(a new conversation)\n")
+                    .note(printer, "(a new conversation)\n")
                     .map_err(io)?;
             }
             Line::Role(None) => terminal
                 .note(
-                    &mut printer,
+                    printer,
                     &format!("talking to {}; /agents lists the roles\n", chat.role.name),
                 )
                 .map_err(io)?,
@@ -226,30 +272,46 @@ async fn chat_in<O: Write, E: Write>(
                     }
                     Err(error) => format!("{error:#}\n"),
                 };
-                terminal.note(&mut printer, &note).map_err(io)?;
+                terminal.note(printer, &note).map_err(io)?;
             }
             Line::Tasks => {
-                let listing = list_chat_tasks(&front, &chat).await;
-                print_listing(terminal, &mut printer, listing)?;
+                let listing = list_chat_tasks(&front, chat).await;
+                print_listing(terminal, printer, listing)?;
             }
             Line::Resume(None) => {
                 let listing = list_recent(&front).await;
-                print_listing(terminal, &mut printer, listing)?;
+                print_listing(terminal, printer, listing)?;
             }
-            Line::Resume(Some(id)) => {
-                let note = match find_context(&front, &id).await {
-                    Ok(context) => {
-                        let note = format!("(continuing context {context})\n");
-                        chat.enter(context);
-                        note
+            Line::Resume(Some(id)) => match find_context(&front, &id).await {
+                Ok(context) => {
+                    terminal
+                        .note(printer, &format!("(continuing context {context})\n"))
+                        .map_err(io)?;
+                    if chat.context.as_ref() != Some(&context) {
+                        if let Some(left) = chat.context.take() {
+                            end_session(runtime, &left, "resume").await;
+                        }
+                        chat.enter(context.clone());
+                        let outcome =
+                            session_hook(runtime, &context, Payload::session_resume()).await;
+                        for text in outcome
+                            .system_messages
+                            .iter()
+                            .chain(&outcome.additional_context)
+                        {
+                            terminal
+                                .note(printer, &format!("{}\n", text.trim_end()))
+                                .map_err(io)?;
+                        }
                     }
-                    Err(error) => format!("{error:#}\n"),
-                };
-                terminal.note(&mut printer, &note).map_err(io)?;
-            }
+                }
+                Err(error) => terminal
+                    .note(printer, &format!("{error:#}\n"))
+                    .map_err(io)?,
+            },
             Line::Unknown(name) => terminal
                 .note(
-                    &mut printer,
+                    printer,
                     &format!("unknown command /{name}; /help lists the commands\n"),
                 )
                 .map_err(io)?,
@@ -258,7 +320,7 @@ async fn chat_in<O: Write, E: Write>(
                 let mut message = Message::user_text(text);
                 message.context_id = chat.context.clone();
                 let permission_asks = !chat.role.is_command();
-                match converse(&agent, message, permission_asks, terminal, &mut printer).await {
+                match converse(&agent, message, permission_asks, terminal, printer).await {
                     Ok(Ending::Task(task) | Ending::Interrupted(Some(task))) => {
                         chat.enter(task.context_id);
                     }
@@ -267,7 +329,7 @@ async fn chat_in<O: Write, E: Write>(
                         return Err(Failure::Runtime(error));
                     }
                     Err(error) => terminal
-                        .note(&mut printer, &format!("mew: {error:#}\n"))
+                        .note(printer, &format!("mew: {error:#}\n"))
                         .map_err(io)?,
                 }
             }
@@ -635,6 +697,141 @@ mod tests {
         let resumed = conversation(&requests[1]);
         assert!(
             resumed.contains("my name is Ada") && resumed.contains("Hi Ada."),
+            "{resumed}"
+        );
+        model.assert_done();
+    }
+
+    /// The hook events logged to `log` (one JSON payload after another), as
+    /// (event, `reason` or `source`, session id).
+    fn logged_sessions(log: &std::path::Path) -> Vec<(String, String, String)> {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        serde_json::Deserializer::from_str(&text)
+            .into_iter::<serde_json::Value>()
+            .map(|payload| {
+                let payload = payload.unwrap();
+                let field = |key: &str| payload[key].as_str().unwrap_or_default().to_owned();
+                let why = if payload["reason"].is_string() {
+                    field("reason")
+                } else {
+                    field("source")
+                };
+                (field("hook_event_name"), why, field("session_id"))
+            })
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn clear_resume_and_quit_end_and_resume_hook_sessions() {
+        let model = ScriptedModel::start(vec![
+            Step::text("Hi Ada.").expect_last_user("my name is Ada"),
+            Step::text("Hello.").expect_last_user("hello"),
+            Step::text("Your name is Ada.").expect_last_user("what is my name?"),
+        ])
+        .unwrap();
+        let project = Project::new(Some(&model), &[]);
+        let home = project.config.home_dir.clone().unwrap();
+        let log = home.join("sessions.log");
+        // A user-level file: it needs no trust. The resume hook runs once per session, which
+        // starts again when the session ends.
+        let hooks = format!(
+            "hooks:\n\
+             \x20 - name: started\n\
+             \x20   event: SessionStart\n\
+             \x20   action: {{type: shell, command: \"cat >> '{log}'\"}}\n\
+             \x20 - name: ended\n\
+             \x20   event: SessionEnd\n\
+             \x20   action: {{type: shell, command: \"cat >> '{log}'\"}}\n\
+             \x20 - name: resumed\n\
+             \x20   event: SessionResume\n\
+             \x20   only_once: true\n\
+             \x20   action: {{type: shell, command: \"cat >> '{log}'; echo welcome back\"}}\n",
+            log = log.display()
+        );
+        std::fs::create_dir_all(home.join(".mew")).unwrap();
+        std::fs::write(home.join(".mew/hooks.yaml"), hooks).unwrap();
+
+        // A first chat that ends with its input.
+        let mut first = terminal("my name is Ada\n", false);
+        chat(
+            ChatArgs { role: None },
+            project.config.clone(),
+            false,
+            &mut first,
+        )
+        .await
+        .unwrap();
+        let logged = logged_sessions(&log);
+        assert_eq!(logged.len(), 2, "{logged:?}");
+        let ada = logged[0].2.clone();
+        assert_eq!(
+            logged,
+            [
+                ("SessionStart".to_owned(), "startup".to_owned(), ada.clone()),
+                ("SessionEnd".to_owned(), "exit".to_owned(), ada.clone()),
+            ]
+        );
+        let runtime = Runtime::load(project.config.clone(), HashMap::new())
+            .await
+            .unwrap();
+        let tasks = runtime
+            .front_agent()
+            .list_tasks(&CallContext::anonymous(), ListTasksRequest::default())
+            .await
+            .unwrap()
+            .tasks;
+        runtime.shutdown().await;
+        assert_eq!(tasks.len(), 1);
+        assert_eq!(tasks[0].context_id.as_str(), ada);
+        let earlier = &tasks[0].id;
+
+        // A second chat: a new context, left for the first one, which is cleared, resumed
+        // again and left with /quit.
+        let mut second = terminal(
+            &format!(
+                "hello\n/resume {earlier}\nwhat is my name?\n/clear\n/resume {earlier}\n/quit\n"
+            ),
+            false,
+        );
+        chat(
+            ChatArgs { role: None },
+            project.config.clone(),
+            false,
+            &mut second,
+        )
+        .await
+        .unwrap();
+
+        let logged = logged_sessions(&log);
+        assert_eq!(logged.len(), 8, "{logged:?}");
+        let other = logged[2].2.clone();
+        assert_ne!(other, ada);
+        let event = |name: &str, why: &str, session: &str| {
+            (name.to_owned(), why.to_owned(), session.to_owned())
+        };
+        assert_eq!(
+            logged[2..],
+            [
+                event("SessionStart", "startup", &other),
+                event("SessionEnd", "resume", &other),
+                event("SessionResume", "resume", &ada),
+                event("SessionEnd", "clear", &ada),
+                event("SessionResume", "resume", &ada),
+                event("SessionEnd", "exit", &ada),
+            ]
+        );
+        let (out, err) = printed(&second);
+        assert_eq!(out, "Hello.\nYour name is Ada.\n");
+        let continuing = format!("(continuing context {ada})\nwelcome back\n");
+        assert_eq!(
+            err,
+            format!("{continuing}(a new conversation)\n{continuing}")
+        );
+        let requests = model.requests();
+        assert_eq!(requests.len(), 3);
+        let resumed = conversation(&requests[2]);
+        assert!(
+            resumed.contains("Hi Ada.") && !resumed.contains("Hello."),
             "{resumed}"
         );
         model.assert_done();

@@ -21,6 +21,7 @@
 mod check;
 pub(crate) mod duration;
 mod error;
+mod hooks;
 mod load;
 pub mod mcp;
 mod mcp_entries;
@@ -46,6 +47,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use error::ConfigError;
+pub use hooks::HooksConfig;
 pub use load::{FlagOverrides, LoadedConfig, Sources};
 pub use merge::Origin;
 pub use peers::{PeerBinding, PeerConfig};
@@ -69,6 +71,9 @@ pub struct Config {
     /// `skills:` — extra skill roots, and where and within which limits skills are installed
     /// from.
     pub skills: SkillsConfig,
+    /// `hooks:` — what shell hooks get from the node's environment (the hooks themselves are
+    /// in `hooks.yaml` and Claude Code settings files).
+    pub hooks: HooksConfig,
     /// `permissions:` — the default permission mode and the allow, deny and ask rules.
     pub permissions: PermissionsConfig,
     /// `agent:` — which provider and model run model-driven roles.

@@ -99,6 +99,7 @@ impl LoadedConfig {
             },
             roles: RolesConfig { dirs },
             skills,
+            hooks: self.resolve_hooks(),
             permissions: PermissionsConfig {
                 mode: settings.permissions.mode,
                 allow: settings.permissions.allow.clone(),

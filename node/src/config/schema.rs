@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::hooks::HooksSettings;
 use super::peers::{PeerSettings, peer_entry_schema};
 use super::providers::{AgentSettings, ProviderSettings, provider_entry_schema};
 use super::skills::SkillsSettings;
@@ -22,6 +23,7 @@ pub(crate) struct Settings {
     pub(crate) limits: LimitsSettings,
     pub(crate) roles: RolesSettings,
     pub(crate) skills: SkillsSettings,
+    pub(crate) hooks: HooksSettings,
     pub(crate) permissions: PermissionsSettings,
     pub(crate) agent: AgentSettings,
     pub(crate) providers: BTreeMap<String, ProviderSettings>,

@@ -330,3 +330,89 @@ async fn a_delegation_start_hook_blocks_a_delegation_to_another_node() -> anyhow
     model.assert_done();
     Ok(())
 }
+
+#[tokio::test]
+async fn a_subagent_hook_asks_a_guard_role_whose_json_decision_blocks_a_tool_call()
+-> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("call_1", "bash", json!({"command": "rm -rf build"})),
+        // The guard: the hook's prompt, then the payload; a child gets no Agent tool.
+        Step::text(
+            "That deletes the build.\n{\"decision\": \"block\", \"reason\": \"guard says no\"}",
+        )
+        .expect_last_user("Is this tool call safe?\n\n```json\n{")
+        .expect_tools_exclude(["Agent"]),
+        Step::text("The guard refused; I left the build alone.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("guard says no"),
+    ])?;
+    let mut node = model_node(
+        &model,
+        &[
+            ("cleaner.md", &role("cleaner", "tools: [bash]\n")),
+            ("guard.md", &role("guard", "")),
+        ],
+    )?;
+    let marker = node.project_dir().join("build/marker.txt");
+    write(&marker, "still here\n")?;
+    // A user hook: always trusted.
+    write(
+        &node.home_dir().join(".mew/hooks.yaml"),
+        "hooks:\n\
+         \x20 - name: guard-check\n\
+         \x20   event: PreToolUse\n\
+         \x20   if:\n\
+         \x20     all_of:\n\
+         \x20       - field: tool_name\n\
+         \x20         match: \"re:(?i)^bash$\"\n\
+         \x20   action:\n\
+         \x20     type: subagent\n\
+         \x20     agent_name: guard\n\
+         \x20     prompt: Is this tool call safe?\n",
+    )?;
+    let listed = mew(&node, &["hooks", "list"]).await?;
+    ensure!(
+        listed.contains("guard-check") && listed.contains("user"),
+        "hooks list:\n{listed}"
+    );
+
+    node.launch().await?;
+    let task = send(&node, "cleaner", "clean up the build").await?;
+    ensure!(
+        task.status.state == TaskState::Completed,
+        "state {:?}: {}",
+        task.status.state,
+        status_text(&task)
+    );
+    ensure!(
+        status_text(&task) == "The guard refused; I left the build alone.",
+        "answer {:?}",
+        status_text(&task)
+    );
+    ensure!(marker.exists(), "the blocked command ran");
+    // The guard ran as a task of its own, and ended.
+    let tasks = tasks_of(&node).await?;
+    ensure!(
+        tasks.len() == 2
+            && tasks
+                .iter()
+                .all(|task| task.status.state == TaskState::Completed),
+        "tasks: {:?}",
+        tasks
+            .iter()
+            .map(|task| (task.id.to_string(), task.status.state))
+            .collect::<Vec<_>>()
+    );
+    let asked = model
+        .requests()
+        .iter()
+        .map(|request| request.last_user_text())
+        .find(|text| text.starts_with("Is this tool call safe?"))
+        .context("the guard was not asked")?;
+    ensure!(
+        asked.contains("\"command\": \"rm -rf build\"\n  },\n  \"tool_name\": \"bash\""),
+        "the guard was asked:\n{asked}"
+    );
+    model.assert_done();
+    Ok(())
+}
