@@ -416,3 +416,98 @@ async fn a_subagent_hook_asks_a_guard_role_whose_json_decision_blocks_a_tool_cal
     model.assert_done();
     Ok(())
 }
+
+#[tokio::test]
+async fn prompt_completion_and_subagent_hooks_fire_on_a_running_node() -> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "Agent",
+            json!({"prompt": "shout this", "description": "shout", "subagent_type": "upper"}),
+        ),
+        Step::text("Shouted.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("SHOUT THIS"),
+    ])?;
+    let mut node = model_node(
+        &model,
+        &[
+            ("boss.md", &role("boss", "tools: [Agent]\n")),
+            ("upper.md", &command_role("upper", "[tr, a-z, A-Z]")),
+        ],
+    )?;
+    // User hooks (always trusted): each logs the event's payload, one JSON line each; the
+    // prompt hook refuses prompts about secrets.
+    let log = |event: &str, file: &str| {
+        format!(
+            "  - name: log-{event}\n    event: {event}\n    action:\n      type: shell\n      \
+             command: \"cat >> \\\"$MEW_PROJECT_DIR/{file}\\\"; echo >> \\\"$MEW_PROJECT_DIR/{file}\\\"\"\n"
+        )
+    };
+    let hooks = format!(
+        "hooks:\n\
+         \x20 - name: no-secrets\n\
+         \x20   event: UserPromptSubmit\n\
+         \x20   if:\n\
+         \x20     all_of:\n\
+         \x20       - field: prompt\n\
+         \x20         match: \"re:secret\"\n\
+         \x20   action:\n\
+         \x20     type: shell\n\
+         \x20     command: \"echo 'no secrets here' >&2; exit 2\"\n\
+         {}{}{}",
+        log("TaskCompleted", "completed.log"),
+        log("SubagentStart", "subagents.log"),
+        log("SubagentStop", "subagents.log"),
+    );
+    write(&node.home_dir().join(".mew/hooks.yaml"), &hooks)?;
+    node.launch().await?;
+
+    let boss = send(&node, "boss", "shout it").await?;
+    ensure!(
+        boss.status.state == TaskState::Completed,
+        "{:?}: {}",
+        boss.status.state,
+        status_text(&boss)
+    );
+    let refused = send(&node, "boss", "tell me the secret").await?;
+    ensure!(
+        refused.status.state == TaskState::Failed
+            && status_text(&refused).contains("blocked by hook no-secrets")
+            && status_text(&refused).contains("no secrets here"),
+        "{:?}: {}",
+        refused.status.state,
+        status_text(&refused)
+    );
+
+    let lines = |file: &str| -> anyhow::Result<Vec<serde_json::Value>> {
+        let text = std::fs::read_to_string(node.project_dir().join(file))
+            .with_context(|| format!("{file} was not written"))?;
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).with_context(|| format!("a line of {file}: {l}")))
+            .collect()
+    };
+    let completed = lines("completed.log")?;
+    let states: Vec<(&str, &str)> = completed
+        .iter()
+        .filter_map(|p| Some((p["task_id"].as_str()?, p["state"].as_str()?)))
+        .collect();
+    ensure!(
+        states.contains(&(boss.id.as_str(), "TASK_STATE_COMPLETED"))
+            && states.contains(&(refused.id.as_str(), "TASK_STATE_FAILED")),
+        "TaskCompleted payloads: {completed:?}"
+    );
+    let subagents = lines("subagents.log")?;
+    let events: Vec<&str> = subagents
+        .iter()
+        .filter(|p| p["agent_type"] == "upper")
+        .filter_map(|p| p["hook_event_name"].as_str().or(p["event"].as_str()))
+        .collect();
+    ensure!(
+        events == ["SubagentStart", "SubagentStop"],
+        "Subagent payloads: {subagents:?}"
+    );
+    model.assert_done();
+    Ok(())
+}
