@@ -632,7 +632,7 @@ mod tests {
 
     fn dirs() -> Dirs {
         Dirs {
-            project: PathBuf::from("/work/project"),
+            project: PathBuf::from("/srv/project"),
             home: Some(PathBuf::from("/home/me")),
         }
     }
@@ -834,7 +834,7 @@ mod tests {
     #[test]
     fn path_patterns_are_relative_to_the_project_with_path_globs() {
         assert!(edit("edit_file(src/**)", "src/lib.rs"));
-        assert!(edit("edit_file(src/**)", "/work/project/src/a/b.rs"));
+        assert!(edit("edit_file(src/**)", "/srv/project/src/a/b.rs"));
         assert!(edit("edit_file(src/**)", "./src/../src/lib.rs"));
         assert!(!edit("edit_file(src/**)", "src/../Cargo.toml"));
         assert!(!edit("edit_file(src/**)", "/elsewhere/src/lib.rs"));
@@ -861,7 +861,7 @@ mod tests {
     fn path_tools_take_regex_and_not_forms() {
         assert!(edit(r"edit_file(re:\.lock$)", "Cargo.lock"));
         assert!(!edit(r"edit_file(re:\.lock$)", "Cargo.toml"));
-        assert!(edit("edit_file(re:^/work/project/src/)", "src/x.rs"));
+        assert!(edit("edit_file(re:^/srv/project/src/)", "src/x.rs"));
         assert!(edit("edit_file(!src/**)", "Cargo.toml"));
         assert!(!edit("edit_file(!src/**)", "src/lib.rs"));
         assert!(edit("edit_file(glob:src/*)", "src/lib.rs"));
@@ -879,7 +879,7 @@ mod tests {
         assert!(!matches("Grep(src/**)", "grep", json!({"pattern": "x"})));
         assert!(matches("glob(.)", "glob", json!({"pattern": "*.rs"})));
         assert!(matches(
-            "glob(/work/project)",
+            "glob(/srv/project)",
             "glob",
             json!({"pattern": "*.rs"})
         ));
@@ -918,9 +918,9 @@ mod tests {
     #[test]
     fn calls_resolve_paths_and_split_commands() {
         let call = Call::new("read_file", &json!({"file_path": "a/./b/../c.rs"}), &dirs());
-        assert_eq!(call.subject, Subject::Path("/work/project/a/c.rs".into()));
+        assert_eq!(call.subject, Subject::Path("/srv/project/a/c.rs".into()));
         let call = Call::new("edit_file", &json!({}), &dirs());
-        assert_eq!(call.subject, Subject::Path("/work/project".into()));
+        assert_eq!(call.subject, Subject::Path("/srv/project".into()));
         let call = Call::new("bash", &json!({"command": " ls && pwd \n"}), &dirs());
         assert_eq!(
             call.subject,

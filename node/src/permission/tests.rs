@@ -28,7 +28,7 @@ fn engine(allow: &[&str], deny: &[&str], ask: &[&str]) -> PermissionEngine {
     };
     PermissionEngine::new(
         &config,
-        Path::new("/work/project"),
+        Path::new("/srv/project"),
         Some(Path::new("/home/me")),
     )
     .unwrap()
@@ -282,11 +282,7 @@ fn questions_say_what_the_tool_wants_to_do() {
         ask("bash wants to run: git push origin main")
     );
     assert_eq!(
-        question(
-            "edit_file",
-            Category::Edit,
-            file("/work/project/src/lib.rs")
-        ),
+        question("edit_file", Category::Edit, file("/srv/project/src/lib.rs")),
         ask("edit_file wants to change src/lib.rs")
     );
     assert_eq!(
@@ -295,7 +291,7 @@ fn questions_say_what_the_tool_wants_to_do() {
     );
     assert_eq!(
         question("read_file", Category::Exec, file("../x")),
-        ask("read_file wants to read /work/x")
+        ask("read_file wants to read /srv/x")
     );
     assert_eq!(
         question("grep", Category::Exec, json!({"pattern": "TODO"})),

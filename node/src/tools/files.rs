@@ -143,10 +143,10 @@ mod tests {
 
     #[test]
     fn relative_paths_join_the_cwd_and_absolute_paths_stay() {
-        let ctx = context(Path::new("/work/here"));
+        let ctx = context(Path::new("/srv/here"));
         assert_eq!(
             resolve(&ctx, "file_path", "a/b.txt").unwrap(),
-            Path::new("/work/here/a/b.txt")
+            Path::new("/srv/here/a/b.txt")
         );
         assert_eq!(
             resolve(&ctx, "file_path", "/etc/hosts").unwrap(),
