@@ -151,6 +151,7 @@ impl HookEngine {
     }
 
     /// The rules, in order.
+    #[cfg_attr(not(test), allow(dead_code))] // read by tests
     pub(crate) fn rules(&self) -> impl Iterator<Item = &HookRule> {
         self.rules.iter().map(AsRef::as_ref)
     }

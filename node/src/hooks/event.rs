@@ -236,6 +236,7 @@ impl Payload {
     }
 
     /// The event's own fields.
+    #[cfg_attr(not(test), allow(dead_code))] // read by tests
     pub(crate) fn fields(&self) -> &Map<String, Value> {
         &self.fields
     }

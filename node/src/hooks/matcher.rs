@@ -59,6 +59,7 @@ pub(crate) struct Condition {
 #[derive(Debug, Clone)]
 pub(crate) struct Atom {
     /// The dotted path as written.
+    #[cfg_attr(not(test), allow(dead_code))] // read by tests
     pub(crate) field: String,
     /// Its segments.
     path: Vec<String>,

@@ -1,5 +1,3 @@
-#![cfg_attr(not(test), allow(dead_code))] // the dispatch points are wired by the agent runtime
-
 //! Hooks: user-defined actions run at points of a run (a tool call, a user message, a stop,
 //! a task arriving, ...), which can observe, add context, rewrite a tool's input or block.
 //!
@@ -29,14 +27,13 @@ pub(crate) mod trust;
 #[cfg(test)]
 mod tests;
 
-// The API the dispatch points use; unused until they are wired.
-#[allow(unused_imports)]
+// The API the dispatch points use.
 pub(crate) use self::{
     action::SubagentRunner,
-    engine::{EmptySessionId, HookContext, HookEngine, HookEngineError, HookSettings},
-    event::{BlockEffect, HookEvent, MAX_STOP_BLOCKS, Payload},
-    output::{Blocked, HookOutcome, Permission, PermissionDecision},
-    rules::{HookProblem, LoadedHooks, load, standard_files},
+    engine::{HookContext, HookEngine, HookSettings},
+    event::{HookEvent, MAX_STOP_BLOCKS, Payload},
+    output::{HookOutcome, PermissionDecision},
+    rules::{load, standard_files},
     trust::{TrustStore, default_trust_file, trust_project, untrust_project},
 };
 
