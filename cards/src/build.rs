@@ -4,8 +4,11 @@
 //! [`role_card`], and its front card ([`front_card`]) at the node's root, whose skills list every
 //! published role. Both serve JSON-RPC and HTTP+JSON at the same URL.
 
+use std::collections::BTreeMap;
+
 use crate::card::{
-    AgentCapabilities, AgentCard, AgentInterface, AgentProvider, AgentSkill, binding,
+    AgentCapabilities, AgentCard, AgentInterface, AgentProvider, AgentSkill, SecurityRequirement,
+    SecurityScheme, binding,
 };
 use crate::role::RoleDefinition;
 
@@ -13,7 +16,7 @@ use crate::role::RoleDefinition;
 const DEFAULT_MODES: [&str; 2] = ["text/plain", "application/json"];
 
 /// Node-wide settings that go into every card the node publishes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CardOptions {
     /// The node's name: the front card's `name`.
     pub node_name: String,
@@ -32,6 +35,10 @@ pub struct CardOptions {
     /// The skills (instruction packages) model-driven roles can activate, as name and
     /// description: listed on their cards so that peers see them.
     pub skills: Vec<(String, String)>,
+    /// How callers authenticate, by scheme name (empty: no authentication).
+    pub security_schemes: BTreeMap<String, SecurityScheme>,
+    /// The schemes a caller must satisfy: any one of the requirements.
+    pub security_requirements: Vec<SecurityRequirement>,
 }
 
 impl Default for CardOptions {
@@ -46,6 +53,8 @@ impl Default for CardOptions {
             push_notifications: false,
             extended_agent_card: false,
             skills: Vec::new(),
+            security_schemes: BTreeMap::new(),
+            security_requirements: Vec::new(),
         }
     }
 }
@@ -130,6 +139,8 @@ fn card_shell(base_url: &str, options: &CardOptions) -> AgentCard {
         },
         default_input_modes: DEFAULT_MODES.map(str::to_owned).to_vec(),
         default_output_modes: DEFAULT_MODES.map(str::to_owned).to_vec(),
+        security_schemes: options.security_schemes.clone(),
+        security_requirements: options.security_requirements.clone(),
         ..AgentCard::default()
     }
 }

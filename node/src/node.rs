@@ -303,6 +303,8 @@ impl Runtime {
     }
 
     fn card_options(&self) -> CardOptions {
+        let (security_schemes, security_requirements) =
+            crate::server::auth::Authenticator::card_security(&self.config.auth);
         CardOptions {
             node_name: self.config.node.name.clone(),
             skills: self
@@ -311,6 +313,8 @@ impl Runtime {
                 .iter()
                 .map(|skill| (skill.name().to_owned(), skill.meta.description.clone()))
                 .collect(),
+            security_schemes,
+            security_requirements,
             ..CardOptions::default()
         }
     }
@@ -437,8 +441,32 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
     }
 }
 
+/// Whether `host` only accepts connections from this machine.
+fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Starts the node and serves until Ctrl-C or SIGTERM.
 pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
+    if !config.auth.is_enabled()
+        && !config.auth.allow_unauthenticated
+        && !is_loopback_host(&config.node.host)
+    {
+        anyhow::bail!(
+            "refusing to serve {} without authentication: configure `auth.api_keys` or \
+             `auth.jwt`, or set `auth.allow_unauthenticated: true` to serve this address to \
+             anyone",
+            config.node.host
+        );
+    }
+    let authenticator = crate::server::auth::Authenticator::from_config(&config.auth, &|name| {
+        std::env::var(name).ok()
+    })?
+    .map(Arc::new);
     let (catalog, default_role) = load_roles(&config)?;
     let listener = TcpListener::bind(config.node.listen_address())
         .await
@@ -478,7 +506,13 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         max_body_bytes: config.limits.max_body_bytes,
         ..ServerOptions::default()
     };
-    let app = crate::server::app(front, &published_roles, status, &server_options);
+    let app = crate::server::app(
+        front,
+        &published_roles,
+        status,
+        &server_options,
+        authenticator,
+    );
 
     println!("mew: listening on {base}");
     println!(

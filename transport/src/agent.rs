@@ -80,6 +80,12 @@ impl Error {
     }
 }
 
+/// The authenticated caller, set as a request extension by whatever layer
+/// authenticates requests in front of the router; the router only carries it
+/// into [`CallContext::principal`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal(pub String);
+
 /// Who is calling and what they declared, passed with every operation.
 #[derive(Clone, Debug, Default)]
 pub struct CallContext {

@@ -11,7 +11,7 @@ mod client;
 mod server;
 mod wire;
 
-pub use agent::{AgentTransport, CallContext, Error, EventStream, collect_send};
+pub use agent::{AgentTransport, CallContext, Error, EventStream, Principal, collect_send};
 pub use client::{Binding, ClientOptions, RemoteAgent, fetch_card};
 pub use server::{ServerOptions, router, router_with};
 pub use wire::{

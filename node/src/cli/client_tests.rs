@@ -181,6 +181,7 @@ fn the_node_url_is_the_flag_or_the_configured_public_url() {
     assert_eq!(default.flag(), "");
     let flag = NodeUrlArgs {
         node: Some("http://h:1".into()),
+        ..NodeUrlArgs::default()
     };
     assert_eq!(flag.url(&context.config), "http://h:1");
     assert_eq!(flag.flag(), " --node http://h:1");

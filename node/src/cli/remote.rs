@@ -17,6 +17,16 @@ pub(crate) struct NodeUrlArgs {
     /// node.public_url]
     #[arg(long, global = true, value_name = "URL", value_parser = http_url)]
     pub(crate) node: Option<String>,
+    /// A credential for a node that requires one (an API key or a JWT), sent as
+    /// `Authorization: Bearer`
+    #[arg(
+        long,
+        global = true,
+        value_name = "TOKEN",
+        env = "MEW_TOKEN",
+        hide_env_values = true
+    )]
+    pub(crate) token: Option<String>,
 }
 
 impl NodeUrlArgs {
@@ -108,10 +118,15 @@ pub(crate) async fn connect(
     config: &Config,
     binding: Option<BindingArg>,
 ) -> anyhow::Result<RemoteAgent> {
-    let options = ClientOptions {
+    let mut options = ClientOptions {
         binding: binding.map(Binding::from),
         ..ClientOptions::default()
     };
+    if let Some(token) = &node.token {
+        let value = http::HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| anyhow::anyhow!("--token: not a value an HTTP header can carry"))?;
+        options.headers.insert(http::header::AUTHORIZATION, value);
+    }
     RemoteAgent::resolve_with(&target.url(&node.url(config)), options)
         .await
         .map_err(|error| card_error(error, target, node))

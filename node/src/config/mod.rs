@@ -18,6 +18,7 @@
 //! The configuration is passed around explicitly as `&Config`; nothing here reads the process
 //! environment (it comes in through [`Sources::env`]).
 
+mod auth;
 mod check;
 pub(crate) mod duration;
 mod error;
@@ -46,6 +47,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use auth::{ApiKeyConfig, AuthConfig, JwtConfig};
 pub use error::ConfigError;
 pub use hooks::HooksConfig;
 pub use load::{FlagOverrides, LoadedConfig, Sources};
@@ -76,6 +78,8 @@ pub struct Config {
     pub hooks: HooksConfig,
     /// `permissions:` — the default permission mode and the allow, deny and ask rules.
     pub permissions: PermissionsConfig,
+    /// `auth:` — how callers of the node's A2A operations authenticate.
+    pub auth: AuthConfig,
     /// `agent:` — which provider and model run model-driven roles.
     pub agent: AgentConfig,
     /// `providers:` — the model services, by the names the user gave them.

@@ -106,6 +106,7 @@ impl LoadedConfig {
                 deny: settings.permissions.deny.clone(),
                 ask: settings.permissions.ask.clone(),
             },
+            auth: self.resolve_auth()?,
             agent: self.resolve_agent(),
             providers: self.resolve_providers()?,
             peers: self.resolve_peers()?,

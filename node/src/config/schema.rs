@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::auth::AuthSettings;
 use super::hooks::HooksSettings;
 use super::peers::{PeerSettings, peer_entry_schema};
 use super::providers::{AgentSettings, ProviderSettings, provider_entry_schema};
@@ -25,6 +26,7 @@ pub(crate) struct Settings {
     pub(crate) skills: SkillsSettings,
     pub(crate) hooks: HooksSettings,
     pub(crate) permissions: PermissionsSettings,
+    pub(crate) auth: AuthSettings,
     pub(crate) agent: AgentSettings,
     pub(crate) providers: BTreeMap<String, ProviderSettings>,
     pub(crate) peers: BTreeMap<String, PeerSettings>,

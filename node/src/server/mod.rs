@@ -2,6 +2,7 @@
 //! the list of role cards at `/agents`, and health, readiness and status endpoints.
 
 pub(crate) mod agent;
+pub(crate) mod auth;
 
 use std::sync::Arc;
 
@@ -23,12 +24,14 @@ pub(crate) struct PublishedRole {
 /// Builds the node's router.
 ///
 /// `status` is what `GET /status` reports (roles loaded, problems found);
-/// it is computed once, at start.
+/// it is computed once, at start. With `auth`, every request but the public
+/// cards and the probes must authenticate.
 pub(crate) fn app(
     front: Arc<dyn AgentTransport>,
     roles: &[PublishedRole],
     status: Value,
     options: &ServerOptions,
+    auth: Option<Arc<auth::Authenticator>>,
 ) -> Router {
     let cards: Vec<&AgentCard> = roles.iter().map(|r| &r.card).collect();
     let agents = json_body(&json!({ "agents": cards }));
@@ -50,7 +53,11 @@ pub(crate) fn app(
             router_with(role.agent.clone(), options.clone()),
         );
     }
-    app.merge(router_with(front, options.clone()))
+    let app = app.merge(router_with(front, options.clone()));
+    match auth {
+        Some(auth) => app.layer(axum::middleware::from_fn_with_state(auth, auth::require)),
+        None => app,
+    }
 }
 
 /// Serves `/agents/R/` as `/agents/R` (and any path with one trailing slash

@@ -5,6 +5,7 @@ mod backends;
 mod conformance;
 mod error_kinds;
 mod node_agent;
+mod node_auth;
 mod node_e2e;
 mod node_hooks;
 mod node_mcp;

@@ -1,7 +1,7 @@
 //! The JSON-RPC 2.0 binding: one `POST` endpoint, blocking methods as JSON, streaming methods as SSE.
 
 use axum::body::Body;
-use axum::extract::{RawQuery, State};
+use axum::extract::{Extension, RawQuery, State};
 use axum::http::{HeaderMap, Response, StatusCode};
 use mew_cards::{A2aError, ErrorKind, StreamResponse};
 use serde::Deserialize;
@@ -11,6 +11,7 @@ use serde_json::value::RawValue;
 use super::{
     Shared, call_context, check_version, content_type_is, json_response, read_body, sse_response,
 };
+use crate::agent::Principal;
 use crate::wire::{A2A_JSON, jsonrpc_error_object};
 
 /// The envelope fields, with `params` kept raw so it is parsed once, into its own type.
@@ -95,6 +96,7 @@ pub(crate) async fn handle(
     State(shared): State<Shared>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    principal: Option<Extension<Principal>>,
     body: Body,
 ) -> Response<Body> {
     let null = null_id();
@@ -168,7 +170,7 @@ pub(crate) async fn handle(
     if let Err(error) = check_version(&headers, query.as_deref()) {
         return error_response(StatusCode::OK, id, &error);
     }
-    let ctx = call_context(&headers);
+    let ctx = call_context(&headers, principal.map(|Extension(p)| p));
     let agent = &shared.agent;
     let raw = envelope.params;
     macro_rules! call {

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use mew_cards::{A2aError, ErrorKind};
 
-use crate::agent::{AgentTransport, CallContext, EventStream};
+use crate::agent::{AgentTransport, CallContext, EventStream, Principal};
 use crate::wire::{EXTENSIONS_HEADER, VERSION_HEADER};
 
 /// How the server behaves; the defaults suit most agents.
@@ -73,8 +73,9 @@ pub fn router_with(agent: Arc<dyn AgentTransport>, options: ServerOptions) -> Ro
         .with_state(shared)
 }
 
-/// The caller's context from the request headers.
-pub(crate) fn call_context(headers: &HeaderMap) -> CallContext {
+/// The caller's context from the request headers and the principal an
+/// authenticating layer attached to the request, if any.
+pub(crate) fn call_context(headers: &HeaderMap, principal: Option<Principal>) -> CallContext {
     let extensions = headers
         .get_all(EXTENSIONS_HEADER)
         .iter()
@@ -85,7 +86,7 @@ pub(crate) fn call_context(headers: &HeaderMap) -> CallContext {
         .map(str::to_owned)
         .collect();
     CallContext {
-        principal: None,
+        principal: principal.map(|p| p.0),
         extensions,
     }
 }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, Response, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use super::{
     Shared, call_context, check_version, content_type_is, json_response, read_body, sse_response,
 };
-use crate::agent::CallContext;
+use crate::agent::{CallContext, Principal};
 use crate::wire::{A2A_JSON, rest_error_body};
 
 /// The binding's routes, relative to the interface URL (tenant paths nest these).
@@ -91,9 +91,13 @@ pub(crate) async fn not_found(method: Method, uri: axum::http::Uri) -> Rejection
 }
 
 /// The checks every operation shares: protocol version, then the caller's context.
-fn begin(headers: &HeaderMap, query: Option<&str>) -> Result<CallContext, Rejection> {
+fn begin(
+    headers: &HeaderMap,
+    principal: Option<Extension<Principal>>,
+    query: Option<&str>,
+) -> Result<CallContext, Rejection> {
     check_version(headers, query)?;
-    Ok(call_context(headers))
+    Ok(call_context(headers, principal.map(|Extension(p)| p)))
 }
 
 /// Reads a JSON body into `T`; an empty body is `T::default()`.
@@ -147,9 +151,10 @@ async fn send(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    principal: Option<Extension<Principal>>,
     body: Body,
 ) -> Answer {
-    let ctx = begin(&headers, query.as_deref())?;
+    let ctx = begin(&headers, principal, query.as_deref())?;
     let mut request: SendMessageRequest = json_body(&shared, &headers, body).await?;
     if params.contains_key("tenant") {
         request.tenant = tenant(&params);
@@ -162,9 +167,10 @@ async fn stream(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    principal: Option<Extension<Principal>>,
     body: Body,
 ) -> Answer {
-    let ctx = begin(&headers, query.as_deref())?;
+    let ctx = begin(&headers, principal, query.as_deref())?;
     let mut request: SendMessageRequest = json_body(&shared, &headers, body).await?;
     if params.contains_key("tenant") {
         request.tenant = tenant(&params);
@@ -252,8 +258,9 @@ async fn list(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    principal: Option<Extension<Principal>>,
 ) -> Answer {
-    let ctx = begin(&headers, query.as_deref())?;
+    let ctx = begin(&headers, principal, query.as_deref())?;
     let request = list_request(tenant(&params), query.as_deref())?;
     ok(&shared.agent.list_tasks(&ctx, request).await?)
 }
@@ -279,8 +286,9 @@ async fn task_get(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    principal: Option<Extension<Principal>>,
 ) -> Answer {
-    let ctx = begin(&headers, query.as_deref())?;
+    let ctx = begin(&headers, principal, query.as_deref())?;
     let segment = param(&params, "task");
     match split_action(&segment) {
         (id, None) => {
@@ -313,9 +321,10 @@ async fn task_post(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    principal: Option<Extension<Principal>>,
     body: Body,
 ) -> Answer {
-    let ctx = begin(&headers, query.as_deref())?;
+    let ctx = begin(&headers, principal, query.as_deref())?;
     let segment = param(&params, "task");
     let (id, action) = split_action(&segment);
     let id = TaskId::from(id);
@@ -347,9 +356,10 @@ async fn push_create(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    principal: Option<Extension<Principal>>,
     body: Body,
 ) -> Answer {
-    let ctx = begin(&headers, query.as_deref())?;
+    let ctx = begin(&headers, principal, query.as_deref())?;
     let mut config: TaskPushNotificationConfig = json_body(&shared, &headers, body).await?;
     config.task_id = TaskId::from(param(&params, "task"));
     config.tenant = tenant(&params);
@@ -364,8 +374,9 @@ async fn push_list(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    principal: Option<Extension<Principal>>,
 ) -> Answer {
-    let ctx = begin(&headers, query.as_deref())?;
+    let ctx = begin(&headers, principal, query.as_deref())?;
     let map = query_map(query.as_deref())?;
     let request = ListTaskPushNotificationConfigsRequest {
         tenant: tenant(&params),
@@ -392,8 +403,9 @@ async fn push_get(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    principal: Option<Extension<Principal>>,
 ) -> Answer {
-    let ctx = begin(&headers, query.as_deref())?;
+    let ctx = begin(&headers, principal, query.as_deref())?;
     ok(&shared
         .agent
         .get_task_push_notification_config(&ctx, config_request(&params))
@@ -405,8 +417,9 @@ async fn push_delete(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    principal: Option<Extension<Principal>>,
 ) -> Answer {
-    let ctx = begin(&headers, query.as_deref())?;
+    let ctx = begin(&headers, principal, query.as_deref())?;
     shared
         .agent
         .delete_task_push_notification_config(&ctx, config_request(&params))
@@ -419,8 +432,9 @@ async fn extended_card(
     Path(params): Params,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    principal: Option<Extension<Principal>>,
 ) -> Answer {
-    let ctx = begin(&headers, query.as_deref())?;
+    let ctx = begin(&headers, principal, query.as_deref())?;
     let request = GetExtendedAgentCardRequest {
         tenant: tenant(&params),
     };
