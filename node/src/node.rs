@@ -556,7 +556,7 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
                 "mew: MCP server {} ({}) is {}: {}",
                 server.name,
                 server.transport,
-                format!("{:?}", server.state).to_ascii_lowercase(),
+                server.state.as_str(),
                 crate::peers::one_line(error)
             ),
             _ => println!(

@@ -107,10 +107,6 @@ fn list(manager: &McpManager, context: &Context, out: &mut dyn Write) -> anyhow:
     Ok(())
 }
 
-fn state_name(state: ServerState) -> String {
-    format!("{state:?}").to_ascii_lowercase()
-}
-
 /// Each server as a block: its name, then `transport:`, `state:`, `tools:`, and `error:`,
 /// `undefined:` and `skipped tools:` when there are any.
 pub(crate) fn render_list(statuses: &[ServerStatus]) -> String {
@@ -125,8 +121,8 @@ pub(crate) fn render_list(statuses: &[ServerStatus]) -> String {
         out.push('\n');
         out.push_str(&format!("  transport: {}\n", status.transport));
         let state = match &status.protocol_version {
-            Some(version) => format!("{} (protocol {version})", state_name(status.state)),
-            None => state_name(status.state),
+            Some(version) => format!("{} (protocol {version})", status.state.as_str()),
+            None => status.state.as_str().to_owned(),
         };
         out.push_str(&format!("  state:     {state}\n"));
         out.push_str(&format!("  tools:     {}\n", status.tools));
@@ -248,6 +244,19 @@ mod tests {
             } else {
                 Vec::new()
             },
+        }
+    }
+
+    #[test]
+    fn state_names_are_the_json_names() {
+        for state in [
+            ServerState::Connecting,
+            ServerState::Connected,
+            ServerState::Failed,
+            ServerState::Restarting,
+            ServerState::Stopped,
+        ] {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
         }
     }
 

@@ -118,6 +118,19 @@ pub(crate) enum ServerState {
     Stopped,
 }
 
+impl ServerState {
+    /// The state's name, as `--json` writes it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Connecting => "connecting",
+            Self::Connected => "connected",
+            Self::Failed => "failed",
+            Self::Restarting => "restarting",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
 /// One configured server, for `--json` and the status view.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct ServerStatus {
