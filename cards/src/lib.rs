@@ -9,6 +9,7 @@ mod build;
 mod card;
 mod error;
 mod ids;
+mod jcs;
 mod message;
 mod requests;
 mod role;
@@ -26,6 +27,7 @@ pub use card::{
 };
 pub use error::{A2aError, ErrorKind};
 pub use ids::{ArtifactId, ContextId, MessageId, TaskId};
+pub use jcs::{CanonicalError, canonical_card, canonicalize};
 pub use message::{Artifact, Message, Metadata, Part, PartContent, Role, join_text};
 pub use requests::{
     AuthenticationInfo, CancelTaskRequest, DEFAULT_PAGE_SIZE,

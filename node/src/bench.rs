@@ -29,6 +29,8 @@ pub(crate) struct BenchOptions {
     pub(crate) text: String,
     /// Requests sent and discarded first, to warm connections and caches.
     pub(crate) warmup: u64,
+    /// Extra trusted roots and a client certificate for HTTPS (`tls:`).
+    pub(crate) tls: mew_transport::TlsOptions,
 }
 
 /// What a run measured.
@@ -142,6 +144,7 @@ pub(crate) async fn run(
 ) -> anyhow::Result<BenchReport> {
     let client = ClientOptions {
         binding: options.binding,
+        tls: options.tls.clone(),
         ..ClientOptions::default()
     };
     let agent = RemoteAgent::resolve_with(&options.url, client).await?;

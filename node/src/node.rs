@@ -116,9 +116,13 @@ pub(crate) struct Runtime {
     pub(crate) hooks: Arc<HookEngine>,
     /// The task store's file.
     pub(crate) database: PathBuf,
+    /// The node's signing key (cards, JWTs to peers and webhooks).
+    pub(crate) identity: Arc<crate::identity::NodeKey>,
     default_role: Arc<RoleDefinition>,
     roles: Arc<NodeRoles>,
     store: SqliteStore,
+    /// The push notification dispatcher.
+    push: crate::push::Push,
     /// Held while the runtime uses the data directory.
     _lock: File,
 }
@@ -142,6 +146,9 @@ impl Runtime {
         env: HashMap<String, String>,
     ) -> anyhow::Result<Self> {
         let lock = lock_data_dir(&config.node.data_dir)?;
+        let identity = Arc::new(crate::identity::NodeKey::load_or_create(
+            &config.node.data_dir,
+        )?);
         let database = config.node.data_dir.join("tasks.db");
         let store = SqliteStore::open(&database)
             .with_context(|| format!("cannot open the task store at {}", database.display()))?;
@@ -169,9 +176,18 @@ impl Runtime {
             PermissionEngine::from_config(&config).context("cannot read the permission rules")?,
         );
         // Peers and MCP servers connect at once, each bounded by its own timeout.
-        let client_options = mew_transport::ClientOptions::default();
+        let client_options = mew_transport::ClientOptions {
+            tls: config.tls.client_options().map_err(anyhow::Error::msg)?,
+            ..mew_transport::ClientOptions::default()
+        };
+        let outbound = crate::peers::Outbound {
+            env: env.clone(),
+            key: identity.clone(),
+            issuer: config.node.public_url.clone(),
+            subject: config.node.name.clone(),
+        };
         let (peers, mcp) = tokio::join!(
-            Peers::start(&config.peers, &client_options),
+            Peers::start_with(&config.peers, &client_options, Some(&outbound)),
             McpManager::start(
                 &config.mcp_servers,
                 McpContext {
@@ -253,6 +269,13 @@ impl Runtime {
             warn!(path = %problem.path, "skill: {}", problem.message);
         }
         let manager = TaskManager::start(Arc::new(store.clone()), roles.clone(), limits).await?;
+        let push = crate::push::Push::start(
+            &config.push,
+            Arc::new(store.clone()),
+            manager.push_wake(),
+            identity.clone(),
+            &config.node.public_url,
+        );
         let runtime = Self {
             config,
             manager,
@@ -262,9 +285,11 @@ impl Runtime {
             skills,
             hooks,
             database,
+            identity,
             default_role,
             roles,
             store,
+            push,
             _lock: lock,
         };
         // Every role, published or not, can take delegated work from this node's agents.
@@ -315,20 +340,52 @@ impl Runtime {
                 .collect(),
             security_schemes,
             security_requirements,
+            push_notifications: true,
+            extended_agent_card: self.config.auth.extended_card.is_some(),
             ..CardOptions::default()
+        }
+    }
+
+    /// The extended card that goes with the public `card` (`auth.extended_card` applied), or
+    /// `None` when none is configured.
+    pub(crate) fn extended_card(&self, card: &AgentCard) -> Option<AgentCard> {
+        match self.config.auth.extended_card(card)? {
+            Ok(extended) => Some(self.signed(extended)),
+            Err(e) => {
+                warn!(card = %card.name, "auth.extended_card: {e}; serving no extended card");
+                None
+            }
         }
     }
 
     /// The card of `role`, served under `node.public_url`.
     pub(crate) fn role_card(&self, role: &RoleDefinition) -> AgentCard {
         let base = role_base_url(&self.config.node.public_url, &role.name);
-        role_card(role, &base, &self.card_options())
+        self.signed(role_card(role, &base, &self.card_options()))
+    }
+
+    /// `card` signed with the node key (replacing the key's earlier signature, which an
+    /// extended card copies from the public one), its `jku` the node's JWKS; unsigned, with a
+    /// warning, if signing fails.
+    fn signed(&self, card: AgentCard) -> AgentCard {
+        let jku = crate::identity::signing::jwks_url(&self.config.node.public_url);
+        match crate::identity::signing::sign_card(&self.identity, card.clone(), &jku) {
+            Ok(signed) => signed,
+            Err(e) => {
+                warn!(card = %card.name, "cannot sign the card: {e:#}");
+                card
+            }
+        }
     }
 
     /// The agent of `role` alone.
     pub(crate) fn role_agent(&self, role: &Arc<RoleDefinition>) -> RoleAgent {
-        RoleAgent::role(self.manager.clone(), role.clone(), self.role_card(role))
+        let card = self.role_card(role);
+        let extended = self.extended_card(&card);
+        RoleAgent::role(self.manager.clone(), role.clone(), card)
             .with_hooks(self.hooks.clone(), self.config.project_dir.clone())
+            .with_push(crate::push::Webhooks::new(&self.config.push))
+            .with_extended_card(extended)
     }
 
     /// The node's front agent: runs the default role, sees every task; its card lists the
@@ -336,14 +393,17 @@ impl Runtime {
     pub(crate) fn front_agent(&self) -> RoleAgent {
         let published: Vec<&RoleDefinition> =
             self.catalog().published().map(AsRef::as_ref).collect();
-        let card = front_card(
+        let card = self.signed(front_card(
             &published,
             &self.config.node.public_url,
             &self.default_role.name,
             &self.card_options(),
-        );
+        ));
+        let extended = self.extended_card(&card);
         RoleAgent::front(self.manager.clone(), self.default_role.clone(), card)
             .with_hooks(self.hooks.clone(), self.config.project_dir.clone())
+            .with_push(crate::push::Webhooks::new(&self.config.push))
+            .with_extended_card(extended)
     }
 
     /// Stops the tasks (waiting up to `node.shutdown_grace`), closes the task store and lets
@@ -356,10 +416,12 @@ impl Runtime {
             store,
             mcp,
             hooks,
+            push,
             _lock,
             ..
         } = self;
         manager.shutdown(config.node.shutdown_grace).await;
+        push.stop().await;
         hooks.shutdown().await;
         mcp.shutdown(MCP_SHUTDOWN_DEADLINE).await;
         drop(manager);
@@ -463,15 +525,30 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
             config.node.host
         );
     }
-    let authenticator = crate::server::auth::Authenticator::from_config(&config.auth, &|name| {
-        std::env::var(name).ok()
-    })?
-    .map(Arc::new);
     let (catalog, default_role) = load_roles(&config)?;
+    crate::server::auth::warn_unknown_roles(&config.auth, &|role| catalog.get(role).is_some());
+    let served_roles: Vec<String> = catalog.published().map(|r| r.name.clone()).collect();
+    let authenticator = crate::server::auth::Authenticator::from_config(
+        &config.auth,
+        &default_role.name,
+        &served_roles,
+        &|name| std::env::var(name).ok(),
+    )?
+    .map(Arc::new);
+    if let Some(authenticator) = &authenticator {
+        authenticator.start().await;
+    }
     let listener = TcpListener::bind(config.node.listen_address())
         .await
         .with_context(|| format!("cannot listen on {}", config.node.listen_address()))?;
     config.node.bound_to(listener.local_addr()?);
+    let tls = match config.tls.server() {
+        Some(server) => Some(
+            crate::server::tls::server_config(&server)
+                .map_err(|error| anyhow::anyhow!("cannot serve HTTPS: {error}"))?,
+        ),
+        None => None,
+    };
     let base = config.node.public_url.clone();
     let env = std::env::vars().collect();
     let runtime = Runtime::start(config, catalog, default_role, env).await?;
@@ -510,6 +587,7 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         front,
         &published_roles,
         status,
+        &runtime.identity.jwks(),
         &server_options,
         authenticator,
     );
@@ -586,15 +664,28 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         }
     };
     let app = tower::ServiceExt::map_request(app, crate::server::strip_trailing_slash);
-    // Small SSE frames must leave at once: no Nagle delay waiting for an ACK.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(
-        listener,
-        axum::ServiceExt::<axum::extract::Request>::into_make_service(app),
-    )
-    .with_graceful_shutdown(signal);
+    let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(app);
+    let server: std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match tls {
+        Some(tls) => {
+            let listener = crate::server::tls::TlsListener::new(listener, tls)?;
+            Box::pin(
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(signal)
+                    .into_future(),
+            )
+        }
+        None => {
+            // Small SSE frames must leave at once: no Nagle delay waiting for an ACK.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            Box::pin(
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(signal)
+                    .into_future(),
+            )
+        }
+    };
     tokio::select! {
         served = server => served.context("the HTTP server failed")?,
         () = async { stopping.cancelled().await; tokio::time::sleep(grace).await } => {

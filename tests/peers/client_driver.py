@@ -5,7 +5,9 @@ Usage: client_driver.py --url BASE_URL --binding jsonrpc|rest SCENARIO [ARGS]
 Scenarios: card | send TEXT | stream TEXT | get TASK_ID | cancel TASK_ID |
 subscribe TASK_ID | list [--context ID] [--page-size N] [--page-token T] |
 roundtrip. send/stream also take --context ID, --task ID and (send only)
---return-immediately.
+--return-immediately. --api-key KEY and --bearer TOKEN give credentials, which
+the SDK's AuthInterceptor sends as the card's security schemes ask (`apiKey`,
+`bearer`).
 
 Output is ProtoJSON as the SDK serializes it (json_format.MessageToDict), one
 JSON document per line: `card` prints the AgentCard, `send` a
@@ -29,7 +31,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client import A2ACardResolver, Client, ClientCallContext, ClientConfig, ClientFactory
+from a2a.client.auth import AuthInterceptor, CredentialService
 from a2a.client.errors import A2AClientError
 from a2a.helpers import get_text_parts, new_text_message
 from a2a.types import (
@@ -71,21 +74,34 @@ def emit(doc: dict[str, Any]) -> None:
     print(json.dumps(doc, ensure_ascii=False), flush=True)
 
 
+class StaticCredentials(CredentialService):
+    """The same credential for every call, by security scheme name."""
+
+    def __init__(self, by_scheme: dict[str, str]) -> None:
+        self.by_scheme = by_scheme
+
+    async def get_credentials(self, security_scheme_name: str,
+                              context: ClientCallContext | None) -> str | None:
+        return self.by_scheme.get(security_scheme_name)
+
+
 class Driver:
     """Holds the resolved card and one streaming and one blocking client."""
 
-    def __init__(self, base_url: str, binding: str) -> None:
+    def __init__(self, base_url: str, binding: str, credentials: dict[str, str] | None = None) -> None:
         self.base_url = base_url
         self.binding = BINDINGS[binding]
         self.card = AgentCard()
         self.clients: dict[bool, Client] = {}
+        self.credentials = credentials or {}
 
     async def __aenter__(self) -> Driver:
         async with httpx.AsyncClient(headers={'A2A-Version': '1.0'}) as http:
             self.card = await A2ACardResolver(http, self.base_url).get_agent_card()
         for streaming in (False, True):
             config = ClientConfig(streaming=streaming, supported_protocol_bindings=[self.binding])
-            self.clients[streaming] = ClientFactory(config).create(self.card)
+            interceptors = [AuthInterceptor(StaticCredentials(self.credentials))] if self.credentials else []
+            self.clients[streaming] = ClientFactory(config).create(self.card, interceptors)
         return self
 
     async def __aexit__(self, *_: object) -> None:
@@ -228,7 +244,8 @@ def message_request(args: argparse.Namespace) -> SendMessageRequest:
 
 async def run(args: argparse.Namespace) -> None:
     """Dispatches one scenario."""
-    async with Driver(args.url, args.binding) as d:
+    credentials = {name: value for name, value in (('apiKey', args.api_key), ('bearer', args.bearer)) if value}
+    async with Driver(args.url, args.binding, credentials) as d:
         match args.scenario:
             case 'card':
                 emit(to_json(d.card))
@@ -269,6 +286,8 @@ def main() -> None:
     parser.add_argument('--return-immediately', action='store_true', help='send: do not wait for the task')
     parser.add_argument('--page-size', type=int)
     parser.add_argument('--page-token')
+    parser.add_argument('--api-key', help='the credential for the card\'s `apiKey` scheme')
+    parser.add_argument('--bearer', help='the credential (a JWT) for the card\'s `bearer` scheme')
     parser.add_argument('scenario', choices=SCENARIOS)
     parser.add_argument('args', nargs='*')
     args = parser.parse_intermixed_args()

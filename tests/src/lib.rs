@@ -5,6 +5,7 @@ pub mod model;
 pub mod node;
 pub mod process;
 pub mod python;
+pub mod tls;
 
 mod echo;
 pub use echo::EchoAgent;

@@ -11,10 +11,12 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail, ensure};
-use mew_transport::{Binding, ClientOptions, RemoteAgent};
+use mew_cards::{Message, SendMessageRequest, SendMessageResponse, Task};
+use mew_transport::{AgentTransport, Binding, CallContext, ClientOptions, RemoteAgent};
 use rustix::process::Signal;
 use tempfile::TempDir;
 
+use crate::model::ScriptedModel;
 use crate::process::{ChildProcess, command, workspace_root};
 use crate::python::python;
 
@@ -131,6 +133,44 @@ pub fn command_role(name: &str, command: &str) -> String {
     )
 }
 
+/// The `agent:` and `providers:` sections that run model roles on `model` over the
+/// OpenAI-compatible API (model alias `sonnet`, no retries).
+pub fn scripted_model_config(model: &ScriptedModel) -> String {
+    format!(
+        "agent:\n  provider: scripted\n  model: sonnet\n\
+         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n",
+        model.base_url()
+    )
+}
+
+/// Sends `message` to role `role` of `node` over JSON-RPC and waits for its task.
+pub async fn send(node: &MewNode, role: &str, message: Message) -> anyhow::Result<Task> {
+    let agent = node
+        .agent(&format!("/agents/{role}"), Binding::JsonRpc)
+        .await?;
+    match agent
+        .send_message(&CallContext::default(), SendMessageRequest::new(message))
+        .await?
+    {
+        SendMessageResponse::Task(task) => Ok(task),
+        other => bail!("expected a task, got {other:?}"),
+    }
+}
+
+/// [`send`] of a user message with `text`.
+pub async fn send_text(node: &MewNode, role: &str, text: &str) -> anyhow::Result<Task> {
+    send(node, role, Message::user_text(text)).await
+}
+
+/// The text of a task's status message; empty when it has none.
+pub fn status_text(task: &Task) -> String {
+    task.status
+        .message
+        .as_ref()
+        .map(Message::text)
+        .unwrap_or_default()
+}
+
 /// Polls `check` every 50 ms until it gives a value, for at most `timeout`.
 ///
 /// This is synchronisation with a deadline, for states a test cannot be told about.
@@ -163,6 +203,8 @@ pub struct MewNode {
     url: String,
     /// Environment variables given to the node besides HOME and PATH.
     env: Vec<(String, String)>,
+    /// The port to listen on; 0 picks a free one.
+    port: u16,
 }
 
 impl MewNode {
@@ -182,6 +224,7 @@ impl MewNode {
             dir,
             url: String::new(),
             env: Vec::new(),
+            port: 0,
         })
     }
 
@@ -217,6 +260,11 @@ impl MewNode {
         self.env.push((name.to_owned(), value.to_owned()));
     }
 
+    /// Makes the node listen on `port` (from its next launch on) instead of a free one.
+    pub fn set_port(&mut self, port: u16) {
+        self.port = port;
+    }
+
     /// Writes a role file into the project's `.mew/agents/`.
     pub fn write_role(&self, file: &str, text: &str) -> anyhow::Result<()> {
         let path = self.roles_dir().join(file);
@@ -248,7 +296,7 @@ impl MewNode {
             .arg("--project")
             .arg(self.project_dir())
             .arg("up")
-            .args(["--port", "0", "--host", "127.0.0.1"])
+            .args(["--port", &self.port.to_string(), "--host", "127.0.0.1"])
             .arg("--data-dir")
             .arg(self.data_dir())
             .stderr(Stdio::from(log));

@@ -22,7 +22,7 @@ use mew_cards::{
     CancelTaskRequest, ContextId, GetTaskRequest, Message, SendMessageRequest, StreamResponse,
     Task, TaskId, TaskState,
 };
-use mew_transport::{AgentTransport, CallContext, EventStream, RemoteAgent};
+use mew_transport::{AgentTransport, CallContext, EventStream};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::OwnedSemaphorePermit;
@@ -120,7 +120,9 @@ impl Directory {
             });
         }
         if target.starts_with("http://") || target.starts_with("https://") {
-            let agent = RemoteAgent::resolve(target)
+            let agent = self
+                .peers
+                .resolve_url(target)
                 .await
                 .map_err(|e| format!("cannot reach the agent at {target}: {e}"))?;
             return Ok(Resolved {

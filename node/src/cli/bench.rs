@@ -74,6 +74,7 @@ pub(crate) async fn bench(args: BenchArgs, context: &Context) -> anyhow::Result<
         streaming: args.stream,
         text: args.text,
         warmup: args.warmup,
+        tls: (context.config.tls.client_options()).map_err(anyhow::Error::msg)?,
     };
     let report = run(&options, |elapsed, done, failed| {
         let rate = done as f64 / elapsed.as_secs_f64().max(f64::EPSILON);

@@ -1,23 +1,29 @@
-//! `mew card [TARGET]`: fetch an agent card, check it, and print a summary (or the card's JSON).
+//! `mew card [TARGET]`: fetch an agent card, check it, and print a summary (or the card's JSON);
+//! `mew card verify TARGET`: check the card's signatures.
 
 use std::collections::HashSet;
 use std::io::Write;
 use std::time::Duration;
 
-use anyhow::bail;
-use clap::Args;
-use mew_cards::{AgentCard, PROTOCOL_VERSION, binding};
+use anyhow::{Context as _, bail};
+use clap::{Args, Subcommand};
+use jsonwebtoken::jwk::JwkSet;
+use mew_cards::{AgentCard, PROTOCOL_VERSION, WELL_KNOWN_CARD_PATH, binding};
 
 use super::Context;
 use super::output::write_json;
 use super::remote::{NodeUrlArgs, Target, card_error, http_url, parse_target};
+use crate::identity::signing;
 
 /// How long fetching a card may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `mew card`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub(crate) struct CardArgs {
+    #[command(subcommand)]
+    pub(crate) command: Option<CardCommand>,
     /// The agent: its base URL or its card's URL (ending in .json), a role of the node, or `-`
     /// for the node's front agent [default: -]
     #[arg(value_parser = parse_target)]
@@ -29,10 +35,18 @@ pub(crate) struct CardArgs {
 /// Fetches the card, prints it, then its problems as `problem: ...` lines on stderr; fails if
 /// there are any.
 pub(crate) async fn card(args: CardArgs, context: &Context) -> anyhow::Result<()> {
+    if let Some(CardCommand::Verify(verify_args)) = args.command {
+        return verify(verify_args, &args.node, context).await;
+    }
     let target = args.target.unwrap_or(Target::Front);
     let url = target.url(&args.node.url(&context.config));
     let options = mew_transport::ClientOptions {
         request_timeout: FETCH_TIMEOUT,
+        tls: context
+            .config
+            .tls
+            .client_options()
+            .map_err(anyhow::Error::msg)?,
         ..Default::default()
     };
     let card = mew_transport::fetch_card(&url, &options)
@@ -54,6 +68,114 @@ pub(crate) async fn card(args: CardArgs, context: &Context) -> anyhow::Result<()
         1 => bail!("the card at {url} has a problem"),
         n => bail!("the card at {url} has {n} problems"),
     }
+}
+
+/// `mew card` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum CardCommand {
+    /// Verify the card's signatures; exit 1 unless one verifies and none fails
+    ///
+    /// The keys are those of the JWKS given with --jwks, or else those of the JWKS each
+    /// signature's `jku` names, followed only to the card's own origin (scheme, host, port).
+    Verify(VerifyArgs),
+}
+
+/// `mew card verify`.
+#[derive(Debug, Args)]
+pub(crate) struct VerifyArgs {
+    /// The agent: its base URL or its card's URL (ending in .json), a role of the node, or `-`
+    /// for the node's front agent
+    #[arg(value_parser = parse_target)]
+    pub(crate) target: Target,
+    /// The keys to verify with: a JWKS file or http(s) URL. Without it, each signature's
+    /// `jku` is followed when it is on the card's own origin
+    #[arg(long, value_name = "FILE_OR_URL")]
+    pub(crate) jwks: Option<String>,
+}
+
+/// Fetches the card and checks its signatures: one line per signature (kid, alg, ok or why
+/// not), or with `--json` one document; fails unless at least one verifies and none fails.
+async fn verify(args: VerifyArgs, node: &NodeUrlArgs, context: &Context) -> anyhow::Result<()> {
+    let base = args.target.url(&node.url(&context.config));
+    let url = if base.ends_with(".json") {
+        base
+    } else {
+        format!("{}/{WELL_KNOWN_CARD_PATH}", base.trim_end_matches('/'))
+    };
+    let tls = context
+        .config
+        .tls
+        .client_options()
+        .map_err(anyhow::Error::msg)?;
+    let client = signing::http_client(&tls)?;
+    let body = signing::fetch_bytes(&client, &url, signing::CARD_MAX_BYTES)
+        .await
+        .map_err(|e| {
+            if matches!(args.target, Target::Front | Target::Role(_)) && node.node.is_none() {
+                e.context("is the node running? Start it with `mew up`, or pass --node URL")
+            } else {
+                e
+            }
+        })?;
+    let card: AgentCard = serde_json::from_slice(&body)
+        .with_context(|| format!("{url} does not hold an agent card"))?;
+    let given = match &args.jwks {
+        None => None,
+        Some(source) => Some(load_jwks(&client, source).await?),
+    };
+    let reports = signing::Verifier::new(given, client)
+        .verify(&card, &url)
+        .await?;
+    let verified = !reports.is_empty() && reports.iter().all(|report| report.ok);
+    let mut out = std::io::stdout();
+    if context.json {
+        write_json(
+            &mut out,
+            &serde_json::json!({ "url": url, "verified": verified, "signatures": reports }),
+        )?;
+    } else {
+        out.write_all(render_reports(&reports).as_bytes())?;
+    }
+    out.flush()?;
+    if reports.is_empty() {
+        bail!("the card at {url} is not signed");
+    }
+    if !verified {
+        let failed = reports.iter().filter(|report| !report.ok).count();
+        bail!(
+            "{failed} of {} signatures of the card at {url} do not verify",
+            reports.len()
+        );
+    }
+    Ok(())
+}
+
+/// A JWKS from a file or an http(s) URL.
+async fn load_jwks(client: &reqwest::Client, source: &str) -> anyhow::Result<JwkSet> {
+    let bytes = if source.starts_with("http://") || source.starts_with("https://") {
+        signing::fetch_bytes(client, source, signing::JWKS_MAX_BYTES).await?
+    } else {
+        std::fs::read(source).with_context(|| format!("--jwks: cannot read {source}"))?
+    };
+    signing::parse_jwks(&bytes).map_err(|e| anyhow::anyhow!("--jwks {source}: {e}"))
+}
+
+/// One line per signature: `signature N: kid K, alg A: ok` or `...: FAILED: why`.
+fn render_reports(reports: &[signing::SignatureReport]) -> String {
+    let mut out = String::new();
+    for (index, report) in reports.iter().enumerate() {
+        let kid = report.kid.as_deref().unwrap_or("(none)");
+        let alg = report.alg.as_deref().unwrap_or("(none)");
+        let outcome = match &report.error {
+            None => "ok".to_owned(),
+            Some(error) => format!("FAILED: {error}"),
+        };
+        out.push_str(&format!(
+            "signature {}: kid {kid}, alg {alg}: {outcome}\n",
+            index + 1
+        ));
+    }
+    out
 }
 
 /// What is wrong with a card: missing name, description or version; no interface speaking

@@ -13,7 +13,15 @@ use crate::peers::{PeerState, PeerStatus, Peers, one_line};
 /// what was found (`{"peers": [...]}` with `--json`). Fails, after printing, when a peer is
 /// unreachable, so that scripts can check the exit status.
 pub(crate) async fn peers(context: &Context, out: &mut dyn Write) -> anyhow::Result<()> {
-    let peers = Peers::start(&context.config.peers, &ClientOptions::default()).await;
+    let options = ClientOptions {
+        tls: context
+            .config
+            .tls
+            .client_options()
+            .map_err(anyhow::Error::msg)?,
+        ..ClientOptions::default()
+    };
+    let peers = Peers::start(&context.config.peers, &options).await;
     let statuses = peers.list();
     if context.json {
         serde_json::to_writer_pretty(&mut *out, &json!({ "peers": peers.status_json() }))?;

@@ -120,6 +120,7 @@ pub(crate) async fn connect(
 ) -> anyhow::Result<RemoteAgent> {
     let mut options = ClientOptions {
         binding: binding.map(Binding::from),
+        tls: config.tls.client_options().map_err(anyhow::Error::msg)?,
         ..ClientOptions::default()
     };
     if let Some(token) = &node.token {

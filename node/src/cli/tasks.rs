@@ -102,8 +102,12 @@ pub(crate) async fn tasks(args: TasksArgs, context: &Context) -> anyhow::Result<
                 .map(|(name, peer)| (name.clone(), peer.url.clone()))
                 .collect();
             let node = args.node.url(&context.config);
-            let binding = args.binding.map(Into::into);
-            tree(tree_args, agent, &node, binding, peers, json, &mut out).await
+            let options = mew_transport::ClientOptions {
+                binding: args.binding.map(Into::into),
+                tls: (context.config.tls.client_options()).map_err(anyhow::Error::msg)?,
+                ..mew_transport::ClientOptions::default()
+            };
+            tree(tree_args, agent, &node, options, peers, json, &mut out).await
         }
         TasksCommand::Get(get) => {
             let request = GetTaskRequest {

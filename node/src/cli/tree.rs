@@ -634,6 +634,8 @@ type Connection = Arc<OnceCell<Result<Arc<RemoteAgent>, String>>>;
 struct Agents {
     /// The binding for the agents of the node the tree starts on.
     binding: Option<Binding>,
+    /// The TLS settings for every agent (`tls:` of the configuration).
+    tls: mew_transport::TlsOptions,
     root: String,
     connected: Mutex<HashMap<String, Connection>>,
 }
@@ -649,6 +651,7 @@ impl Agents {
             .clone();
         let options = ClientOptions {
             binding: self.binding.filter(|_| place.node == self.root),
+            tls: self.tls.clone(),
             ..ClientOptions::default()
         };
         cell.get_or_init(|| async {
@@ -674,20 +677,21 @@ impl Agents {
     }
 }
 
-/// Runs `mew tasks tree` on the node at `node`, whose front agent is `front`. Fails (exit 1)
-/// when the task itself cannot be fetched; children that cannot be are shown with their
-/// error and noted on stderr.
+/// Runs `mew tasks tree` on the node at `node`, whose front agent is `front`, with `options`
+/// (their binding only for the agents of `node`). Fails (exit 1) when the task itself cannot
+/// be fetched; children that cannot be are shown with their error and noted on stderr.
 pub(crate) async fn tree(
     args: &TreeArgs,
     front: RemoteAgent,
     node: &str,
-    binding: Option<Binding>,
+    options: ClientOptions,
     peers: HashMap<String, String>,
     json: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let agents = Agents {
-        binding,
+        binding: options.binding,
+        tls: options.tls,
         root: node.to_owned(),
         connected: Mutex::new(HashMap::from([(
             node.to_owned(),

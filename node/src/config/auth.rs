@@ -1,4 +1,5 @@
-//! The `auth:` section: how callers of the node's A2A operations authenticate.
+//! The `auth:` section: how callers of the node's A2A operations authenticate, which roles
+//! they may use, and what the extended agent card adds.
 //!
 //! ```yaml
 //! auth:
@@ -6,17 +7,29 @@
 //!     - name: alice
 //!       key_env: MEW_KEY_ALICE     # the key itself is in this environment variable
 //!   jwt:                           # Authorization: Bearer <JWT>; the principal is `sub`
-//!     secret_env: MEW_JWT_SECRET   # the HS256 shared secret is in this environment variable
+//!     secret_env: MEW_JWT_SECRET   # HS256: the shared secret is in this environment variable,
+//!     # jwks_file: keys/jwks.json   # or public keys from a JWKS file,
+//!     # jwks_url: https://issuer.example/.well-known/jwks.json   # or fetched from a URL
 //!     issuer: https://issuer.example
 //!     audience: mew
 //!     algorithms: [HS256]
+//!   roles:                         # who may use a role; roles not listed are open to anyone
+//!     reviewer: [alice, bob]       # authenticated ("*" = any authenticated caller)
+//!   extended_card:                 # served by GetExtendedAgentCard to authenticated callers
+//!     description: "..."           # any AgentCard field replaces the public card's;
+//!     skills: [{id: s, name: S, description: d, tags: [t]}]   # skills are appended
 //!   allow_unauthenticated: false   # serve a non-loopback address without any scheme
 //! ```
 //!
 //! Only environment variable names are written here, never secrets, so `mew config show`
 //! prints the section as it is.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use mew_cards::AgentCard;
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
 
 use super::{ConfigError, LoadedConfig};
 
@@ -25,10 +38,16 @@ use super::{ConfigError, LoadedConfig};
 pub struct AuthConfig {
     /// Static API keys, each naming the principal it authenticates.
     pub api_keys: Vec<ApiKeyConfig>,
-    /// JWT bearer tokens signed with a shared secret.
+    /// JWT bearer tokens, verified with a shared secret or with public keys.
     pub jwt: Option<JwtConfig>,
     /// Whether `mew up` may serve a non-loopback address with no scheme configured.
     pub allow_unauthenticated: bool,
+    /// The principals each listed role admits (`*`: any authenticated caller); roles not
+    /// listed admit every authenticated caller.
+    pub roles: BTreeMap<String, Vec<String>>,
+    /// What the extended agent card changes in a public card: AgentCard fields by their JSON
+    /// names; `skills` are appended, every other field replaces the public card's.
+    pub extended_card: Option<Map<String, Value>>,
 }
 
 impl AuthConfig {
@@ -36,7 +55,25 @@ impl AuthConfig {
     pub fn is_enabled(&self) -> bool {
         !self.api_keys.is_empty() || self.jwt.is_some()
     }
+
+    /// Whether `principal` may use `role`: roles not in `roles` admit everyone.
+    pub fn admits(&self, role: &str, principal: &str) -> bool {
+        self.roles
+            .get(role)
+            .is_none_or(|allowed| allowed.iter().any(|p| p == ANY_PRINCIPAL || p == principal))
+    }
+
+    /// The extended card of the public card `card`, when `extended_card` is configured:
+    /// `card` with its content applied (see [`extend_card`]).
+    pub fn extended_card(&self, card: &AgentCard) -> Option<Result<AgentCard, String>> {
+        self.extended_card
+            .as_ref()
+            .map(|extra| extend_card(card, extra))
+    }
 }
+
+/// In `auth.roles`, the entry that admits any authenticated caller.
+const ANY_PRINCIPAL: &str = "*";
 
 /// One API key: the principal's name and the environment variable holding the key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,11 +87,19 @@ pub struct ApiKeyConfig {
     pub key_env: String,
 }
 
-/// JWT bearer tokens: the secret's environment variable and the claims checked.
+/// JWT bearer tokens: where the verification keys come from (exactly one of `secret_env`,
+/// `jwks_file`, `jwks_url`) and the claims checked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JwtConfig {
     /// The environment variable that holds the HS256 shared secret.
-    pub secret_env: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_env: Option<String>,
+    /// A JWKS file with the public keys (absolute).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwks_file: Option<PathBuf>,
+    /// A URL serving the JWKS with the public keys.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwks_url: Option<String>,
     /// The required `iss` claim.
     pub issuer: String,
     /// The required `aud` claim.
@@ -63,8 +108,69 @@ pub struct JwtConfig {
     pub algorithms: Vec<String>,
 }
 
-/// The algorithms `auth.jwt.algorithms` accepts.
-pub const JWT_ALGORITHMS: [&str; 1] = ["HS256"];
+/// The algorithms accepted with `secret_env`.
+pub const SECRET_ALGORITHMS: [&str; 1] = ["HS256"];
+/// The algorithms accepted with `jwks_file` or `jwks_url`; all of them by default (each key
+/// further limited to its own `alg`, when it has one, and to its key type).
+pub const JWKS_ALGORITHMS: [&str; 9] = [
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+];
+
+/// The AgentCard fields `auth.extended_card` may set (their JSON names).
+const CARD_FIELDS: [&str; 13] = [
+    "name",
+    "description",
+    "supportedInterfaces",
+    "provider",
+    "version",
+    "documentationUrl",
+    "capabilities",
+    "securitySchemes",
+    "securityRequirements",
+    "defaultInputModes",
+    "defaultOutputModes",
+    "skills",
+    "iconUrl",
+];
+
+/// `card` with `extra` applied: `skills` appended, every other field replaced. Fails (saying
+/// why) when a key is not a card field or the result is not a valid AgentCard.
+fn extend_card(card: &AgentCard, extra: &Map<String, Value>) -> Result<AgentCard, String> {
+    let mut value = serde_json::to_value(card).map_err(|e| e.to_string())?;
+    let Value::Object(fields) = &mut value else {
+        return Err("the card is not a JSON object".to_owned());
+    };
+    for (key, extra) in extra {
+        if !CARD_FIELDS.contains(&key.as_str()) {
+            return Err(format!(
+                "`{key}` is not an AgentCard field that can be changed (the fields are {})",
+                CARD_FIELDS.join(", ")
+            ));
+        }
+        match (key.as_str(), extra) {
+            ("skills", Value::Array(added)) => {
+                match fields
+                    .entry("skills")
+                    .or_insert_with(|| Value::Array(Vec::new()))
+                {
+                    Value::Array(skills) => skills.extend(added.iter().cloned()),
+                    other => *other = Value::Array(added.clone()),
+                }
+            }
+            ("skills", _) => return Err("`skills` must be a list of skills".to_owned()),
+            _ => {
+                fields.insert(key.clone(), extra.clone());
+            }
+        }
+    }
+    let card: AgentCard = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    for skill in &card.skills {
+        if skill.id.is_empty() || skill.name.is_empty() {
+            return Err("every skill needs an `id` and a `name`".to_owned());
+        }
+    }
+    Ok(card)
+}
 
 impl LoadedConfig {
     pub(super) fn resolve_auth(&self) -> Result<AuthConfig, ConfigError> {
@@ -81,40 +187,166 @@ impl LoadedConfig {
         }
         let jwt = match &settings.jwt {
             None => None,
-            Some(jwt) => {
-                let required = |value: &Option<String>, key: &str, what: &str| {
-                    value
-                        .clone()
-                        .ok_or_else(|| self.auth_error(&format!("auth.jwt.{key}"), what.to_owned()))
+            Some(jwt) => Some(self.resolve_jwt(jwt)?),
+        };
+        let enabled = !settings.api_keys.is_empty() || jwt.is_some();
+        let roles = settings.roles.clone().unwrap_or_default();
+        if !roles.is_empty() && !enabled {
+            return Err(self.auth_error(
+                "auth.roles",
+                "role access rules need a scheme to know who calls: configure `auth.api_keys` \
+                 or `auth.jwt`"
+                    .to_owned(),
+            ));
+        }
+        for (role, principals) in &roles {
+            if role.is_empty() || role.contains('/') || role.chars().any(char::is_control) {
+                return Err(self.auth_error("auth.roles", format!("`{role}` is not a role name")));
+            }
+            if principals.is_empty() {
+                return Err(self.auth_error(
+                    &format!("auth.roles.{role}"),
+                    "an empty list admits nobody: list the principals (or \"*\" for any \
+                     authenticated caller), or remove the role"
+                        .to_owned(),
+                ));
+            }
+        }
+        let extended_card = match &settings.extended_card {
+            None => None,
+            Some(_) if !enabled => {
+                return Err(self.auth_error(
+                    "auth.extended_card",
+                    "the extended card is served to authenticated callers only: configure \
+                     `auth.api_keys` or `auth.jwt`"
+                        .to_owned(),
+                ));
+            }
+            Some(extra) => {
+                let sample = AgentCard {
+                    name: "sample".to_owned(),
+                    description: "sample".to_owned(),
+                    version: "1".to_owned(),
+                    ..AgentCard::default()
                 };
-                Some(JwtConfig {
-                    secret_env: required(
-                        &jwt.secret_env,
-                        "secret_env",
-                        "missing: name the environment variable that holds the HS256 secret",
-                    )?,
-                    issuer: required(
-                        &jwt.issuer,
-                        "issuer",
-                        "missing: give the `iss` that tokens must carry",
-                    )?,
-                    audience: required(
-                        &jwt.audience,
-                        "audience",
-                        "missing: give the `aud` that tokens must carry",
-                    )?,
-                    algorithms: if jwt.algorithms.is_empty() {
-                        vec!["HS256".to_owned()]
-                    } else {
-                        jwt.algorithms.clone()
-                    },
-                })
+                extend_card(&sample, extra)
+                    .map_err(|message| self.auth_error("auth.extended_card", message))?;
+                Some(extra.clone())
             }
         };
         Ok(AuthConfig {
             api_keys: settings.api_keys.clone(),
             jwt,
             allow_unauthenticated: settings.allow_unauthenticated,
+            roles,
+            extended_card,
+        })
+    }
+
+    fn resolve_jwt(&self, jwt: &JwtSettings) -> Result<JwtConfig, ConfigError> {
+        let required = |value: &Option<String>, key: &str, what: &str| {
+            value
+                .clone()
+                .ok_or_else(|| self.auth_error(&format!("auth.jwt.{key}"), what.to_owned()))
+        };
+        let given: Vec<&str> = [
+            ("secret_env", jwt.secret_env.is_some()),
+            ("jwks_file", jwt.jwks_file.is_some()),
+            ("jwks_url", jwt.jwks_url.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(key, set)| set.then_some(key))
+        .collect();
+        match given.as_slice() {
+            [] => {
+                return Err(self.auth_error(
+                    "auth.jwt.secret_env",
+                    "missing: name the environment variable that holds the HS256 secret, or \
+                     give `jwks_file` or `jwks_url` for public keys"
+                        .to_owned(),
+                ));
+            }
+            [_] => {}
+            [_, second, ..] => {
+                return Err(self.auth_error(
+                    &format!("auth.jwt.{second}"),
+                    format!(
+                        "give exactly one of secret_env, jwks_file and jwks_url (found {})",
+                        given.join(" and ")
+                    ),
+                ));
+            }
+        }
+        let jwks_file = match &jwt.jwks_file {
+            None => None,
+            Some(path) => {
+                let project = std::path::absolute(&self.project).unwrap_or(self.project.clone());
+                Some(self.path("auth.jwt.jwks_file", path, self.home.as_deref(), &project)?)
+            }
+        };
+        if let Some(url) = &jwt.jwks_url {
+            match reqwest::Url::parse(url) {
+                Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => {}
+                Ok(_) => {
+                    return Err(self.auth_error(
+                        "auth.jwt.jwks_url",
+                        format!("`{url}` is not an http or https URL"),
+                    ));
+                }
+                Err(e) => {
+                    return Err(
+                        self.auth_error("auth.jwt.jwks_url", format!("`{url}` is not a URL: {e}"))
+                    );
+                }
+            }
+        }
+        let public_keys = jwt.secret_env.is_none();
+        let (allowed, default): (&[&str], Vec<String>) = if public_keys {
+            (
+                &JWKS_ALGORITHMS,
+                JWKS_ALGORITHMS.map(str::to_owned).to_vec(),
+            )
+        } else {
+            (&SECRET_ALGORITHMS, vec!["HS256".to_owned()])
+        };
+        if let Some(bad) = jwt
+            .algorithms
+            .iter()
+            .find(|name| !allowed.contains(&name.as_str()))
+        {
+            let message = if public_keys {
+                format!(
+                    "`{bad}` cannot be used with public keys (jwks_file, jwks_url); supported: \
+                     {}",
+                    JWKS_ALGORITHMS.join(", ")
+                )
+            } else {
+                format!(
+                    "`{bad}` needs public keys (jwks_file or jwks_url); with secret_env: {}",
+                    SECRET_ALGORITHMS.join(", ")
+                )
+            };
+            return Err(self.auth_error("auth.jwt.algorithms", message));
+        }
+        Ok(JwtConfig {
+            secret_env: jwt.secret_env.clone(),
+            jwks_file,
+            jwks_url: jwt.jwks_url.clone(),
+            issuer: required(
+                &jwt.issuer,
+                "issuer",
+                "missing: give the `iss` that tokens must carry",
+            )?,
+            audience: required(
+                &jwt.audience,
+                "audience",
+                "missing: give the `aud` that tokens must carry",
+            )?,
+            algorithms: if jwt.algorithms.is_empty() {
+                default
+            } else {
+                jwt.algorithms.clone()
+            },
         })
     }
 
@@ -146,6 +378,11 @@ pub(crate) struct AuthSettings {
     pub(crate) api_keys: Vec<ApiKeyConfig>,
     pub(crate) jwt: Option<JwtSettings>,
     pub(crate) allow_unauthenticated: bool,
+    /// `None` by default, so that the built-in defaults (the schema files are checked
+    /// against) leave the role names free.
+    #[serde(deserialize_with = "role_rules")]
+    pub(crate) roles: Option<BTreeMap<String, Vec<String>>>,
+    pub(crate) extended_card: Option<Map<String, Value>>,
 }
 
 /// `auth.jwt:` as written.
@@ -154,6 +391,10 @@ pub(crate) struct AuthSettings {
 pub(crate) struct JwtSettings {
     #[serde(deserialize_with = "optional_variable_name")]
     pub(crate) secret_env: Option<String>,
+    #[serde(deserialize_with = "optional_path")]
+    pub(crate) jwks_file: Option<PathBuf>,
+    #[serde(deserialize_with = "optional_non_empty")]
+    pub(crate) jwks_url: Option<String>,
     #[serde(deserialize_with = "optional_non_empty")]
     pub(crate) issuer: Option<String>,
     #[serde(deserialize_with = "optional_non_empty")]
@@ -162,18 +403,8 @@ pub(crate) struct JwtSettings {
     pub(crate) algorithms: Vec<String>,
 }
 
-/// Whether `name` can name an environment variable: letters, digits and `_`, not starting
-/// with a digit.
-fn is_variable_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 fn check_variable_name<E: serde::de::Error>(name: String) -> Result<String, E> {
-    if is_variable_name(&name) {
+    if super::hooks::is_variable_name(&name) {
         Ok(name)
     } else {
         Err(E::custom(format!(
@@ -187,7 +418,8 @@ fn variable_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D
     check_variable_name(String::deserialize(deserializer)?)
 }
 
-fn optional_variable_name<'de, D: Deserializer<'de>>(
+/// An optional environment variable's name (never the secret itself).
+pub(super) fn optional_variable_name<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<String>, D::Error> {
     Option::<String>::deserialize(deserializer)?
@@ -206,6 +438,16 @@ fn optional_non_empty<'de, D: Deserializer<'de>>(
     }
 }
 
+fn optional_path<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<PathBuf>, D::Error> {
+    Ok(optional_non_empty(deserializer)?.map(PathBuf::from))
+}
+
+/// Whether `name` can name a principal: not empty, no surrounding blanks, no control
+/// characters.
+fn is_principal_name(name: &str) -> bool {
+    !name.trim().is_empty() && name.trim() == name && !name.chars().any(char::is_control)
+}
+
 fn principal_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     let name = String::deserialize(deserializer)?;
     if name.trim().is_empty() || name.chars().any(char::is_control) {
@@ -216,12 +458,33 @@ fn principal_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, 
     Ok(name)
 }
 
+fn role_rules<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<BTreeMap<String, Vec<String>>>, D::Error> {
+    let Some(rules) = Option::<BTreeMap<String, Vec<String>>>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    for (role, principals) in &rules {
+        if let Some(bad) = principals.iter().find(|name| !is_principal_name(name)) {
+            return Err(serde::de::Error::custom(format!(
+                "role `{role}`: `{}` is not a principal name (a non-empty name without \
+                 surrounding blanks or control characters, or \"*\" for any authenticated caller)",
+                bad.escape_debug()
+            )));
+        }
+    }
+    Ok(Some(rules))
+}
+
 fn algorithms<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
     let names = Vec::<String>::deserialize(deserializer)?;
-    if let Some(bad) = names.iter().find(|n| !JWT_ALGORITHMS.contains(&n.as_str())) {
+    if let Some(bad) = names.iter().find(|n| {
+        !SECRET_ALGORITHMS.contains(&n.as_str()) && !JWKS_ALGORITHMS.contains(&n.as_str())
+    }) {
         return Err(serde::de::Error::custom(format!(
-            "`{bad}` is not a supported algorithm (supported: {})",
-            JWT_ALGORITHMS.join(", ")
+            "`{bad}` is not a supported algorithm (supported: {}, {})",
+            SECRET_ALGORITHMS.join(", "),
+            JWKS_ALGORITHMS.join(", ")
         )));
     }
     Ok(names)
@@ -287,7 +550,9 @@ mod tests {
         assert_eq!(
             auth.jwt,
             Some(JwtConfig {
-                secret_env: "JWT_SECRET".to_owned(),
+                secret_env: Some("JWT_SECRET".to_owned()),
+                jwks_file: None,
+                jwks_url: None,
                 issuer: "https://issuer.example".to_owned(),
                 audience: "mew".to_owned(),
                 algorithms: vec!["HS256".to_owned()],
@@ -331,9 +596,19 @@ mod tests {
             ),
             (
                 "auth:\n  jwt:\n    secret_env: S\n    issuer: i\n    audience: a\n    \
-                 algorithms: [RS256]\n",
+                 algorithms: [HS512]\n",
                 "auth.jwt.algorithms",
-                "`RS256` is not a supported algorithm",
+                "`HS512` is not a supported algorithm",
+            ),
+            (
+                "auth:\n  roles:\n    reviewer: [alice, '']\n",
+                "auth.roles",
+                "`` is not a principal name",
+            ),
+            (
+                "auth:\n  roles:\n    reviewer: [' alice']\n",
+                "auth.roles",
+                "is not a principal name",
             ),
             (
                 "auth:\n  jwt:\n    secret_env: S\n    issuer: ''\n    audience: a\n",
@@ -355,6 +630,86 @@ mod tests {
                 "auth:\n  jwt:\n    issuer: i\n    audience: a\n",
                 "auth.jwt.secret_env",
                 "missing: name the environment variable",
+            ),
+            (
+                "auth:\n  jwt:\n    secret_env: S\n    jwks_url: https://i/jwks\n    issuer: i\n    \
+                 audience: a\n",
+                "auth.jwt.jwks_url",
+                "give exactly one of secret_env, jwks_file and jwks_url (found secret_env and \
+                 jwks_url)",
+            ),
+            (
+                "auth:\n  jwt:\n    jwks_file: k.json\n    jwks_url: https://i/jwks\n    issuer: i\n    \
+                 audience: a\n",
+                "auth.jwt.jwks_url",
+                "give exactly one",
+            ),
+            (
+                "auth:\n  jwt:\n    jwks_url: https://i/jwks\n    issuer: i\n    audience: a\n    \
+                 algorithms: [ES256, HS256]\n",
+                "auth.jwt.algorithms",
+                "`HS256` cannot be used with public keys",
+            ),
+            (
+                "auth:\n  jwt:\n    secret_env: S\n    issuer: i\n    audience: a\n    \
+                 algorithms: [RS256]\n",
+                "auth.jwt.algorithms",
+                "`RS256` needs public keys (jwks_file or jwks_url)",
+            ),
+            (
+                "auth:\n  jwt:\n    jwks_url: ftp://i/jwks\n    issuer: i\n    audience: a\n",
+                "auth.jwt.jwks_url",
+                "is not an http or https URL",
+            ),
+            (
+                "auth:\n  jwt:\n    jwks_url: not a url\n    issuer: i\n    audience: a\n",
+                "auth.jwt.jwks_url",
+                "is not a URL",
+            ),
+            (
+                "auth:\n  roles:\n    reviewer: [alice]\n",
+                "auth.roles",
+                "need a scheme",
+            ),
+            (
+                "auth:\n  api_keys:\n    - name: a\n      key_env: K\n  roles:\n    reviewer: []\n",
+                "auth.roles.reviewer",
+                "an empty list admits nobody",
+            ),
+            (
+                "auth:\n  extended_card:\n    description: d\n",
+                "auth.extended_card",
+                "authenticated callers only",
+            ),
+            (
+                "auth:\n  api_keys:\n    - name: a\n      key_env: K\n  extended_card:\n    \
+                 descripton: d\n",
+                "auth.extended_card",
+                "`descripton` is not an AgentCard field",
+            ),
+            (
+                "auth:\n  api_keys:\n    - name: a\n      key_env: K\n  extended_card:\n    \
+                 signatures: []\n",
+                "auth.extended_card",
+                "`signatures` is not an AgentCard field",
+            ),
+            (
+                "auth:\n  api_keys:\n    - name: a\n      key_env: K\n  extended_card:\n    \
+                 skills: [{name: n, description: d, tags: [t]}]\n",
+                "auth.extended_card",
+                "every skill needs an `id` and a `name`",
+            ),
+            (
+                "auth:\n  api_keys:\n    - name: a\n      key_env: K\n  extended_card:\n    \
+                 capabilities: {streaming: maybe}\n",
+                "auth.extended_card",
+                "",
+            ),
+            (
+                "auth:\n  api_keys:\n    - name: a\n      key_env: K\n  extended_card:\n    \
+                 skills: {id: s}\n",
+                "auth.extended_card",
+                "`skills` must be a list",
             ),
             (
                 "auth:\n  jwt:\n    secret_env: S\n    audience: a\n",
@@ -402,6 +757,79 @@ mod tests {
         let section = serde_yaml_ng::to_string(&config.auth).unwrap();
         assert!(section.contains("key_env: KEY_ALICE"), "{section}");
         assert!(section.contains("secret_env: JWT_SECRET"), "{section}");
+        let reread = load(&format!(
+            "auth:\n{}",
+            section
+                .lines()
+                .map(|line| format!("  {line}\n"))
+                .collect::<String>()
+        ))
+        .unwrap();
+        assert_eq!(reread.auth, config.auth);
+    }
+
+    const PUBLIC_KEYS: &str = "auth:\n  api_keys:\n    - name: alice\n      key_env: KEY_ALICE\n  \
+                               jwt:\n    jwks_url: https://issuer.example/jwks.json\n    \
+                               issuer: https://issuer.example\n    audience: mew\n  \
+                               roles:\n    reviewer: [alice, bob]\n    open: ['*']\n  \
+                               extended_card:\n    description: For members\n    \
+                               skills:\n      - {id: secret, name: Secret, description: d, \
+                               tags: [x]}\n";
+
+    #[test]
+    fn reads_public_keys_roles_and_the_extended_card() {
+        let auth = load(PUBLIC_KEYS).unwrap().auth;
+        let jwt = auth.jwt.clone().unwrap();
+        assert_eq!(jwt.secret_env, None);
+        assert_eq!(
+            jwt.jwks_url.as_deref(),
+            Some("https://issuer.example/jwks.json")
+        );
+        assert_eq!(jwt.algorithms, JWKS_ALGORITHMS);
+        assert!(auth.admits("reviewer", "bob"));
+        assert!(!auth.admits("reviewer", "carol"));
+        assert!(auth.admits("open", "carol"));
+        assert!(auth.admits("unlisted", "carol"));
+        let card = AgentCard {
+            name: "r".to_owned(),
+            description: "public".to_owned(),
+            version: "1".to_owned(),
+            skills: vec![mew_cards::AgentSkill {
+                id: "r".to_owned(),
+                name: "r".to_owned(),
+                ..Default::default()
+            }],
+            ..AgentCard::default()
+        };
+        let extended = auth.extended_card(&card).unwrap().unwrap();
+        assert_eq!(extended.description, "For members");
+        assert_eq!(extended.name, "r");
+        let ids: Vec<&str> = extended.skills.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["r", "secret"]);
+        assert_eq!(extended.skills[1].tags, ["x"]);
+    }
+
+    #[test]
+    fn a_jwks_file_is_made_absolute_against_the_project() {
+        let (dir, _file, sources) = project(
+            "auth:\n  jwt:\n    jwks_file: keys/jwks.json\n    issuer: i\n    audience: a\n    \
+             algorithms: [ES256]\n",
+        );
+        let auth = Config::load(&sources)
+            .and_then(|loaded| loaded.resolve())
+            .unwrap()
+            .auth;
+        let jwt = auth.jwt.unwrap();
+        let expected = std::path::absolute(dir.path().join("keys/jwks.json")).unwrap();
+        assert_eq!(jwt.jwks_file, Some(expected));
+        assert_eq!(jwt.algorithms, ["ES256"]);
+    }
+
+    #[test]
+    fn config_show_of_public_keys_roles_and_card_reads_back() {
+        let config = load(PUBLIC_KEYS).unwrap();
+        let section = serde_yaml_ng::to_string(&config.auth).unwrap();
+        assert!(!section.contains("secret_env"), "{section}");
         let reread = load(&format!(
             "auth:\n{}",
             section

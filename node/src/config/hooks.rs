@@ -46,7 +46,7 @@ pub(crate) struct HooksSettings {
 
 /// Whether `name` can name an environment variable: letters, digits and `_`, not starting
 /// with a digit.
-fn is_variable_name(name: &str) -> bool {
+pub(super) fn is_variable_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
         .next()

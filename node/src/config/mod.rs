@@ -29,9 +29,11 @@ mod mcp_entries;
 mod merge;
 mod peers;
 mod providers;
+pub(crate) mod push;
 mod resolve;
 mod schema;
 mod skills;
+pub(crate) mod tls;
 
 #[cfg(test)]
 mod mcp_tests;
@@ -52,10 +54,12 @@ pub use error::ConfigError;
 pub use hooks::HooksConfig;
 pub use load::{FlagOverrides, LoadedConfig, Sources};
 pub use merge::Origin;
-pub use peers::{PeerBinding, PeerConfig};
+pub use peers::{PeerAuth, PeerBinding, PeerConfig, PeerJwt};
 pub use providers::{AgentConfig, ProviderConfig, ProviderKind};
+pub use push::PushConfig;
 pub use resolve::Entry;
 pub use skills::{DEFAULT_TOKEN_ENV, SkillsConfig};
+pub use tls::{ServerTls, TlsConfig};
 
 /// The node's resolved configuration: every default computed, every path absolute.
 ///
@@ -80,6 +84,10 @@ pub struct Config {
     pub permissions: PermissionsConfig,
     /// `auth:` — how callers of the node's A2A operations authenticate.
     pub auth: AuthConfig,
+    /// `tls:` — certificates for serving HTTPS and for the node's HTTPS clients.
+    pub tls: TlsConfig,
+    /// `push:` — where push notifications may go, and how hard the node tries to deliver them.
+    pub push: PushConfig,
     /// `agent:` — which provider and model run model-driven roles.
     pub agent: AgentConfig,
     /// `providers:` — the model services, by the names the user gave them.
@@ -110,7 +118,7 @@ pub struct NodeConfig {
     /// The name of the node's front agent card.
     pub name: String,
     /// The base URL written in agent cards, without a trailing slash. Defaults to
-    /// `http://{host}:{port}`; see [`NodeConfig::bound_to`] for port 0.
+    /// `http://{host}:{port}` (`https://` when `tls:` has a server certificate); see [`NodeConfig::bound_to`] for port 0.
     pub public_url: String,
     /// True when `public_url` was computed from `host` and `port` rather than configured.
     #[serde(skip)]
@@ -136,7 +144,8 @@ impl NodeConfig {
     pub fn bound_to(&mut self, address: SocketAddr) {
         self.port = address.port();
         if self.public_url_is_default {
-            self.public_url = default_public_url(&self.host, self.port);
+            let https = self.public_url.starts_with("https://");
+            self.public_url = default_public_url(https, &self.host, self.port);
         }
     }
 }
@@ -229,9 +238,10 @@ impl FromStr for LogFormat {
     }
 }
 
-/// `http://{host}:{port}`, with an IPv6 host in brackets.
-fn default_public_url(host: &str, port: u16) -> String {
-    format!("http://{}:{port}", url_host(host))
+/// `http://{host}:{port}` (`https://` with `https`), with an IPv6 host in brackets.
+fn default_public_url(https: bool, host: &str, port: u16) -> String {
+    let scheme = if https { "https" } else { "http" };
+    format!("{scheme}://{}:{port}", url_host(host))
 }
 
 fn url_host(host: &str) -> String {

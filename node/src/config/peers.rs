@@ -8,7 +8,17 @@
 //!     binding: jsonrpc              # jsonrpc | rest; default: the first the card offers
 //!     timeout: 30s                  # the limit on fetching the peer's cards
 //!     refresh: 5m                   # how long fetched cards are used before fetching again
+//!     auth:                         # the credentials this node presents to the peer (one of):
+//!       api_key_env: BUILD_BOX_KEY  #   X-API-Key: the key in this environment variable
+//!       bearer_env: BUILD_BOX_TOKEN #   Authorization: Bearer <the token in this variable>
+//!       jwt:                        #   Authorization: Bearer <a JWT this node signs with its key>
+//!         audience: build-box       #     `aud` (default: the peer's url)
+//!         ttl: 5m                   #     each token's lifetime (default 5m)
 //! ```
+//!
+//! A minted JWT carries `iss` = this node's public URL, `sub` = its name, `aud`, `iat`, `exp`
+//! and `jti`, with the node key's `kid` and `jku` in its header: the peer verifies it against
+//! this node's `/.well-known/jwks.json` (its `auth.jwt.jwks_url`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,6 +45,30 @@ pub struct PeerConfig {
     /// How long fetched cards are used before they are fetched again.
     #[serde(serialize_with = "duration::serialize")]
     pub refresh: Duration,
+    /// The credentials presented to the peer, if any.
+    pub auth: Option<PeerAuth>,
+}
+
+/// `peers.NAME.auth:` — how this node authenticates to a peer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerAuth {
+    /// An API key, sent as `X-API-Key`, read from this environment variable.
+    ApiKeyEnv(String),
+    /// A bearer token, sent as `Authorization: Bearer`, read from this environment variable.
+    BearerEnv(String),
+    /// A JWT minted per call and signed with the node key.
+    Jwt(PeerJwt),
+}
+
+/// `peers.NAME.auth.jwt:` — the JWTs this node mints for a peer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerJwt {
+    /// The `aud` claim.
+    pub audience: String,
+    /// How long each token is valid.
+    #[serde(serialize_with = "duration::serialize", deserialize_with = "positive")]
+    pub ttl: Duration,
 }
 
 /// The A2A binding used to talk to a peer.
@@ -87,7 +121,40 @@ pub(crate) struct PeerSettings {
     pub(crate) timeout: Duration,
     #[serde(serialize_with = "duration::serialize", deserialize_with = "positive")]
     pub(crate) refresh: Duration,
+    pub(crate) auth: Option<PeerAuthSettings>,
 }
+
+/// `peers.NAME.auth:` as written: exactly one key.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct PeerAuthSettings {
+    #[serde(deserialize_with = "super::auth::optional_variable_name")]
+    pub(crate) api_key_env: Option<String>,
+    #[serde(deserialize_with = "super::auth::optional_variable_name")]
+    pub(crate) bearer_env: Option<String>,
+    pub(crate) jwt: Option<PeerJwtSettings>,
+}
+
+/// `peers.NAME.auth.jwt:` as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct PeerJwtSettings {
+    pub(crate) audience: Option<String>,
+    #[serde(serialize_with = "duration::serialize", deserialize_with = "positive")]
+    pub(crate) ttl: Duration,
+}
+
+impl Default for PeerJwtSettings {
+    fn default() -> Self {
+        Self {
+            audience: None,
+            ttl: DEFAULT_JWT_TTL,
+        }
+    }
+}
+
+/// The default lifetime of a JWT minted for a peer.
+const DEFAULT_JWT_TTL: Duration = Duration::from_secs(5 * 60);
 
 impl Default for PeerSettings {
     fn default() -> Self {
@@ -96,6 +163,7 @@ impl Default for PeerSettings {
             binding: None,
             timeout: Duration::from_secs(30),
             refresh: Duration::from_secs(5 * 60),
+            auth: None,
         }
     }
 }
@@ -137,17 +205,65 @@ impl LoadedConfig {
                     message: "missing: give the peer's base URL, like http://host:7777".to_owned(),
                 });
             };
+            let url = url.trim_end_matches('/').to_owned();
+            let auth = match &settings.auth {
+                None => None,
+                Some(auth) => Some(self.resolve_peer_auth(name, &url, auth)?),
+            };
             peers.insert(
                 name.clone(),
                 PeerConfig {
-                    url: url.trim_end_matches('/').to_owned(),
+                    url,
                     binding: settings.binding,
                     timeout: settings.timeout,
                     refresh: settings.refresh,
+                    auth,
                 },
             );
         }
         Ok(peers)
+    }
+
+    /// `peers.NAME.auth`: exactly one way to authenticate.
+    fn resolve_peer_auth(
+        &self,
+        name: &str,
+        url: &str,
+        auth: &PeerAuthSettings,
+    ) -> Result<PeerAuth, ConfigError> {
+        let mut given = Vec::new();
+        if let Some(env) = &auth.api_key_env {
+            given.push(PeerAuth::ApiKeyEnv(env.clone()));
+        }
+        if let Some(env) = &auth.bearer_env {
+            given.push(PeerAuth::BearerEnv(env.clone()));
+        }
+        if let Some(jwt) = &auth.jwt {
+            let audience = match jwt.audience.as_deref().map(str::trim) {
+                None => url.to_owned(),
+                Some("") => {
+                    return Err(ConfigError::Resolve {
+                        origin: self.peer_origin(name),
+                        key: format!("peers.{name}.auth.jwt.audience"),
+                        message: "must not be empty (leave it out to use the peer's url)"
+                            .to_owned(),
+                    });
+                }
+                Some(audience) => audience.to_owned(),
+            };
+            given.push(PeerAuth::Jwt(PeerJwt {
+                audience,
+                ttl: jwt.ttl,
+            }));
+        }
+        if given.len() != 1 {
+            return Err(ConfigError::Resolve {
+                origin: self.peer_origin(name),
+                key: format!("peers.{name}.auth"),
+                message: "give exactly one of api_key_env, bearer_env and jwt".to_owned(),
+            });
+        }
+        Ok(given.remove(0))
     }
 
     /// The origin of some key of peer `name` (for errors about the whole entry).
@@ -218,6 +334,7 @@ mod tests {
                 binding: None,
                 timeout: Duration::from_secs(30),
                 refresh: Duration::from_secs(300),
+                auth: None,
             }
         );
         assert_eq!(
@@ -227,9 +344,64 @@ mod tests {
                 binding: Some(PeerBinding::Rest),
                 timeout: Duration::from_millis(300),
                 refresh: Duration::from_secs(3600),
+                auth: None,
             }
         );
         assert_eq!(config.peers.len(), 2);
+    }
+
+    #[test]
+    fn peer_credentials_name_variables_and_exactly_one_way() {
+        let config = load(
+            "peers:\n\
+             \x20 a:\n    url: http://a.example\n    auth:\n      api_key_env: A_KEY\n\
+             \x20 b:\n    url: http://b.example/\n    auth:\n      jwt: {}\n\
+             \x20 c:\n    url: http://c.example\n    auth:\n      jwt:\n        audience: node-c\n        ttl: 1m\n\
+             \x20 d:\n    url: http://d.example\n    auth:\n      bearer_env: D_TOKEN\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.peers["a"].auth,
+            Some(PeerAuth::ApiKeyEnv("A_KEY".into()))
+        );
+        assert_eq!(
+            config.peers["b"].auth,
+            Some(PeerAuth::Jwt(PeerJwt {
+                audience: "http://b.example".into(),
+                ttl: Duration::from_secs(300),
+            }))
+        );
+        assert_eq!(
+            config.peers["c"].auth,
+            Some(PeerAuth::Jwt(PeerJwt {
+                audience: "node-c".into(),
+                ttl: Duration::from_secs(60),
+            }))
+        );
+        assert_eq!(
+            config.peers["d"].auth,
+            Some(PeerAuth::BearerEnv("D_TOKEN".into()))
+        );
+
+        let (message, _) = error(
+            "peers:\n  a:\n    url: http://a.example\n    auth:\n      api_key_env: A\n      bearer_env: B\n",
+        );
+        assert!(
+            message.contains("peers.a.auth") && message.contains("exactly one"),
+            "{message}"
+        );
+        let (message, _) = error("peers:\n  a:\n    url: http://a.example\n    auth: {}\n");
+        assert!(message.contains("exactly one"), "{message}");
+        let (message, _) = error(
+            "peers:\n  a:\n    url: http://a.example\n    auth:\n      bearer_env: sk-live-123\n",
+        );
+        assert!(
+            message.contains("not an environment variable name"),
+            "{message}"
+        );
+        let (message, _) =
+            error("peers:\n  a:\n    url: http://a.example\n    auth:\n      token: x\n");
+        assert!(message.contains("token"), "{message}");
     }
 
     #[test]

@@ -27,7 +27,8 @@ pub struct Entry {
 impl LoadedConfig {
     /// Resolves the merged settings: expands `~` (to [`Sources::home`](super::Sources::home)),
     /// makes paths absolute against the project directory, and computes `node.data_dir`
-    /// (`~/.mew/data`) and `node.public_url` (`http://{host}:{port}`) when they are not set.
+    /// (`~/.mew/data`) and `node.public_url` (`http://{host}:{port}`, or `https://` when
+    /// `tls:` has a server certificate) when they are not set.
     /// Checks each `mcp_servers` entry and expands its variables; a bad entry is not an error
     /// but a [`Config::mcp_problems`] entry.
     pub fn resolve(&self) -> Result<Config, ConfigError> {
@@ -61,7 +62,11 @@ impl LoadedConfig {
         let (public_url, public_url_is_default) = match &settings.node.public_url {
             Some(url) => (url.trim_end_matches('/').to_owned(), false),
             None => (
-                default_public_url(&settings.node.host, settings.node.port),
+                default_public_url(
+                    settings.tls.cert_file.is_some(),
+                    &settings.node.host,
+                    settings.node.port,
+                ),
                 true,
             ),
         };
@@ -107,6 +112,8 @@ impl LoadedConfig {
                 ask: settings.permissions.ask.clone(),
             },
             auth: self.resolve_auth()?,
+            tls: self.resolve_tls(home, &project)?,
+            push: self.resolve_push()?,
             agent: self.resolve_agent(),
             providers: self.resolve_providers()?,
             peers: self.resolve_peers()?,

@@ -11,7 +11,9 @@ use super::auth::AuthSettings;
 use super::hooks::HooksSettings;
 use super::peers::{PeerSettings, peer_entry_schema};
 use super::providers::{AgentSettings, ProviderSettings, provider_entry_schema};
+use super::push::PushSettings;
 use super::skills::SkillsSettings;
+use super::tls::TlsSettings;
 use super::{LogFormat, duration};
 
 /// The whole configuration file. Every section and key is optional in a file (`serde(default)`),
@@ -27,6 +29,8 @@ pub(crate) struct Settings {
     pub(crate) hooks: HooksSettings,
     pub(crate) permissions: PermissionsSettings,
     pub(crate) auth: AuthSettings,
+    pub(crate) tls: TlsSettings,
+    pub(crate) push: PushSettings,
     pub(crate) agent: AgentSettings,
     pub(crate) providers: BTreeMap<String, ProviderSettings>,
     pub(crate) peers: BTreeMap<String, PeerSettings>,

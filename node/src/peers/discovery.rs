@@ -62,19 +62,22 @@ struct AgentList {
     agents: Vec<AgentCard>,
 }
 
-/// The client for role lists and role cards: the caller's headers and connect timeout, and
-/// `A2A-Version` on every request.
+/// The client for role lists and role cards: the caller's headers, connect timeout and TLS
+/// settings, and `A2A-Version` on every request.
 pub(super) fn http_client(options: &ClientOptions) -> Result<reqwest::Client, String> {
     let mut headers = options.headers.clone();
     headers.insert(
         HeaderName::from_static("a2a-version"),
         HeaderValue::from_static(PROTOCOL_VERSION),
     );
-    reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .connect_timeout(options.connect_timeout)
         .default_headers(headers)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
+        .redirect(reqwest::redirect::Policy::none());
+    options
+        .tls
+        .configure(builder)
+        .and_then(reqwest::ClientBuilder::build)
         .map_err(|error| format!("cannot build the HTTP client: {}", error_chain(&error)))
 }
 

@@ -19,6 +19,7 @@
 //! `Arc<dyn AgentTransport>` (a [`RemoteAgent`] built from the role's card), so the Agent tool
 //! runs the same code for local and remote roles.
 
+mod credentials;
 mod discovery;
 
 #[cfg(test)]
@@ -33,6 +34,7 @@ use mew_cards::Timestamp;
 use mew_transport::{AgentTransport, Binding, ClientOptions, RemoteAgent};
 use serde::{Serialize, Serializer};
 
+pub(crate) use self::credentials::Outbound;
 use self::discovery::{Discovery, RemoteRole, Snapshot};
 use crate::config::{PeerBinding, PeerConfig};
 
@@ -44,6 +46,8 @@ pub(crate) struct Peers {
     http: Result<reqwest::Client, String>,
     /// Every peer, by name.
     peers: BTreeMap<String, Peer>,
+    /// The options for agents reached by a URL that is no peer's.
+    options: ClientOptions,
 }
 
 /// One configured peer.
@@ -53,8 +57,9 @@ struct Peer {
     config: PeerConfig,
     /// The options for fetching its cards: the caller's, bounded by the peer's `timeout`.
     card_options: ClientOptions,
-    /// The options for calling its agents: the caller's, with the peer's `binding`.
-    call_options: ClientOptions,
+    /// The options for calling its agents: the caller's, with the peer's `binding` and
+    /// credentials; why there are none when its credentials cannot be had.
+    call_options: Result<ClientOptions, String>,
     /// What the last fetch found; replaced whole by each refresh.
     snapshot: RwLock<Arc<Snapshot>>,
     /// Held while the peer is fetched, so concurrent refreshes fetch once.
@@ -169,6 +174,16 @@ impl Peers {
         config: &BTreeMap<String, PeerConfig>,
         options: &ClientOptions,
     ) -> Arc<Peers> {
+        Self::start_with(config, options, None).await
+    }
+
+    /// [`Peers::start`], presenting each peer the credentials its `auth` names, made by
+    /// `outbound`. Without `outbound`, calls carry no credentials (cards are public).
+    pub(crate) async fn start_with(
+        config: &BTreeMap<String, PeerConfig>,
+        options: &ClientOptions,
+        outbound: Option<&Outbound>,
+    ) -> Arc<Peers> {
         let http = discovery::http_client(options);
         let fetches = config.iter().map(|(name, config)| {
             let card_options = ClientOptions {
@@ -179,6 +194,10 @@ impl Peers {
             let call_options = ClientOptions {
                 binding: config.binding.map(binding).or(options.binding),
                 ..options.clone()
+            };
+            let call_options = match (&config.auth, outbound) {
+                (Some(auth), Some(outbound)) => outbound.apply(name, auth, call_options),
+                _ => Ok(call_options),
             };
             let http = &http;
             async move {
@@ -198,7 +217,11 @@ impl Peers {
             .into_iter()
             .map(|peer| (peer.name.clone(), peer))
             .collect();
-        Arc::new(Peers { http, peers })
+        Arc::new(Peers {
+            http,
+            peers,
+            options: options.clone(),
+        })
     }
 
     /// Every peer with what its last fetch found, sorted by name. Fetches nothing.
@@ -324,6 +347,23 @@ impl Peers {
         lines.join("\n")
     }
 
+    /// The agent at `url` (its base URL or card URL), reached with the options of the peer
+    /// whose URL it is under (its credentials and binding), else with the node's defaults.
+    pub(crate) async fn resolve_url(&self, url: &str) -> Result<RemoteAgent, String> {
+        let url = url.trim_end_matches('/');
+        let peer = self.peers.values().find(|peer| {
+            url.strip_prefix(peer.config.url.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        });
+        let options = match peer {
+            Some(peer) => peer.call_options.clone()?,
+            None => self.options.clone(),
+        };
+        RemoteAgent::resolve_with(url, options)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     fn peer(&self, name: &str) -> Result<&Peer, PeerError> {
         self.peers.get(name).ok_or_else(|| PeerError::UnknownPeer {
             peer: name.to_owned(),
@@ -379,12 +419,18 @@ impl Peers {
                 }
             },
         };
-        let agent = RemoteAgent::from_card(card, peer.call_options.clone()).map_err(|error| {
-            PeerError::Unusable {
+        let options = peer
+            .call_options
+            .clone()
+            .map_err(|error| PeerError::Unusable {
                 peer: peer.name.clone(),
                 role: role_name.to_owned(),
-                error: discovery::error_chain(&error),
-            }
+                error,
+            })?;
+        let agent = RemoteAgent::from_card(card, options).map_err(|error| PeerError::Unusable {
+            peer: peer.name.clone(),
+            role: role_name.to_owned(),
+            error: discovery::error_chain(&error),
         })?;
         Ok(Arc::new(agent))
     }

@@ -110,6 +110,7 @@ fn peer(url: &str) -> PeerConfig {
         binding: None,
         timeout: Duration::from_secs(10),
         refresh: Duration::from_secs(300),
+        auth: None,
     }
 }
 

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use mew_cards::{
-    AgentCard, CancelTaskRequest, ErrorKind, GetTaskRequest, ListTasksRequest, ListTasksResponse,
-    RoleDefinition, SendMessageRequest, SendMessageResponse, SubscribeToTaskRequest, Task,
+    AgentCard, CancelTaskRequest, ErrorKind, GetExtendedAgentCardRequest, GetTaskRequest,
+    ListTasksRequest, ListTasksResponse, RoleDefinition, SendMessageRequest, SendMessageResponse,
+    SubscribeToTaskRequest, Task,
 };
 use mew_transport::{AgentTransport, CallContext, Error, EventStream, collect_send};
 
@@ -27,10 +28,14 @@ pub(crate) struct RoleAgent {
     card: AgentCard,
     /// `None` for the front agent.
     scope_role: Option<String>,
+    /// Push notifications: `None` answers PushNotificationNotSupported.
+    push: Option<crate::push::Webhooks>,
     /// The node's hooks: `TaskReceived` runs before a new task starts.
     hooks: Option<Arc<HookEngine>>,
     /// The directory hooks run in (the project).
     hook_cwd: PathBuf,
+    /// The card `GetExtendedAgentCard` answers authenticated callers with (`auth.extended_card`).
+    extended_card: Option<AgentCard>,
 }
 
 impl RoleAgent {
@@ -48,6 +53,8 @@ impl RoleAgent {
             scope_role,
             hooks: None,
             hook_cwd: PathBuf::new(),
+            push: None,
+            extended_card: None,
         }
     }
 
@@ -64,6 +71,8 @@ impl RoleAgent {
             scope_role: None,
             hooks: None,
             hook_cwd: PathBuf::new(),
+            push: None,
+            extended_card: None,
         }
     }
 
@@ -73,6 +82,57 @@ impl RoleAgent {
         self.hooks = Some(engine);
         self.hook_cwd = cwd;
         self
+    }
+
+    /// Answers `GetExtendedAgentCard` with `card` (to authenticated callers only).
+    #[must_use]
+    pub(crate) fn with_extended_card(mut self, card: Option<AgentCard>) -> Self {
+        self.extended_card = card;
+        self
+    }
+
+    /// Takes push notification configs, checking webhooks with `webhooks`.
+    #[must_use]
+    pub(crate) fn with_push(mut self, webhooks: crate::push::Webhooks) -> Self {
+        self.push = Some(webhooks);
+        self
+    }
+
+    fn webhooks(&self) -> Result<&crate::push::Webhooks, Error> {
+        self.push.as_ref().ok_or_else(|| {
+            Error::protocol(
+                ErrorKind::PushNotificationNotSupported,
+                "push notifications are not supported",
+            )
+        })
+    }
+
+    /// Takes the inline push config out of `request`, checked. For a message that continues a
+    /// task it is saved for that task at once; for a new task it is returned, to be
+    /// registered before the task's first event.
+    async fn inline_push(
+        &self,
+        ctx: &CallContext,
+        request: &mut SendMessageRequest,
+    ) -> Result<Option<mew_cards::TaskPushNotificationConfig>, Error> {
+        let Some(config) = request
+            .configuration
+            .as_mut()
+            .and_then(|c| c.task_push_notification_config.take())
+        else {
+            return Ok(None);
+        };
+        let config = self.webhooks()?.accept(config).await?;
+        match request.message.task_id.clone() {
+            Some(task_id) => {
+                let config = mew_cards::TaskPushNotificationConfig { task_id, ..config };
+                self.manager
+                    .set_push_config(config, &self.scope(ctx))
+                    .await?;
+                Ok(None)
+            }
+            None => Ok(Some(config)),
+        }
     }
 
     fn scope(&self, ctx: &CallContext) -> Scope {
@@ -87,7 +147,16 @@ impl RoleAgent {
         ctx: &CallContext,
         request: SendMessageRequest,
     ) -> Result<(Task, EventStream), Error> {
+        if request.history_length().is_some_and(|n| n < 0) {
+            return Err(Error::protocol(
+                ErrorKind::InvalidParams,
+                "historyLength must not be negative",
+            ));
+        }
+        let mut request = request;
+        let push = self.inline_push(ctx, &mut request).await?;
         let mut submission = self.submission(ctx, request, serde_json::Value::Null)?;
+        submission.push = push;
         if let Some(reason) = self.task_received(&mut submission.message).await {
             return self.manager.reject(submission, &reason).await;
         }
@@ -163,8 +232,8 @@ impl RoleAgent {
             .is_some_and(|c| c.task_push_notification_config.is_some())
         {
             return Err(Error::protocol(
-                ErrorKind::PushNotificationNotSupported,
-                "this node does not send push notifications yet",
+                ErrorKind::InvalidParams,
+                "this message cannot carry a push notification config",
             ));
         }
         // What the node itself records about a task is never taken from a caller: forged
@@ -196,6 +265,7 @@ impl RoleAgent {
             parent,
             metadata: request.metadata,
             private,
+            push: None,
         })
     }
 }
@@ -218,6 +288,23 @@ impl Forker for RoleAgent {
 impl AgentTransport for RoleAgent {
     async fn card(&self) -> Result<AgentCard, Error> {
         Ok(self.card.clone())
+    }
+
+    /// The extended card, to an authenticated caller only: an anonymous one (a node without
+    /// `auth:` never has an extended card; with it, the server refuses anonymous calls first)
+    /// is told there is none.
+    async fn get_extended_agent_card(
+        &self,
+        ctx: &CallContext,
+        _request: GetExtendedAgentCardRequest,
+    ) -> Result<AgentCard, Error> {
+        match (&self.extended_card, &ctx.principal) {
+            (Some(card), Some(_)) => Ok(card.clone()),
+            _ => Err(Error::protocol(
+                ErrorKind::ExtendedAgentCardNotConfigured,
+                "this agent has no extended card for this caller",
+            )),
+        }
     }
 
     async fn send_message(
@@ -284,6 +371,59 @@ impl AgentTransport for RoleAgent {
         request: SubscribeToTaskRequest,
     ) -> Result<EventStream, Error> {
         self.manager.subscribe(&request.id, &self.scope(ctx)).await
+    }
+
+    async fn create_task_push_notification_config(
+        &self,
+        ctx: &CallContext,
+        request: mew_cards::TaskPushNotificationConfig,
+    ) -> Result<mew_cards::TaskPushNotificationConfig, Error> {
+        if request.task_id.as_str().is_empty() {
+            return Err(Error::protocol(
+                ErrorKind::InvalidParams,
+                "taskId is required",
+            ));
+        }
+        let config = self.webhooks()?.accept(request).await?;
+        self.manager.set_push_config(config, &self.scope(ctx)).await
+    }
+
+    async fn get_task_push_notification_config(
+        &self,
+        ctx: &CallContext,
+        request: mew_cards::GetTaskPushNotificationConfigRequest,
+    ) -> Result<mew_cards::TaskPushNotificationConfig, Error> {
+        self.webhooks()?;
+        self.manager
+            .get_push_config(&request.task_id, &request.id, &self.scope(ctx))
+            .await
+    }
+
+    async fn list_task_push_notification_configs(
+        &self,
+        ctx: &CallContext,
+        request: mew_cards::ListTaskPushNotificationConfigsRequest,
+    ) -> Result<mew_cards::ListTaskPushNotificationConfigsResponse, Error> {
+        self.webhooks()?;
+        self.manager
+            .list_push_configs(
+                &request.task_id,
+                request.page_size,
+                &request.page_token,
+                &self.scope(ctx),
+            )
+            .await
+    }
+
+    async fn delete_task_push_notification_config(
+        &self,
+        ctx: &CallContext,
+        request: mew_cards::GetTaskPushNotificationConfigRequest,
+    ) -> Result<(), Error> {
+        self.webhooks()?;
+        self.manager
+            .delete_push_config(&request.task_id, &request.id, &self.scope(ctx))
+            .await
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod auth;
+pub(crate) mod tls;
 
 use std::sync::Arc;
 
@@ -25,11 +26,13 @@ pub(crate) struct PublishedRole {
 ///
 /// `status` is what `GET /status` reports (roles loaded, problems found);
 /// it is computed once, at start. With `auth`, every request but the public
-/// cards and the probes must authenticate.
+/// cards and the probes must authenticate. `jwks` is the node's key set, served at
+/// [`crate::identity::JWKS_PATH`] for verifiers of its signed cards.
 pub(crate) fn app(
     front: Arc<dyn AgentTransport>,
     roles: &[PublishedRole],
     status: Value,
+    jwks: &jsonwebtoken::jwk::JwkSet,
     options: &ServerOptions,
     auth: Option<Arc<auth::Authenticator>>,
 ) -> Router {
@@ -46,7 +49,8 @@ pub(crate) fn app(
             "/readyz",
             get(|| async { json_body(&json!({ "status": "ready" })) }),
         )
-        .route("/status", get(move || async move { status.clone() }));
+        .route("/status", get(move || async move { status.clone() }))
+        .route(crate::identity::JWKS_PATH, get(jwks_handler(jwks)));
     for role in roles {
         app = app.nest(
             &format!("/agents/{}", role.name),
@@ -77,6 +81,21 @@ pub(crate) fn strip_trailing_slash(mut request: axum::extract::Request) -> axum:
         }
     }
     request
+}
+
+/// Serves the node's JWKS: public, cacheable for five minutes.
+fn jwks_handler(
+    jwks: &jsonwebtoken::jwk::JwkSet,
+) -> impl Fn() -> std::future::Ready<axum::response::Response> + Clone + Send + 'static {
+    let body = json_body(jwks);
+    move || {
+        let mut response = body.clone().into_response();
+        response.headers_mut().insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("max-age=300"),
+        );
+        std::future::ready(response)
+    }
 }
 
 /// A JSON response body, serialized once.

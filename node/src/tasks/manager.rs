@@ -4,7 +4,9 @@
 //! broadcast, under the task's own lock, so subscribers see changes in the
 //! order they were stored. Work runs on tracked tokio tasks: a stream that is
 //! dropped never stops it, and a subscriber that lags gets a fresh snapshot
-//! instead of the events it missed.
+//! instead of the events it missed. A task's push configs live beside its
+//! snapshot: each event is enqueued for them in the write that persists it,
+//! and `crate::push` delivers the outbox.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,18 +16,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::FutureExt;
 use mew_cards::{
-    A2aError, Artifact, ArtifactId, ContextId, DEFAULT_PAGE_SIZE, ErrorKind, ListTasksRequest,
-    ListTasksResponse, MAX_PAGE_SIZE, Message, MessageId, Role, RoleDefinition, StreamResponse,
-    Task, TaskArtifactUpdateEvent, TaskId, TaskState, TaskStatus, TaskStatusUpdateEvent, Timestamp,
+    A2aError, Artifact, ArtifactId, ContextId, DEFAULT_PAGE_SIZE, ErrorKind,
+    ListTaskPushNotificationConfigsResponse, ListTasksRequest, ListTasksResponse, MAX_PAGE_SIZE,
+    Message, MessageId, Role, RoleDefinition, StreamResponse, Task, TaskArtifactUpdateEvent,
+    TaskId, TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent, Timestamp,
 };
 use mew_transport::{Error, EventStream};
-use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, broadcast};
+use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit, Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info_span, warn};
 
 use super::executor::{EventSink, ExecError, Executor, SinkClosed, Turn};
-use super::store::{Cursor, StoreError, StoredTask, TaskQuery, TaskStore};
+use super::store::{Cursor, OutboxRow, StoreError, StoredTask, TaskQuery, TaskStore};
 
 /// How much work the node takes on.
 #[derive(Clone, Debug)]
@@ -94,6 +97,9 @@ pub(crate) struct Submission {
     /// The runner's starting state for a new task (`Null`: none); a fork starts
     /// from its parent's conversation.
     pub(crate) private: serde_json::Value,
+    /// A push config for a new task (checked by the caller, with its id set): registered
+    /// before the task's first event, so its webhook receives every event.
+    pub(crate) push: Option<TaskPushNotificationConfig>,
 }
 
 /// An event with its position in its task's sequence.
@@ -121,6 +127,8 @@ struct LiveState {
     /// terminal or interrupted state. A turn that has asked for input is over,
     /// even while its program is still exiting: the reply starts the next turn.
     busy: bool,
+    /// The task's push configs, as stored: every recorded event is enqueued for each.
+    push: Vec<TaskPushNotificationConfig>,
 }
 
 fn store_error(error: StoreError) -> Error {
@@ -136,9 +144,14 @@ pub(crate) const RESTART_REASON: &str =
     "the node restarted while this task was running; its work was lost";
 const SHUTDOWN_REASON: &str = "the node shut down while this task was running";
 
+/// The most push configs one task may have.
+pub(crate) const MAX_PUSH_CONFIGS: usize = 16;
+
 /// Every task on the node.
 pub(crate) struct TaskManager {
     store: Arc<dyn TaskStore>,
+    /// Poked after a write that enqueued push notifications.
+    push_wake: Arc<Notify>,
     roles: Arc<dyn Roles>,
     limits: Limits,
     live: SyncMutex<HashMap<TaskId, Arc<Live>>>,
@@ -165,6 +178,7 @@ impl TaskManager {
         }
         Ok(Arc::new(Self {
             store,
+            push_wake: Arc::new(Notify::new()),
             roles,
             slots: Arc::new(Semaphore::new(limits.max_running.max(1))),
             limits,
@@ -173,6 +187,12 @@ impl TaskManager {
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
         }))
+    }
+
+    /// What the push dispatcher waits on: poked after each write that enqueued notifications
+    /// (the failed tasks at start enqueued theirs before this manager existed).
+    pub(crate) fn push_wake(&self) -> Arc<Notify> {
+        self.push_wake.clone()
     }
 
     fn live_map(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Arc<Live>>> {
@@ -200,16 +220,17 @@ impl TaskManager {
         if stored.task.status.state.is_terminal() {
             return Ok(LiveOrDone::Done(Box::new(stored)));
         }
+        let push = self.store.push_configs(id).await.map_err(store_error)?;
         // An interrupted task from the store (or one another call is loading): make it live once.
         let mut map = self.live_map();
         let live = map
             .entry(id.clone())
-            .or_insert_with(|| self.new_live(stored))
+            .or_insert_with(|| self.new_live(stored, push))
             .clone();
         Ok(LiveOrDone::Live(live))
     }
 
-    fn new_live(&self, stored: StoredTask) -> Arc<Live> {
+    fn new_live(&self, stored: StoredTask, push: Vec<TaskPushNotificationConfig>) -> Arc<Live> {
         let (events, _) = broadcast::channel(self.limits.event_buffer.max(1));
         Arc::new(Live {
             id: stored.task.id.clone(),
@@ -221,6 +242,7 @@ impl TaskManager {
                 events,
                 turn: 0,
                 busy: false,
+                push,
             }),
         })
     }
@@ -287,11 +309,32 @@ impl TaskManager {
             created: now,
             private: submission.private,
         };
-        if let Err(e) = self.store.put(&stored).await {
+        let push: Vec<TaskPushNotificationConfig> = submission
+            .push
+            .map(|config| TaskPushNotificationConfig {
+                task_id: id.clone(),
+                ..config
+            })
+            .into_iter()
+            .collect();
+        // The webhook's first notification is the task as it starts.
+        let written = if push.is_empty() {
+            self.store.put(&stored).await
+        } else {
+            match outbox_rows(&push, &StreamResponse::Task(stored.task.clone())) {
+                Ok(outbox) => self
+                    .store
+                    .put_with_events(&stored, &push, &outbox)
+                    .await
+                    .inspect(|()| self.push_wake.notify_one()),
+                Err(e) => Err(e),
+            }
+        };
+        if let Err(e) = written {
             self.queued.fetch_sub(1, Ordering::SeqCst);
             return Err(store_error(e));
         }
-        let live = self.new_live(stored);
+        let live = self.new_live(stored, push);
         self.live_map().insert(id, live.clone());
         let (task, stream) = {
             let mut state = live.state.lock().await;
@@ -353,7 +396,23 @@ impl TaskManager {
             message: Some(refusal),
             timestamp: Some(Timestamp::now()),
         };
-        self.store.put(&stored).await.map_err(store_error)?;
+        match submission.push {
+            None => self.store.put(&stored).await.map_err(store_error)?,
+            Some(config) => {
+                // The webhook learns of the refusal: the task as it ends.
+                let push = [TaskPushNotificationConfig {
+                    task_id: stored.task.id.clone(),
+                    ..config
+                }];
+                let outbox = outbox_rows(&push, &StreamResponse::Task(stored.task.clone()))
+                    .map_err(store_error)?;
+                self.store
+                    .put_with_events(&stored, &push, &outbox)
+                    .await
+                    .map_err(store_error)?;
+                self.push_wake.notify_one();
+            }
+        }
         let task = stored.task;
         let stream: EventStream = Box::pin(futures_util::stream::iter([Ok(StreamResponse::Task(
             task.clone(),
@@ -441,7 +500,7 @@ impl TaskManager {
     }
 
     async fn record(&self, state: &mut LiveState, event: StreamResponse) -> Result<(), StoreError> {
-        record(self.store.as_ref(), state, event).await
+        record(self.store.as_ref(), &self.push_wake, state, event).await
     }
 
     /// A subscription that starts with the current snapshot, taken under the
@@ -572,6 +631,7 @@ impl TaskManager {
         };
         let sink: Arc<dyn EventSink> = Arc::new(Sink {
             store: self.store.clone(),
+            push_wake: self.push_wake.clone(),
             live: live.clone(),
             turn: turn_number,
         });
@@ -699,6 +759,168 @@ impl TaskManager {
         stored
             .filter(|t| scope.admits(t))
             .ok_or_else(|| Error::Protocol(A2aError::task_not_found(id)))
+    }
+
+    /// `CreateTaskPushNotificationConfig`: saves `config` (its URL already checked, its id
+    /// set) for a task the caller sees, replacing the config with the same id. Events the
+    /// task records from now on are delivered to it.
+    pub(crate) async fn set_push_config(
+        &self,
+        config: TaskPushNotificationConfig,
+        scope: &Scope,
+    ) -> Result<TaskPushNotificationConfig, Error> {
+        let too_many = || {
+            protocol(
+                ErrorKind::InvalidParams,
+                format!(
+                    "task {} has {MAX_PUSH_CONFIGS} push configs already; delete one first",
+                    config.task_id
+                ),
+            )
+        };
+        match self.live_or_load(&config.task_id, scope).await? {
+            LiveOrDone::Live(live) => {
+                // Under the task's lock: no event falls between the store and the live copy.
+                let mut state = live.state.lock().await;
+                let existing = state.push.iter().position(|c| c.id == config.id);
+                if existing.is_none() && state.push.len() >= MAX_PUSH_CONFIGS {
+                    return Err(too_many());
+                }
+                self.store
+                    .put_push_config(&config)
+                    .await
+                    .map_err(store_error)?;
+                match existing {
+                    Some(index) => state.push[index] = config.clone(),
+                    None => state.push.push(config.clone()),
+                }
+            }
+            LiveOrDone::Done(_) => {
+                // A finished task records no more events; the config is kept until deleted.
+                let configs = self
+                    .store
+                    .push_configs(&config.task_id)
+                    .await
+                    .map_err(store_error)?;
+                if configs.len() >= MAX_PUSH_CONFIGS && !configs.iter().any(|c| c.id == config.id) {
+                    return Err(too_many());
+                }
+                self.store
+                    .put_push_config(&config)
+                    .await
+                    .map_err(store_error)?;
+            }
+        }
+        Ok(config)
+    }
+
+    /// `GetTaskPushNotificationConfig`.
+    pub(crate) async fn get_push_config(
+        &self,
+        task: &TaskId,
+        id: &str,
+        scope: &Scope,
+    ) -> Result<TaskPushNotificationConfig, Error> {
+        self.get(task, scope).await?;
+        self.store
+            .push_configs(task)
+            .await
+            .map_err(store_error)?
+            .into_iter()
+            .find(|c| c.id == id)
+            .ok_or_else(|| {
+                protocol(
+                    ErrorKind::TaskNotFound,
+                    format!("task {task} has no push config {id:?}"),
+                )
+            })
+    }
+
+    /// `ListTaskPushNotificationConfigs`: by id; the page token is the last id returned.
+    pub(crate) async fn list_push_configs(
+        &self,
+        task: &TaskId,
+        page_size: i32,
+        page_token: &str,
+        scope: &Scope,
+    ) -> Result<ListTaskPushNotificationConfigsResponse, Error> {
+        let page_size = if page_size == 0 {
+            DEFAULT_PAGE_SIZE
+        } else {
+            page_size
+        };
+        if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
+            return Err(protocol(
+                ErrorKind::InvalidParams,
+                format!("pageSize must be between 1 and {MAX_PAGE_SIZE}, not {page_size}"),
+            ));
+        }
+        let after = if page_token.is_empty() {
+            None
+        } else {
+            use base64::Engine as _;
+            let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(page_token)
+                .ok()
+                .and_then(|raw| String::from_utf8(raw).ok())
+                .ok_or_else(|| {
+                    protocol(
+                        ErrorKind::InvalidParams,
+                        format!("pageToken {page_token:?} is not a token this node gave"),
+                    )
+                })?;
+            Some(raw)
+        };
+        self.get(task, scope).await?;
+        let mut configs: Vec<TaskPushNotificationConfig> = self
+            .store
+            .push_configs(task)
+            .await
+            .map_err(store_error)?
+            .into_iter()
+            .filter(|c| after.as_ref().is_none_or(|after| c.id > *after))
+            .collect();
+        let limit = usize::try_from(page_size).unwrap_or(1);
+        let next_page_token = if configs.len() > limit {
+            configs.truncate(limit);
+            use base64::Engine as _;
+            configs
+                .last()
+                .map(|c| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&c.id))
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(ListTaskPushNotificationConfigsResponse {
+            configs,
+            next_page_token,
+        })
+    }
+
+    /// `DeleteTaskPushNotificationConfig`: idempotent for a task the caller sees; the
+    /// notifications still waiting for the config are dropped with it.
+    pub(crate) async fn delete_push_config(
+        &self,
+        task: &TaskId,
+        id: &str,
+        scope: &Scope,
+    ) -> Result<(), Error> {
+        match self.live_or_load(task, scope).await? {
+            LiveOrDone::Live(live) => {
+                let mut state = live.state.lock().await;
+                self.store
+                    .delete_push_config(task, id)
+                    .await
+                    .map_err(store_error)?;
+                state.push.retain(|c| c.id != id);
+            }
+            LiveOrDone::Done(_) => self
+                .store
+                .delete_push_config(task, id)
+                .await
+                .map_err(store_error)?,
+        }
+        Ok(())
     }
 
     /// `CancelTask`.
@@ -857,12 +1079,25 @@ enum LiveOrDone {
 /// storage failure the snapshot is left as it was and nothing is announced.
 async fn record(
     store: &dyn TaskStore,
+    push_wake: &Notify,
     state: &mut LiveState,
     event: StreamResponse,
 ) -> Result<(), StoreError> {
     let previous = state.stored.task.clone();
     state.stored.task.apply(&event);
-    if let Err(e) = store.put(&state.stored).await {
+    // The event's push notifications are enqueued in the same transaction as the change.
+    let written = if state.push.is_empty() {
+        store.put(&state.stored).await
+    } else {
+        match outbox_rows(&state.push, &event) {
+            Ok(outbox) => store
+                .put_with_events(&state.stored, &[], &outbox)
+                .await
+                .inspect(|()| push_wake.notify_one()),
+            Err(e) => Err(e),
+        }
+    };
+    if let Err(e) = written {
         state.stored.task = previous;
         return Err(e);
     }
@@ -878,9 +1113,27 @@ async fn record(
     Ok(())
 }
 
+/// The outbox rows of `event`: one per push config.
+fn outbox_rows(
+    configs: &[TaskPushNotificationConfig],
+    event: &StreamResponse,
+) -> Result<Vec<OutboxRow>, StoreError> {
+    let body = serde_json::to_string(event)
+        .map_err(|e| StoreError::Backend(format!("cannot encode an event: {e}")))?;
+    Ok(configs
+        .iter()
+        .map(|config| OutboxRow {
+            task_id: config.task_id.clone(),
+            config_id: config.id.clone(),
+            body: body.clone(),
+        })
+        .collect())
+}
+
 /// Reports events from a running turn into its task.
 struct Sink {
     store: Arc<dyn TaskStore>,
+    push_wake: Arc<Notify>,
     live: Arc<Live>,
     /// The turn this sink reports for; it closes when that turn is over.
     turn: u64,
@@ -898,7 +1151,7 @@ impl Sink {
         let Some(event) = make(&state.stored.task) else {
             return Ok(());
         };
-        record(self.store.as_ref(), &mut state, event)
+        record(self.store.as_ref(), &self.push_wake, &mut state, event)
             .await
             .map_err(|e| {
                 warn!(error = %e, "cannot persist an event; the task stops");

@@ -163,6 +163,7 @@ impl Fixture {
             parent: None,
             metadata: None,
             private: serde_json::Value::Null,
+            push: None,
         };
         self.manager.submit(submission, &Scope::default()).await
     }
@@ -479,6 +480,7 @@ async fn unfinished_tasks_fail_on_restart_and_interrupted_ones_resume() {
         parent: None,
         metadata: None,
         private: serde_json::Value::Null,
+        push: None,
     };
     let (_, stream) = manager.submit(submission, &Scope::default()).await.unwrap();
     let _: Vec<_> = stream.collect().await;
@@ -543,4 +545,223 @@ async fn listing_pages_and_scopes() {
         kind(f.manager.list(&bad, &Scope::default()).await.err().unwrap()),
         ErrorKind::InvalidParams
     );
+}
+
+fn webhook(task: &mew_cards::TaskId, id: &str) -> mew_cards::TaskPushNotificationConfig {
+    mew_cards::TaskPushNotificationConfig {
+        id: id.to_owned(),
+        task_id: task.clone(),
+        url: format!("https://hooks.example/{id}"),
+        ..Default::default()
+    }
+}
+
+/// Every notification waiting in the outbox at `path`: (config, body), in order.
+fn outbox(path: &std::path::Path) -> Vec<(String, StreamResponse)> {
+    let raw = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = raw
+        .prepare("SELECT config_id, body FROM push_outbox ORDER BY seq")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .unwrap()
+        .map(|row| {
+            let (config, body) = row.unwrap();
+            (config, serde_json::from_str(&body).unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_inline_push_config_gets_every_event_from_the_first_snapshot() {
+    let f = fixture(Limits::default()).await;
+    let submission = Submission {
+        role: f.role.clone(),
+        message: Message::user_text("chunks 2"),
+        owner: None,
+        parent: None,
+        metadata: None,
+        private: serde_json::Value::Null,
+        push: Some(webhook(&mew_cards::TaskId::from(""), "a")),
+    };
+    let (task, stream) = f
+        .manager
+        .submit(submission, &Scope::default())
+        .await
+        .unwrap();
+    let streamed: Vec<StreamResponse> = stream.map(Result::unwrap).collect().await;
+    let pushed = outbox(&f.path);
+    assert!(pushed.iter().all(|(config, _)| config == "a"));
+    let pushed: Vec<StreamResponse> = pushed.into_iter().map(|(_, event)| event).collect();
+    assert_eq!(pushed, streamed);
+    assert!(
+        matches!(&pushed[0], StreamResponse::Task(t) if t.status.state == TaskState::Submitted)
+    );
+    assert_eq!(pushed.len(), 5, "{pushed:?}");
+    // The config was saved with the task's id.
+    let configs = f
+        .manager
+        .list_push_configs(&task.id, 0, "", &Scope::default())
+        .await
+        .unwrap();
+    assert_eq!(configs.configs, [webhook(&task.id, "a")]);
+}
+
+#[tokio::test]
+async fn push_configs_are_scoped_paged_and_deleted_idempotently() {
+    let f = fixture(Limits::default()).await;
+    let submission = Submission {
+        role: f.role.clone(),
+        message: Message::user_text("ask"),
+        owner: Some("alice".to_owned()),
+        parent: None,
+        metadata: None,
+        private: serde_json::Value::Null,
+        push: None,
+    };
+    let alice = Scope {
+        role: None,
+        owner: Some("alice".to_owned()),
+    };
+    let bob = Scope {
+        role: None,
+        owner: Some("bob".to_owned()),
+    };
+    let (task, stream) = f.manager.submit(submission, &alice).await.unwrap();
+    let _: Vec<_> = stream.collect().await;
+    let id = task.id.clone();
+
+    for name in ["c", "a", "b"] {
+        f.manager
+            .set_push_config(webhook(&id, name), &alice)
+            .await
+            .unwrap();
+    }
+    // Another caller sees no such task, whatever it asks.
+    assert_eq!(
+        kind(
+            f.manager
+                .set_push_config(webhook(&id, "x"), &bob)
+                .await
+                .unwrap_err()
+        ),
+        ErrorKind::TaskNotFound
+    );
+    assert_eq!(
+        kind(f.manager.get_push_config(&id, "a", &bob).await.unwrap_err()),
+        ErrorKind::TaskNotFound
+    );
+    assert_eq!(
+        kind(
+            f.manager
+                .list_push_configs(&id, 0, "", &bob)
+                .await
+                .unwrap_err()
+        ),
+        ErrorKind::TaskNotFound
+    );
+    assert_eq!(
+        kind(
+            f.manager
+                .delete_push_config(&id, "a", &bob)
+                .await
+                .unwrap_err()
+        ),
+        ErrorKind::TaskNotFound
+    );
+
+    let first = f
+        .manager
+        .list_push_configs(&id, 2, "", &alice)
+        .await
+        .unwrap();
+    let names: Vec<&str> = first.configs.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(names, ["a", "b"]);
+    let second = f
+        .manager
+        .list_push_configs(&id, 2, &first.next_page_token, &alice)
+        .await
+        .unwrap();
+    let names: Vec<&str> = second.configs.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!((names, second.next_page_token.as_str()), (vec!["c"], ""));
+    assert_eq!(
+        kind(
+            f.manager
+                .list_push_configs(&id, -1, "", &alice)
+                .await
+                .unwrap_err()
+        ),
+        ErrorKind::InvalidParams
+    );
+    assert_eq!(
+        kind(
+            f.manager
+                .list_push_configs(&id, 2, "!!", &alice)
+                .await
+                .unwrap_err()
+        ),
+        ErrorKind::InvalidParams
+    );
+
+    assert_eq!(
+        f.manager.get_push_config(&id, "b", &alice).await.unwrap(),
+        webhook(&id, "b")
+    );
+    f.manager
+        .delete_push_config(&id, "b", &alice)
+        .await
+        .unwrap();
+    f.manager
+        .delete_push_config(&id, "b", &alice)
+        .await
+        .unwrap();
+    assert_eq!(
+        kind(
+            f.manager
+                .get_push_config(&id, "b", &alice)
+                .await
+                .unwrap_err()
+        ),
+        ErrorKind::TaskNotFound
+    );
+
+    // The resumed turn's events reach the configs that are left, in order.
+    let mut reply = Message::user_text("this one");
+    reply.task_id = Some(id.clone());
+    let submission = Submission {
+        role: f.role.clone(),
+        message: reply,
+        owner: Some("alice".to_owned()),
+        parent: None,
+        metadata: None,
+        private: serde_json::Value::Null,
+        push: None,
+    };
+    let (_, stream) = f.manager.submit(submission, &alice).await.unwrap();
+    let _: Vec<_> = stream.collect().await;
+    let pushed = outbox(&f.path);
+    let configs: Vec<&str> = pushed.iter().map(|(c, _)| c.as_str()).collect();
+    // WORKING, the artifact, COMPLETED: for `c` and `a` each (in the order they came).
+    assert_eq!(configs, ["c", "a", "c", "a", "c", "a"]);
+
+    // A task has a bounded number of configs.
+    for n in 0..super::manager::MAX_PUSH_CONFIGS - 2 {
+        f.manager
+            .set_push_config(webhook(&id, &format!("n{n:02}")), &alice)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        kind(
+            f.manager
+                .set_push_config(webhook(&id, "one-more"), &alice)
+                .await
+                .unwrap_err()
+        ),
+        ErrorKind::InvalidParams
+    );
+    // Replacing one is fine.
+    f.manager
+        .set_push_config(webhook(&id, "a"), &alice)
+        .await
+        .unwrap();
 }

@@ -20,13 +20,18 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use mew_cards::{ContextId, Message, Task, TaskId, TaskState, TaskStatus, Timestamp};
+use mew_cards::{
+    ContextId, Message, StreamResponse, Task, TaskId, TaskPushNotificationConfig, TaskState,
+    TaskStatus, TaskStatusUpdateEvent, Timestamp,
+};
 use rusqlite::config::DbConfig;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, ErrorCode, OpenFlags, params, params_from_iter};
 use tokio::sync::{mpsc, oneshot};
 
-use super::store::{Cursor, StoreError, StoredTask, TaskPage, TaskQuery, TaskStore};
+use super::store::{
+    Cursor, OutboxRow, PendingPush, StoreError, StoredTask, TaskPage, TaskQuery, TaskStore,
+};
 
 /// Schema migrations, in order: `MIGRATIONS[n]` moves a file from version `n`
 /// to `n + 1` (`PRAGMA user_version` holds the file's version). Append only.
@@ -49,6 +54,23 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX tasks_by_owner   ON tasks (owner, status_time DESC, id DESC);
     CREATE INDEX tasks_by_context ON tasks (context_id, created, id);
     CREATE INDEX tasks_by_state   ON tasks (state);",
+    // 2: push notification configs, and the outbox of notifications not yet delivered.
+    "CREATE TABLE push_configs (
+        task_id TEXT NOT NULL,
+        id      TEXT NOT NULL,
+        config  TEXT NOT NULL,
+        PRIMARY KEY (task_id, id)
+    ) STRICT;
+    CREATE TABLE push_outbox (
+        seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+        task_id    TEXT NOT NULL,
+        config_id  TEXT NOT NULL,
+        body       TEXT NOT NULL,
+        attempts   INTEGER NOT NULL DEFAULT 0,
+        next_at    INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT
+    ) STRICT;
+    CREATE INDEX push_outbox_by_target ON push_outbox (task_id, config_id, seq);",
 ];
 
 /// The schema version this build writes.
@@ -256,6 +278,86 @@ impl TaskStore for SqliteStore {
     async fn put(&self, task: &StoredTask) -> Result<(), StoreError> {
         let row = Row::encode(task)?;
         self.write(Op::Put(row)).await.map(drop)
+    }
+
+    async fn put_with_events(
+        &self,
+        task: &StoredTask,
+        configs: &[TaskPushNotificationConfig],
+        outbox: &[OutboxRow],
+    ) -> Result<(), StoreError> {
+        let row = Row::encode(task)?;
+        let configs = configs
+            .iter()
+            .map(ConfigRow::encode)
+            .collect::<Result<_, _>>()?;
+        self.write(Op::PutWithEvents {
+            row,
+            configs,
+            outbox: outbox.to_vec(),
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn push_configs(
+        &self,
+        task: &TaskId,
+    ) -> Result<Vec<TaskPushNotificationConfig>, StoreError> {
+        let task = task.as_str().to_owned();
+        self.read(move |conn| {
+            let fail = |e| read_error("push configs", e);
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT id, config FROM push_configs WHERE task_id = ?1 ORDER BY id",
+                )
+                .map_err(fail)?;
+            let rows = stmt
+                .query_map([&task], |row| {
+                    Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+                })
+                .map_err(fail)?;
+            let mut configs = Vec::new();
+            for row in rows {
+                let (id, json) = row.map_err(fail)?;
+                configs.push(decode_config(&task, &id, &json)?);
+            }
+            Ok(configs)
+        })
+        .await
+    }
+
+    async fn put_push_config(&self, config: &TaskPushNotificationConfig) -> Result<(), StoreError> {
+        let row = ConfigRow::encode(config)?;
+        self.write(Op::PutConfig(row)).await.map(drop)
+    }
+
+    async fn delete_push_config(&self, task: &TaskId, id: &str) -> Result<(), StoreError> {
+        self.write(Op::DeleteConfig {
+            task_id: task.as_str().to_owned(),
+            id: id.to_owned(),
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn push_heads(&self, limit: usize) -> Result<Vec<PendingPush>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |conn| push_heads(conn, limit)).await
+    }
+
+    async fn push_done(&self, seq: i64) -> Result<(), StoreError> {
+        self.write(Op::PushDone(seq)).await.map(drop)
+    }
+
+    async fn push_retry(&self, seq: i64, next_at: i64, error: &str) -> Result<(), StoreError> {
+        self.write(Op::PushRetry {
+            seq,
+            next_at,
+            error: error.to_owned(),
+        })
+        .await
+        .map(drop)
     }
 
     async fn get(&self, id: &TaskId) -> Result<Option<StoredTask>, StoreError> {
@@ -684,6 +786,23 @@ struct Command {
 
 enum Op {
     Put(Row),
+    /// A task, push configs saved with it and notifications of its change.
+    PutWithEvents {
+        row: Row,
+        configs: Vec<ConfigRow>,
+        outbox: Vec<OutboxRow>,
+    },
+    PutConfig(ConfigRow),
+    DeleteConfig {
+        task_id: String,
+        id: String,
+    },
+    PushDone(i64),
+    PushRetry {
+        seq: i64,
+        next_at: i64,
+        error: String,
+    },
     FailUnfinished(String),
     /// Makes the writer panic, to test how callers learn that it died.
     #[cfg(test)]
@@ -780,22 +899,184 @@ fn apply(conn: &Connection, op: &Op) -> Result<Vec<TaskId>, StoreError> {
     match op {
         // One statement: if it fails, SQLite undoes just it.
         Op::Put(row) => put(conn, row).map(|()| vec![TaskId::from(row.id.as_str())]),
-        Op::FailUnfinished(reason) => {
-            let fail = |e| write_error("fail the unfinished tasks", e);
-            run(conn, "SAVEPOINT fail_unfinished").map_err(fail)?;
-            let outcome = fail_unfinished(conn, reason);
-            let end = match outcome {
-                Ok(_) => run(conn, "RELEASE fail_unfinished"),
-                Err(_) => run(conn, "ROLLBACK TO fail_unfinished")
-                    .and_then(|()| run(conn, "RELEASE fail_unfinished")),
-            };
-            let ids = outcome?;
-            end.map_err(fail)?;
-            Ok(ids)
-        }
+        Op::PutWithEvents {
+            row,
+            configs,
+            outbox,
+        } => in_savepoint(conn, "store a task", || {
+            put(conn, row)?;
+            for config in configs {
+                put_config(conn, config)?;
+            }
+            for event in outbox {
+                enqueue(conn, event)?;
+            }
+            Ok(vec![TaskId::from(row.id.as_str())])
+        }),
+        Op::PutConfig(config) => put_config(conn, config).map(|()| Vec::new()),
+        Op::DeleteConfig { task_id, id } => in_savepoint(conn, "delete a push config", || {
+            let fail = |e| write_error(&format!("delete push config {id} of task {task_id}"), e);
+            conn.prepare_cached("DELETE FROM push_configs WHERE task_id = ?1 AND id = ?2")
+                .and_then(|mut stmt| stmt.execute(params![task_id, id]))
+                .map_err(fail)?;
+            conn.prepare_cached("DELETE FROM push_outbox WHERE task_id = ?1 AND config_id = ?2")
+                .and_then(|mut stmt| stmt.execute(params![task_id, id]))
+                .map_err(fail)?;
+            Ok(Vec::new())
+        }),
+        Op::PushDone(seq) => conn
+            .prepare_cached("DELETE FROM push_outbox WHERE seq = ?1")
+            .and_then(|mut stmt| stmt.execute([seq]))
+            .map(|_| Vec::new())
+            .map_err(|e| write_error("remove a push notification", e)),
+        Op::PushRetry {
+            seq,
+            next_at,
+            error,
+        } => conn
+            .prepare_cached(
+                "UPDATE push_outbox SET attempts = attempts + 1, next_at = ?2, last_error = ?3 \
+                 WHERE seq = ?1",
+            )
+            .and_then(|mut stmt| stmt.execute(params![seq, next_at, error]))
+            .map(|_| Vec::new())
+            .map_err(|e| write_error("reschedule a push notification", e)),
+        Op::FailUnfinished(reason) => in_savepoint(conn, "fail the unfinished tasks", || {
+            fail_unfinished(conn, reason)
+        }),
         #[cfg(test)]
         Op::Panic => panic!("injected by a test"),
     }
+}
+
+/// Runs `write` inside a savepoint: if it fails, everything it did is undone, and the rest of
+/// the batch stands.
+fn in_savepoint(
+    conn: &Connection,
+    what: &str,
+    write: impl FnOnce() -> Result<Vec<TaskId>, StoreError>,
+) -> Result<Vec<TaskId>, StoreError> {
+    let fail = |e| write_error(what, e);
+    run(conn, "SAVEPOINT write").map_err(fail)?;
+    let outcome = write();
+    let end = match outcome {
+        Ok(_) => run(conn, "RELEASE write"),
+        Err(_) => run(conn, "ROLLBACK TO write").and_then(|()| run(conn, "RELEASE write")),
+    };
+    let ids = outcome?;
+    end.map_err(fail)?;
+    Ok(ids)
+}
+
+/// A push config as its columns, encoded by the caller.
+struct ConfigRow {
+    task_id: String,
+    id: String,
+    config: String,
+}
+
+impl ConfigRow {
+    fn encode(config: &TaskPushNotificationConfig) -> Result<Self, StoreError> {
+        if config.task_id.as_str().is_empty() || config.id.is_empty() {
+            return Err(StoreError::Backend(
+                "cannot store a push config without a task id and an id".to_owned(),
+            ));
+        }
+        let json = serde_json::to_string(config).map_err(|e| {
+            StoreError::Backend(format!(
+                "cannot encode push config {} of task {}: {e}",
+                config.id, config.task_id
+            ))
+        })?;
+        Ok(Self {
+            task_id: config.task_id.as_str().to_owned(),
+            id: config.id.clone(),
+            config: json,
+        })
+    }
+}
+
+fn decode_config(
+    task_id: &str,
+    id: &str,
+    json: &str,
+) -> Result<TaskPushNotificationConfig, StoreError> {
+    serde_json::from_str(json).map_err(|e| StoreError::Corrupt {
+        id: task_id.to_owned(),
+        reason: format!("its push config {id} does not parse: {e}"),
+    })
+}
+
+fn put_config(conn: &Connection, row: &ConfigRow) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO push_configs (task_id, id, config) VALUES (?1, ?2, ?3)
+         ON CONFLICT (task_id, id) DO UPDATE SET config = excluded.config",
+    )
+    .and_then(|mut stmt| stmt.execute(params![row.task_id, row.id, row.config]))
+    .map_err(|e| {
+        write_error(
+            &format!("store push config {} of task {}", row.id, row.task_id),
+            e,
+        )
+    })?;
+    Ok(())
+}
+
+fn enqueue(conn: &Connection, row: &OutboxRow) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO push_outbox (task_id, config_id, body, attempts, next_at) \
+         VALUES (?1, ?2, ?3, 0, 0)",
+    )
+    .and_then(|mut stmt| stmt.execute(params![row.task_id.as_str(), row.config_id, row.body]))
+    .map_err(|e| {
+        write_error(
+            &format!("enqueue a push notification for task {}", row.task_id),
+            e,
+        )
+    })?;
+    Ok(())
+}
+
+/// The oldest notification of each target, by `seq`, with its config.
+fn push_heads(conn: &Connection, limit: i64) -> Result<Vec<PendingPush>, StoreError> {
+    let fail = |e| read_error("the push outbox", e);
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT o.seq, o.task_id, o.config_id, o.body, o.attempts, o.next_at, c.config
+             FROM push_outbox o
+             LEFT JOIN push_configs c ON c.task_id = o.task_id AND c.id = o.config_id
+             WHERE o.seq IN (SELECT MIN(seq) FROM push_outbox GROUP BY task_id, config_id)
+             ORDER BY o.seq LIMIT ?1",
+        )
+        .map_err(fail)?;
+    let mut rows = stmt.query([limit]).map_err(fail)?;
+    let mut heads = Vec::new();
+    while let Some(row) = rows.next().map_err(fail)? {
+        let task_id: String = row.get(1).map_err(fail)?;
+        let config_id: String = row.get(2).map_err(fail)?;
+        let config: Option<String> = row.get(6).map_err(fail)?;
+        let config = match config {
+            Some(json) => match decode_config(&task_id, &config_id, &json) {
+                Ok(config) => Some(config),
+                Err(e) => {
+                    tracing::warn!(error = %e, "a push config cannot be read");
+                    None
+                }
+            },
+            None => None,
+        };
+        let attempts: i64 = row.get(4).map_err(fail)?;
+        heads.push(PendingPush {
+            seq: row.get(0).map_err(fail)?,
+            task_id: TaskId::from(task_id),
+            config_id,
+            config,
+            body: row.get(3).map_err(fail)?,
+            attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+            next_at: row.get(5).map_err(fail)?,
+        });
+    }
+    Ok(heads)
 }
 
 fn put(conn: &Connection, row: &Row) -> Result<(), StoreError> {
@@ -871,9 +1152,51 @@ fn fail_unfinished(conn: &Connection, reason: &str) -> Result<Vec<TaskId>, Store
                 json
             ])
             .map_err(fail)?;
+        enqueue_for_configs(
+            conn,
+            &task.id,
+            &StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                task_id: task.id.clone(),
+                context_id: task.context_id.clone(),
+                status: task.status.clone(),
+                metadata: None,
+            }),
+        )?;
         ids.push(task.id);
     }
     Ok(ids)
+}
+
+/// Enqueues `event` for every push config of task `id`.
+fn enqueue_for_configs(
+    conn: &Connection,
+    id: &TaskId,
+    event: &StreamResponse,
+) -> Result<(), StoreError> {
+    let fail = |e| write_error(&format!("read the push configs of task {id}"), e);
+    let config_ids: Vec<String> = conn
+        .prepare_cached("SELECT id FROM push_configs WHERE task_id = ?1 ORDER BY id")
+        .and_then(|mut stmt| {
+            stmt.query_map([id.as_str()], |row| row.get(0))?
+                .collect::<rusqlite::Result<_>>()
+        })
+        .map_err(fail)?;
+    if config_ids.is_empty() {
+        return Ok(());
+    }
+    let body = serde_json::to_string(event)
+        .map_err(|e| StoreError::Backend(format!("cannot encode an event of task {id}: {e}")))?;
+    for config_id in config_ids {
+        enqueue(
+            conn,
+            &OutboxRow {
+                task_id: id.clone(),
+                config_id,
+                body: body.clone(),
+            },
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1338,6 +1661,234 @@ mod tests {
         );
     }
 
+    fn hook(task: &str, id: &str) -> TaskPushNotificationConfig {
+        TaskPushNotificationConfig {
+            id: id.to_owned(),
+            task_id: task.into(),
+            url: format!("https://hooks.example/{id}"),
+            token: "secret".to_owned(),
+            ..TaskPushNotificationConfig::default()
+        }
+    }
+
+    fn event(task: &str, n: usize) -> OutboxRow {
+        OutboxRow {
+            task_id: task.into(),
+            config_id: String::new(),
+            body: format!("{{\"n\": {n}}}"),
+        }
+    }
+
+    fn for_config(row: OutboxRow, config: &str) -> OutboxRow {
+        OutboxRow {
+            config_id: config.to_owned(),
+            ..row
+        }
+    }
+
+    /// (task, config, body) of each head.
+    fn heads(heads: &[PendingPush]) -> Vec<(String, String, String)> {
+        heads
+            .iter()
+            .map(|h| (h.task_id.to_string(), h.config_id.clone(), h.body.clone()))
+            .collect()
+    }
+
+    fn head(task: &str, config: &str, n: usize) -> (String, String, String) {
+        (
+            task.to_owned(),
+            config.to_owned(),
+            format!("{{\"n\": {n}}}"),
+        )
+    }
+
+    #[tokio::test]
+    async fn the_outbox_hands_out_the_oldest_notification_of_each_webhook() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        let task = stored("t", "c", "r", TaskState::Working, T0);
+        let (a, b) = (hook("t", "a"), hook("t", "b"));
+        store
+            .put_with_events(
+                &task,
+                &[a.clone(), b.clone()],
+                &[
+                    for_config(event("t", 1), "a"),
+                    for_config(event("t", 1), "b"),
+                ],
+            )
+            .await
+            .unwrap();
+        store
+            .put_with_events(
+                &task,
+                &[],
+                &[
+                    for_config(event("t", 2), "a"),
+                    for_config(event("t", 2), "b"),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.get(&"t".into()).await.unwrap(), Some(task.clone()));
+        assert_eq!(
+            store.push_configs(&"t".into()).await.unwrap(),
+            [a.clone(), b.clone()]
+        );
+        assert_eq!(store.push_configs(&"other".into()).await.unwrap(), []);
+
+        let first = store.push_heads(10).await.unwrap();
+        assert_eq!(heads(&first), [head("t", "a", 1), head("t", "b", 1)]);
+        assert_eq!(first[0].config.as_ref(), Some(&a));
+        assert_eq!((first[0].attempts, first[0].next_at), (0, 0));
+        assert_eq!(
+            heads(&store.push_heads(1).await.unwrap()),
+            [head("t", "a", 1)]
+        );
+
+        // A failed head stays the head, with its attempt counted and its new time.
+        store.push_retry(first[0].seq, 5_000, "503").await.unwrap();
+        let retried = store.push_heads(10).await.unwrap();
+        assert_eq!(heads(&retried), [head("t", "a", 1), head("t", "b", 1)]);
+        assert_eq!((retried[0].attempts, retried[0].next_at), (1, 5_000));
+        let raw = Connection::open(db_path(&dir)).unwrap();
+        let error: String = raw
+            .query_row(
+                "SELECT last_error FROM push_outbox WHERE seq = ?1",
+                [first[0].seq],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(error, "503");
+
+        // Delivered: the next one of that webhook comes up.
+        store.push_done(first[1].seq).await.unwrap();
+        assert_eq!(
+            heads(&store.push_heads(10).await.unwrap()),
+            [head("t", "a", 1), head("t", "b", 2)]
+        );
+
+        // Replacing a config keeps its notifications; deleting it drops them, and again is fine.
+        let moved = TaskPushNotificationConfig {
+            url: "https://hooks.example/moved".to_owned(),
+            ..a.clone()
+        };
+        store.put_push_config(&moved).await.unwrap();
+        assert_eq!(
+            store.push_heads(10).await.unwrap()[0].config.as_ref(),
+            Some(&moved)
+        );
+        store.delete_push_config(&"t".into(), "a").await.unwrap();
+        store.delete_push_config(&"t".into(), "a").await.unwrap();
+        assert_eq!(
+            store.push_configs(&"t".into()).await.unwrap(),
+            std::slice::from_ref(&b)
+        );
+        assert_eq!(
+            heads(&store.push_heads(10).await.unwrap()),
+            [head("t", "b", 2)]
+        );
+
+        // A notification whose config is gone is handed out without it, to be dropped.
+        raw.execute("DELETE FROM push_configs", []).unwrap();
+        let orphan = store.push_heads(10).await.unwrap();
+        assert_eq!(orphan[0].config, None);
+
+        // What is waiting survives a restart.
+        drop(store);
+        let store = open(&dir);
+        assert_eq!(
+            heads(&store.push_heads(10).await.unwrap()),
+            [head("t", "b", 2)]
+        );
+        store.push_done(orphan[0].seq).await.unwrap();
+        assert_eq!(store.push_heads(10).await.unwrap(), []);
+    }
+
+    #[tokio::test]
+    async fn configs_without_ids_are_refused_before_the_writer() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        assert_eq!(
+            error_text(store.put_push_config(&hook("t", "")).await),
+            "task store: cannot store a push config without a task id and an id"
+        );
+        let task = stored("t", "c", "r", TaskState::Working, T0);
+        assert!(
+            store
+                .put_with_events(&task, &[hook("", "a")], &[])
+                .await
+                .is_err()
+        );
+        assert_eq!(store.get(&"t".into()).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn fail_unfinished_tells_the_webhooks_of_the_failed_tasks() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        let running = stored("w", "c", "r", TaskState::Working, T0);
+        store
+            .put_with_events(&running, &[hook("w", "a")], &[])
+            .await
+            .unwrap();
+        store
+            .put(&stored("q", "c", "r", TaskState::Working, T0))
+            .await
+            .unwrap();
+        let done = stored("d", "c", "r", TaskState::Completed, T0);
+        store
+            .put_with_events(&done, &[hook("d", "a")], &[])
+            .await
+            .unwrap();
+
+        store.fail_unfinished("restart").await.unwrap();
+        let pending = store.push_heads(10).await.unwrap();
+        assert_eq!(pending.len(), 1);
+        assert_eq!(
+            (pending[0].task_id.as_str(), pending[0].config_id.as_str()),
+            ("w", "a")
+        );
+        let event: StreamResponse = serde_json::from_str(&pending[0].body).unwrap();
+        let StreamResponse::StatusUpdate(update) = event else {
+            panic!("expected a status update, got {event:?}");
+        };
+        assert_eq!(update.task_id.as_str(), "w");
+        assert_eq!(update.status.state, TaskState::Failed);
+        assert_eq!(update.status.message.unwrap().text(), "restart");
+    }
+
+    #[tokio::test]
+    async fn a_version_1_file_is_migrated_and_keeps_its_tasks() {
+        let dir = TempDir::new().unwrap();
+        let path = db_path(&dir);
+        let task = rich_task();
+        {
+            let raw = Connection::open(&path).unwrap();
+            raw.execute_batch(MIGRATIONS[0]).unwrap();
+            raw.pragma_update(None, "user_version", 1).unwrap();
+            put(&raw, &Row::encode(&task).unwrap()).unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.get(&task.task.id).await.unwrap(), Some(task.clone()));
+        assert_eq!(store.push_heads(10).await.unwrap(), []);
+        store
+            .put_with_events(
+                &task,
+                &[hook("task-1", "a")],
+                &[for_config(event("task-1", 1), "a")],
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.push_heads(10).await.unwrap().len(), 1);
+        store.close().await.unwrap();
+        let raw = Connection::open(&path).unwrap();
+        let version: i64 = raw
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 2);
+    }
+
     #[tokio::test]
     async fn fail_unfinished_fails_only_submitted_and_working_tasks_durably() {
         let dir = TempDir::new().unwrap();
@@ -1599,7 +2150,7 @@ mod tests {
         let dir = TempDir::new().unwrap();
         let path = db_path(&dir);
         let raw = Connection::open(&path).unwrap();
-        raw.pragma_update(None, "user_version", 2).unwrap();
+        raw.pragma_update(None, "user_version", 3).unwrap();
         drop(raw);
 
         let text = error_text(SqliteStore::open(&path));
@@ -1607,7 +2158,7 @@ mod tests {
             text,
             format!(
                 "task store: the task store {} was written by a newer version of Mew \
-                 (schema version 2; this build reads up to 1)",
+                 (schema version 3; this build reads up to 2)",
                 path.display()
             )
         );
@@ -1615,7 +2166,7 @@ mod tests {
         let version: i64 = raw
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 2);
+        assert_eq!(version, 3);
         let tables: i64 = raw
             .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |r| r.get(0))
             .unwrap();
@@ -1636,7 +2187,7 @@ mod tests {
         let version: i64 = raw
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!((mode.as_str(), version), ("wal", 1));
+        assert_eq!((mode.as_str(), version), ("wal", 2));
         let mut stmt = raw
             .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND sql IS NOT NULL ORDER BY name")
             .unwrap();
@@ -1648,6 +2199,7 @@ mod tests {
         assert_eq!(
             indexes,
             [
+                "push_outbox_by_target",
                 "tasks_by_context",
                 "tasks_by_owner",
                 "tasks_by_role",

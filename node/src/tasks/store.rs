@@ -1,7 +1,7 @@
 //! `TaskStore`: where tasks live between and across runs of the node.
 
 use async_trait::async_trait;
-use mew_cards::{ContextId, Task, TaskId, TaskState, Timestamp};
+use mew_cards::{ContextId, Task, TaskId, TaskPushNotificationConfig, TaskState, Timestamp};
 
 /// A task as the node keeps it: the A2A view plus what only the node needs.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,6 +66,37 @@ pub struct TaskPage {
     pub next: Option<Cursor>,
 }
 
+/// A notification to enqueue with a task's change: one event for one of its push configs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxRow {
+    /// The task.
+    pub task_id: TaskId,
+    /// The push config (its `id`) the event goes to.
+    pub config_id: String,
+    /// The event: one `StreamResponse` as JSON.
+    pub body: String,
+}
+
+/// A notification waiting in the outbox: the oldest undelivered one of its target (task and
+/// config).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingPush {
+    /// Its place in the outbox; a target's notifications go out in this order.
+    pub seq: i64,
+    /// The task.
+    pub task_id: TaskId,
+    /// The push config's id.
+    pub config_id: String,
+    /// The config, `None` when it is gone or cannot be read (the notification is then dropped).
+    pub config: Option<TaskPushNotificationConfig>,
+    /// The event: one `StreamResponse` as JSON.
+    pub body: String,
+    /// Delivery attempts so far.
+    pub attempts: u32,
+    /// When it is due, in milliseconds since the epoch.
+    pub next_at: i64,
+}
+
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -91,6 +122,40 @@ pub trait TaskStore: Send + Sync {
     /// Inserts the task, or replaces the stored one with the same id.
     async fn put(&self, task: &StoredTask) -> Result<(), StoreError>;
 
+    /// [`TaskStore::put`], and in the same transaction saves `configs` (push configs of the
+    /// task, replacing those with the same id) and enqueues `outbox`: either all of it is
+    /// durable or none.
+    async fn put_with_events(
+        &self,
+        task: &StoredTask,
+        configs: &[TaskPushNotificationConfig],
+        outbox: &[OutboxRow],
+    ) -> Result<(), StoreError>;
+
+    /// The push configs of a task, by id.
+    async fn push_configs(
+        &self,
+        task: &TaskId,
+    ) -> Result<Vec<TaskPushNotificationConfig>, StoreError>;
+
+    /// Saves a push config, replacing the one with the same task and id.
+    async fn put_push_config(&self, config: &TaskPushNotificationConfig) -> Result<(), StoreError>;
+
+    /// Deletes a push config and the notifications still waiting for it; deleting one that
+    /// does not exist is not an error.
+    async fn delete_push_config(&self, task: &TaskId, id: &str) -> Result<(), StoreError>;
+
+    /// The oldest waiting notification of each target (task and config), due or not, by
+    /// `seq`, at most `limit`.
+    async fn push_heads(&self, limit: usize) -> Result<Vec<PendingPush>, StoreError>;
+
+    /// Removes a notification from the outbox: delivered, or given up.
+    async fn push_done(&self, seq: i64) -> Result<(), StoreError>;
+
+    /// Records a failed attempt: one more attempt, due again at `next_at` (milliseconds
+    /// since the epoch), with `error` as the last error.
+    async fn push_retry(&self, seq: i64, next_at: i64, error: &str) -> Result<(), StoreError>;
+
     /// The task with this id.
     async fn get(&self, id: &TaskId) -> Result<Option<StoredTask>, StoreError>;
 
@@ -102,6 +167,7 @@ pub trait TaskStore: Send + Sync {
 
     /// Marks every task still SUBMITTED or WORKING as FAILED, with `reason`
     /// as an agent status message; returns their ids. Called once at start,
-    /// when no task can be running.
+    /// when no task can be running. The FAILED status is enqueued for the push
+    /// configs of those tasks.
     async fn fail_unfinished(&self, reason: &str) -> Result<Vec<TaskId>, StoreError>;
 }

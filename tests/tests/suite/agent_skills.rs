@@ -3,11 +3,11 @@
 //! `/name args` commands, and a fork skill run in a child with its tool filter, its context
 //! and its model.
 
-use anyhow::{Context, bail, ensure};
-use mew_cards::{Message, SendMessageRequest, SendMessageResponse, Task, TaskState};
+use anyhow::{Context, ensure};
+use mew_cards::{Message, Task, TaskState};
 use mew_tests::model::{ScriptedModel, Step};
-use mew_tests::node::MewNode;
-use mew_transport::{AgentTransport, Binding, CallContext};
+use mew_tests::node::{MewNode, send};
+use mew_transport::{AgentTransport, Binding};
 use serde_json::json;
 
 /// A node with `roles`, the project skills `skills` (directory name, SKILL.md text), and its
@@ -40,19 +40,6 @@ fn role(name: &str, frontmatter: &str) -> String {
 }
 
 const REVIEW: &str = "---\nname: review\ndescription: Reviews text for a kind of mistake.\n---\nCheck the text for $ARGUMENTS, one finding a line.\n";
-
-async fn send(node: &MewNode, role: &str, message: Message) -> anyhow::Result<Task> {
-    let agent = node
-        .agent(&format!("/agents/{role}"), Binding::JsonRpc)
-        .await?;
-    match agent
-        .send_message(&CallContext::default(), SendMessageRequest::new(message))
-        .await?
-    {
-        SendMessageResponse::Task(task) => Ok(task),
-        other => bail!("expected a task, got {other:?}"),
-    }
-}
 
 fn said(task: &Task) -> String {
     task.status

@@ -579,69 +579,6 @@ pub async fn extended_card(agent: &Agent) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// An agent whose card says `pushNotifications: false` answers every push config operation
-/// with PushNotificationNotSupported, and refuses an inline push config on send.
-pub async fn push_config_not_offered(agent: &Agent) -> anyhow::Result<()> {
-    let card = agent.card().await?;
-    ensure!(
-        card.capabilities.push_notifications != Some(true),
-        "the card offers push notifications: {:?}",
-        card.capabilities
-    );
-    let task = send_task(agent, "echo hi").await?;
-    let config = TaskPushNotificationConfig {
-        id: "hook-1".into(),
-        task_id: task.id.clone(),
-        url: "https://example.invalid/hook".into(),
-        ..Default::default()
-    };
-    expect_kind(
-        agent
-            .create_task_push_notification_config(&ctx(), config.clone())
-            .await,
-        ErrorKind::PushNotificationNotSupported,
-    )?;
-    let key = GetTaskPushNotificationConfigRequest {
-        task_id: task.id.clone(),
-        id: "hook-1".into(),
-        ..Default::default()
-    };
-    expect_kind(
-        agent
-            .get_task_push_notification_config(&ctx(), key.clone())
-            .await,
-        ErrorKind::PushNotificationNotSupported,
-    )?;
-    let list = ListTaskPushNotificationConfigsRequest {
-        task_id: task.id.clone(),
-        ..Default::default()
-    };
-    expect_kind(
-        agent
-            .list_task_push_notification_configs(&ctx(), list)
-            .await,
-        ErrorKind::PushNotificationNotSupported,
-    )?;
-    expect_kind(
-        agent
-            .delete_task_push_notification_config(&ctx(), key)
-            .await,
-        ErrorKind::PushNotificationNotSupported,
-    )?;
-    let inline = SendMessageConfiguration {
-        task_push_notification_config: Some(config),
-        ..Default::default()
-    };
-    let request = SendMessageRequest {
-        configuration: Some(inline),
-        ..SendMessageRequest::new(Message::user_text("echo pushed"))
-    };
-    expect_kind(
-        agent.send_message(&ctx(), request).await,
-        ErrorKind::PushNotificationNotSupported,
-    )
-}
-
 /// An agent whose card says `extendedAgentCard: false` answers GetExtendedAgentCard with
 /// ExtendedAgentCardNotConfigured.
 pub async fn extended_card_not_offered(agent: &Agent) -> anyhow::Result<()> {
@@ -712,10 +649,11 @@ suite!(
         subscribe_starts_with_the_task,
         list_tasks_pages,
         invalid_message_is_rejected,
+        push_config_crud,
     ],
-    // Optional features of A2A that a `mew` node does not offer (yet), and says so on its
-    // card: `capabilities.pushNotifications` and `capabilities.extendedAgentCard` are false.
-    // The spec's answer for an agent without them is an error, which `node_only` checks.
-    not_node: [push_config_crud, extended_card],
-    node_only: [push_config_not_offered, extended_card_not_offered],
+    // Optional features of A2A that a `mew` node does not offer without configuration, and
+    // says so on its card: `capabilities.extendedAgentCard` is false. The spec's answer for
+    // an agent without them is an error, which `node_only` checks.
+    not_node: [extended_card],
+    node_only: [extended_card_not_offered],
 );

@@ -9,7 +9,7 @@ use mew_cards::{
     Message, SendMessageRequest, SendMessageResponse, StreamResponse, Task, TaskState,
 };
 use mew_tests::model::{ScriptedModel, Step, Usage};
-use mew_tests::node::MewNode;
+use mew_tests::node::{MewNode, send, status_text};
 use mew_transport::{AgentTransport, Binding, CallContext};
 use serde_json::json;
 
@@ -58,33 +58,12 @@ fn role(name: &str, frontmatter: &str) -> String {
     )
 }
 
-async fn send(node: &MewNode, role: &str, message: Message) -> anyhow::Result<Task> {
-    let agent = node
-        .agent(&format!("/agents/{role}"), Binding::JsonRpc)
-        .await?;
-    match agent
-        .send_message(&CallContext::default(), SendMessageRequest::new(message))
-        .await?
-    {
-        SendMessageResponse::Task(task) => Ok(task),
-        other => bail!("expected a task, got {other:?}"),
-    }
-}
-
 /// All text of the task's artifacts, chunks joined as they were streamed.
 fn artifact_text(task: &Task) -> String {
     task.artifacts
         .iter()
         .flat_map(|a| a.parts.iter().filter_map(|p| p.as_text()))
         .collect()
-}
-
-fn status_text(task: &Task) -> String {
-    task.status
-        .message
-        .as_ref()
-        .map(Message::text)
-        .unwrap_or_default()
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use mew_cards::{
     SendMessageConfiguration, SendMessageRequest, SendMessageResponse, StreamResponse,
     SubscribeToTaskRequest, Task, TaskId, TaskState, join_text,
 };
-use mew_tests::node::{MewNode, command_role, poll_until};
+use mew_tests::node::{MewNode, command_role, poll_until, status_text};
 use mew_tests::python::run_driver;
 use mew_transport::{AgentTransport, Binding, CallContext, Error, EventStream};
 use serde_json::json;
@@ -142,14 +142,6 @@ fn artifact_text(task: &Task) -> String {
         .map(|a| join_text(&a.parts))
         .collect::<Vec<_>>()
         .join("")
-}
-
-fn status_text(task: &Task) -> String {
-    task.status
-        .message
-        .as_ref()
-        .map(Message::text)
-        .unwrap_or_default()
 }
 
 fn history_texts(task: &Task) -> Vec<String> {

@@ -4,12 +4,10 @@
 
 use std::path::Path;
 
-use anyhow::{Context, bail, ensure};
-use mew_cards::{
-    ListTasksRequest, Message, SendMessageRequest, SendMessageResponse, Task, TaskState,
-};
+use anyhow::{Context, ensure};
+use mew_cards::{ListTasksRequest, Task, TaskState};
 use mew_tests::model::{ScriptedModel, Step};
-use mew_tests::node::MewNode;
+use mew_tests::node::{MewNode, scripted_model_config, send_text, status_text};
 use mew_transport::{AgentTransport, Binding, CallContext};
 use serde_json::json;
 
@@ -65,13 +63,8 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
 
 /// A node (not launched) whose model roles run on `model`, over the OpenAI-compatible API.
 fn model_node(model: &ScriptedModel, roles: &[(&str, &str)]) -> anyhow::Result<MewNode> {
-    let config = format!(
-        "agent:\n  provider: scripted\n  model: sonnet\n\
-         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n",
-        model.base_url()
-    );
     let node = MewNode::new()?;
-    node.write_config(&config)?;
+    node.write_config(&scripted_model_config(model))?;
     for (file, text) in roles {
         node.write_role(file, text)?;
     }
@@ -97,25 +90,6 @@ async fn mew(node: &MewNode, args: &[&str]) -> anyhow::Result<String> {
         args.join(" ")
     );
     Ok(stdout)
-}
-
-async fn send(node: &MewNode, role: &str, text: &str) -> anyhow::Result<Task> {
-    let agent = node
-        .agent(&format!("/agents/{role}"), Binding::JsonRpc)
-        .await?;
-    let request = SendMessageRequest::new(Message::user_text(text));
-    match agent.send_message(&CallContext::default(), request).await? {
-        SendMessageResponse::Task(task) => Ok(task),
-        other => bail!("expected a task, got {other:?}"),
-    }
-}
-
-fn status_text(task: &Task) -> String {
-    task.status
-        .message
-        .as_ref()
-        .map(Message::text)
-        .unwrap_or_default()
 }
 
 /// The tasks of a node, through its front agent.
@@ -160,7 +134,7 @@ async fn a_trusted_task_received_hook_rejects_tasks_and_an_edited_one_is_skipped
     );
 
     node.launch().await?;
-    let rejected = send(&node, "greeter", "tell me about the forbidden room").await?;
+    let rejected = send_text(&node, "greeter", "tell me about the forbidden room").await?;
     ensure!(
         rejected.status.state == TaskState::Rejected,
         "state {:?}: {}",
@@ -172,7 +146,7 @@ async fn a_trusted_task_received_hook_rejects_tasks_and_an_edited_one_is_skipped
         "reason {:?}",
         status_text(&rejected)
     );
-    let accepted = send(&node, "greeter", "hello there").await?;
+    let accepted = send_text(&node, "greeter", "hello there").await?;
     ensure!(
         accepted.status.state == TaskState::Completed,
         "state {:?}: {}",
@@ -202,7 +176,7 @@ async fn a_trusted_task_received_hook_rejects_tasks_and_an_edited_one_is_skipped
         "hooks list after the edit:\n{listed}"
     );
     node.restart().await?;
-    let passed = send(&node, "greeter", "tell me about the forbidden room").await?;
+    let passed = send_text(&node, "greeter", "tell me about the forbidden room").await?;
     ensure!(
         passed.status.state == TaskState::Completed,
         "an untrusted hook ran: {:?}: {}",
@@ -256,7 +230,7 @@ async fn a_claude_code_pre_tool_use_script_refuses_a_bash_command() -> anyhow::R
     );
 
     node.launch().await?;
-    let task = send(&node, "cleaner", "clean up the build").await?;
+    let task = send_text(&node, "cleaner", "clean up the build").await?;
     ensure!(
         task.status.state == TaskState::Completed,
         "state {:?}: {}",
@@ -309,7 +283,7 @@ async fn a_delegation_start_hook_blocks_a_delegation_to_another_node() -> anyhow
     );
 
     node.launch().await?;
-    let task = send(&node, "boss", "have the other node shout").await?;
+    let task = send_text(&node, "boss", "have the other node shout").await?;
     ensure!(
         task.status.state == TaskState::Completed,
         "state {:?}: {}",
@@ -377,7 +351,7 @@ async fn a_subagent_hook_asks_a_guard_role_whose_json_decision_blocks_a_tool_cal
     );
 
     node.launch().await?;
-    let task = send(&node, "cleaner", "clean up the build").await?;
+    let task = send_text(&node, "cleaner", "clean up the build").await?;
     ensure!(
         task.status.state == TaskState::Completed,
         "state {:?}: {}",
@@ -463,14 +437,14 @@ async fn prompt_completion_and_subagent_hooks_fire_on_a_running_node() -> anyhow
     write(&node.home_dir().join(".mew/hooks.yaml"), &hooks)?;
     node.launch().await?;
 
-    let boss = send(&node, "boss", "shout it").await?;
+    let boss = send_text(&node, "boss", "shout it").await?;
     ensure!(
         boss.status.state == TaskState::Completed,
         "{:?}: {}",
         boss.status.state,
         status_text(&boss)
     );
-    let refused = send(&node, "boss", "tell me the secret").await?;
+    let refused = send_text(&node, "boss", "tell me the secret").await?;
     ensure!(
         refused.status.state == TaskState::Failed
             && status_text(&refused).contains("blocked by hook no-secrets")

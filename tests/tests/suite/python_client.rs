@@ -1,10 +1,13 @@
-//! The Python SDK's client against Mew's server: discovery, every operation, both bindings.
+//! The Python SDK's client against Mew's server: discovery, every operation, both bindings,
+//! and credentials sent through the SDK's own auth interceptor to a node that requires them.
 
 use std::sync::Arc;
 
 use anyhow::ensure;
 use mew_tests::EchoAgent;
+use mew_tests::node::{MewNode, command_role};
 use mew_tests::python::run_driver;
+use serde_json::json;
 
 use super::backends::serve;
 
@@ -146,5 +149,68 @@ async fn sdk_client_streams_and_pages() -> anyhow::Result<()> {
         "second page {}",
         out.lines[0]
     );
+    Ok(())
+}
+
+const KEY: &str = "python-key-0123456789";
+const SECRET: &str = "a-shared-secret-for-the-python-tests";
+
+#[tokio::test]
+async fn sdk_client_authenticates_with_the_cards_schemes() -> anyhow::Result<()> {
+    let mut node = MewNode::new()?;
+    node.write_config(
+        "node:\n  default_role: upper\nauth:\n  api_keys:\n    - name: py\n      \
+         key_env: TEST_KEY_PY\n  jwt:\n    secret_env: TEST_JWT_SECRET\n    \
+         issuer: https://issuer.test\n    audience: mew-test\n",
+    )?;
+    node.write_role("upper.md", &command_role("upper", "sh -c 'tr a-z A-Z'"))?;
+    node.set_env("TEST_KEY_PY", KEY);
+    node.set_env("TEST_JWT_SECRET", SECRET);
+    node.launch().await?;
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs()
+        + 3600;
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({"sub": "py-jwt", "iss": "https://issuer.test", "aud": "mew-test", "exp": exp}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes())?,
+    )?;
+    for url in [node.url().to_owned(), node.role_url("upper")] {
+        for binding in ["jsonrpc", "rest"] {
+            for credential in [["--api-key", KEY], ["--bearer", token.as_str()]] {
+                let mut args = credential.to_vec();
+                args.extend(["send", "hello"]);
+                let out = run_driver(&url, binding, &args).await?;
+                let what = format!("{url} {binding} {}", credential[0]);
+                ensure!(out.code == 0, "{what}: exit {} ({})", out.code, out.stderr);
+                let task = &out.lines[0]["task"];
+                ensure!(
+                    task["status"]["state"] == "TASK_STATE_COMPLETED",
+                    "{what}: {task}"
+                );
+                ensure!(
+                    task["artifacts"][0]["parts"][0]["text"]
+                        .as_str()
+                        .is_some_and(|text| text.trim() == "HELLO"),
+                    "{what}: {task}"
+                );
+            }
+            let out = run_driver(&url, binding, &["send", "hello"]).await?;
+            ensure!(
+                out.code == 2 && out.stderr.contains("401"),
+                "{url} {binding} without a credential: exit {} ({})",
+                out.code,
+                out.stderr
+            );
+            let out = run_driver(&url, binding, &["--api-key", "wrong", "send", "hello"]).await?;
+            ensure!(
+                out.code == 2 && out.stderr.contains("401"),
+                "{url} {binding} with a wrong key: exit {} ({})",
+                out.code,
+                out.stderr
+            );
+        }
+    }
     Ok(())
 }

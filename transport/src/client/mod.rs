@@ -67,6 +67,18 @@ pub struct ClientOptions {
     pub idle_timeout: Duration,
     /// Headers sent with every request (credentials, for instance).
     pub headers: HeaderMap,
+    /// Extra trusted roots and a client certificate for HTTPS.
+    pub tls: TlsOptions,
+    /// Credentials computed per request (a short-lived token, for instance), added after
+    /// `headers`.
+    pub credentials: Option<Arc<dyn Credentials>>,
+}
+
+/// Supplies credentials per request, for tokens that expire: a source is asked before every
+/// call and may hand out a cached value until it nears its end.
+pub trait Credentials: Send + Sync + std::fmt::Debug {
+    /// The headers to send with the next request.
+    fn headers(&self) -> Result<Vec<(HeaderName, HeaderValue)>, String>;
 }
 
 impl Default for ClientOptions {
@@ -77,7 +89,50 @@ impl Default for ClientOptions {
             request_timeout: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(120),
             headers: HeaderMap::new(),
+            tls: TlsOptions::default(),
+            credentials: None,
         }
+    }
+}
+
+/// HTTPS settings beyond the defaults: the system's trust store stays trusted, these roots are
+/// trusted besides it, and the identity is presented to servers that ask for a client
+/// certificate (mutual TLS).
+#[derive(Clone, Default)]
+pub struct TlsOptions {
+    /// Root certificates (PEM, one or more) trusted besides the system roots.
+    pub extra_roots_pem: Option<Vec<u8>>,
+    /// A certificate chain and its private key (PEM, PKCS#8, SEC1 or PKCS#1), presented to
+    /// servers that ask for a client certificate.
+    pub identity_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The identity holds a private key: say only whether there is one.
+        f.debug_struct("TlsOptions")
+            .field(
+                "extra_roots_pem",
+                &self.extra_roots_pem.as_ref().map(Vec::len),
+            )
+            .field("identity_pem", &self.identity_pem.is_some())
+            .finish()
+    }
+}
+
+impl TlsOptions {
+    /// Adds these roots and this identity to `builder`; the system roots stay trusted.
+    pub fn configure(
+        &self,
+        mut builder: reqwest::ClientBuilder,
+    ) -> Result<reqwest::ClientBuilder, reqwest::Error> {
+        if let Some(pem) = &self.extra_roots_pem {
+            builder = builder.tls_certs_merge(reqwest::Certificate::from_pem_bundle(pem)?);
+        }
+        if let Some(pem) = &self.identity_pem {
+            builder = builder.identity(reqwest::Identity::from_pem(pem)?);
+        }
+        Ok(builder)
     }
 }
 
@@ -96,6 +151,7 @@ struct Inner {
     url: String,
     tenant: String,
     request_timeout: Duration,
+    credentials: Option<Arc<dyn Credentials>>,
 }
 
 fn transport_error(what: &str, error: reqwest::Error) -> Error {
@@ -112,12 +168,15 @@ fn http_client(options: &ClientOptions) -> Result<reqwest::Client, Error> {
         HeaderName::from_static("a2a-version"),
         HeaderValue::from_static(PROTOCOL_VERSION),
     );
-    reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .connect_timeout(options.connect_timeout)
         .read_timeout(options.idle_timeout)
         .default_headers(headers)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
+        .redirect(reqwest::redirect::Policy::none());
+    options
+        .tls
+        .configure(builder)
+        .and_then(reqwest::ClientBuilder::build)
         .map_err(|e| transport_error("cannot build the HTTP client", e))
 }
 
@@ -230,6 +289,7 @@ impl RemoteAgent {
                 url,
                 tenant,
                 request_timeout,
+                credentials: options.credentials.clone(),
             }),
         })
     }
@@ -330,11 +390,19 @@ impl Inner {
                 builder
             }
         };
-        let builder = if ctx.extensions.is_empty() {
+        let mut builder = if ctx.extensions.is_empty() {
             builder
         } else {
             builder.header(EXTENSIONS_HEADER, ctx.extensions.join(","))
         };
+        if let Some(credentials) = &self.credentials {
+            let headers = credentials
+                .headers()
+                .map_err(|e| Error::transport(format!("cannot get credentials: {e}")))?;
+            for (name, value) in headers {
+                builder = builder.header(name, value);
+            }
+        }
         Ok(if streaming {
             builder.header(ACCEPT, "text/event-stream")
         } else {
