@@ -1,5 +1,9 @@
-//! The node's identity: one ES256 signing key, created on first start and kept in the data
-//! directory as `node-key.pem` (PKCS#8, readable by its owner only).
+//! The node's identity: one Ed25519 signing key (JWS `EdDSA`), created on first start and kept
+//! in the data directory as `node-key.pem` (PKCS#8, readable by its owner only).
+//!
+//! Ed25519 rather than ES256: its signatures are deterministic, so signing every card at start
+//! draws no randomness (seeding the process's random generator costs tens of milliseconds),
+//! and it is one of the two algorithms the A2A specification names for cards.
 //!
 //! The key signs what the node says about itself to others: its agent cards (detached JWS),
 //! the JWTs it presents to peers, and the JWTs on its push notifications. Receivers verify
@@ -11,12 +15,12 @@ pub(crate) mod signing;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+use aws_lc_rs::signature::Ed25519KeyPair;
 use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use jsonwebtoken::jwk::{Jwk, JwkSet, KeyAlgorithm, PublicKeyUse, ThumbprintHash};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use p256::pkcs8::{DecodePrivateKey, EncodePrivateKey, LineEnding};
 use serde::Serialize;
 
 /// The file in the data directory that holds the key.
@@ -26,10 +30,13 @@ pub(crate) const KEY_FILE: &str = "node-key.pem";
 pub(crate) const JWKS_PATH: &str = "/.well-known/jwks.json";
 
 /// The algorithm of every signature the node makes.
-pub(crate) const ALGORITHM: Algorithm = Algorithm::ES256;
+pub(crate) const ALGORITHM: Algorithm = Algorithm::EdDSA;
 
 /// The node's signing key and its public half as a JWK.
 pub(crate) struct NodeKey {
+    /// The key, parsed once: cards are signed with it directly.
+    pair: Ed25519KeyPair,
+    /// The same key for `jsonwebtoken`'s JWTs.
     encoding: EncodingKey,
     jwk: Jwk,
     kid: String,
@@ -50,31 +57,39 @@ impl NodeKey {
     /// that exists but holds no P-256 PKCS#8 key is an error naming it; it is never replaced.
     pub(crate) fn load_or_create(data_dir: &Path) -> anyhow::Result<Self> {
         let path = data_dir.join(KEY_FILE);
-        let secret = match std::fs::read_to_string(&path) {
-            Ok(pem) => p256::SecretKey::from_pkcs8_pem(&pem).map_err(|e| {
+        let der = match std::fs::read_to_string(&path) {
+            Ok(pem) => pem_body(&pem, PEM_LABEL).ok_or_else(|| {
                 anyhow::anyhow!(
-                    "{}: not a P-256 private key in PKCS#8 PEM ({e}); move it away to let the \
-                     node create a new key",
+                    "{}: not a private key in PKCS#8 PEM; move it away to let the node create a \
+                     new key",
                     path.display()
                 )
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let secret = generate()?;
-                write_new(&path, &secret)?;
-                secret
+                let der = generate()?;
+                write_new(&path, &der)?;
+                der
             }
             Err(e) => {
                 return Err(e).with_context(|| format!("cannot read {}", path.display()));
             }
         };
-        Self::from_secret(&secret, path)
+        Self::from_pkcs8(&der, path)
     }
 
-    fn from_secret(secret: &p256::SecretKey, path: PathBuf) -> anyhow::Result<Self> {
-        let der = secret
-            .to_pkcs8_der()
-            .map_err(|e| anyhow::anyhow!("cannot encode the node key: {e}"))?;
-        let encoding = EncodingKey::from_ec_der(der.as_bytes());
+    fn from_pkcs8(der: &[u8], path: PathBuf) -> anyhow::Result<Self> {
+        let pair = Ed25519KeyPair::from_pkcs8(der).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: not an Ed25519 private key ({e}); move it away to let the node create a new \
+                 key",
+                path.display()
+            )
+        })?;
+        // jsonwebtoken reads PKCS#8 v1 (the seed alone), whatever version the file holds.
+        let v1 = pair
+            .to_pkcs8v1()
+            .map_err(|_| anyhow::anyhow!("cannot encode the node key"))?;
+        let encoding = EncodingKey::from_ed_der(v1.as_ref());
         let mut jwk = Jwk::from_encoding_key(&encoding, ALGORITHM)
             .context("cannot derive the node key's public JWK")?;
         let kid = jwk
@@ -82,8 +97,9 @@ impl NodeKey {
             .context("cannot compute the node key's thumbprint")?;
         jwk.common.key_id = Some(kid.clone());
         jwk.common.public_key_use = Some(PublicKeyUse::Signature);
-        jwk.common.key_algorithm = Some(KeyAlgorithm::ES256);
+        jwk.common.key_algorithm = Some(KeyAlgorithm::EdDSA);
         Ok(Self {
+            pair,
             encoding,
             jwk,
             kid,
@@ -96,7 +112,7 @@ impl NodeKey {
         &self.kid
     }
 
-    /// The public key as a JWK (with `kid`, `use: sig` and `alg: ES256`).
+    /// The public key as a JWK (with `kid`, `use: sig` and `alg: EdDSA`).
     pub(crate) fn jwk(&self) -> &Jwk {
         &self.jwk
     }
@@ -129,16 +145,15 @@ impl NodeKey {
         mut protected: serde_json::Map<String, serde_json::Value>,
         payload: &[u8],
     ) -> anyhow::Result<DetachedJws> {
-        protected.insert("alg".to_owned(), "ES256".into());
+        protected.insert("alg".to_owned(), "EdDSA".into());
         protected.insert("kid".to_owned(), self.kid.clone().into());
         let header = serde_json::to_vec(&protected).context("cannot encode a JWS header")?;
         let protected = URL_SAFE_NO_PAD.encode(header);
         let input = format!("{protected}.{}", URL_SAFE_NO_PAD.encode(payload));
-        let signature = jsonwebtoken::crypto::sign(input.as_bytes(), &self.encoding, ALGORITHM)
-            .context("cannot sign")?;
+        let signature = self.pair.sign(input.as_bytes());
         Ok(DetachedJws {
             protected,
-            signature,
+            signature: URL_SAFE_NO_PAD.encode(signature.as_ref()),
         })
     }
 }
@@ -152,26 +167,52 @@ pub(crate) struct DetachedJws {
     pub(crate) signature: String,
 }
 
-/// A fresh random P-256 secret key.
-fn generate() -> anyhow::Result<p256::SecretKey> {
-    // A random 32-byte string is a valid scalar with overwhelming probability; retry otherwise.
-    for _ in 0..8 {
-        let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes)
-            .map_err(|e| anyhow::anyhow!("no randomness for the node key: {e}"))?;
-        if let Ok(secret) = p256::SecretKey::from_slice(&bytes) {
-            return Ok(secret);
-        }
+/// A new key as PKCS#8 v1: a random seed from the operating system.
+fn generate() -> anyhow::Result<Vec<u8>> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed)
+        .map_err(|e| anyhow::anyhow!("no randomness for the node key: {e}"))?;
+    let pair = Ed25519KeyPair::from_seed_unchecked(&seed)
+        .map_err(|e| anyhow::anyhow!("cannot make the node key: {e}"))?;
+    let der = pair
+        .to_pkcs8v1()
+        .map_err(|_| anyhow::anyhow!("cannot encode the node key"))?;
+    Ok(der.as_ref().to_vec())
+}
+
+/// The PEM label of a PKCS#8 private key.
+const PEM_LABEL: &str = "PRIVATE KEY";
+
+/// The DER inside the first PEM block labelled `label`, or `None` when there is none or it is
+/// not base64.
+fn pem_body(pem: &str, label: &str) -> Option<Vec<u8>> {
+    let begin = format!("-----BEGIN {label}-----");
+    let end = format!("-----END {label}-----");
+    let start = pem.find(&begin)? + begin.len();
+    let stop = start + pem[start..].find(&end)?;
+    let body: String = pem[start..stop]
+        .chars()
+        .filter(|c| !c.is_ascii_whitespace())
+        .collect();
+    STANDARD.decode(body).ok()
+}
+
+/// `der` as a PEM block labelled `label`, in lines of 64 characters.
+fn pem_encode(der: &[u8], label: &str) -> String {
+    let body = STANDARD.encode(der);
+    let mut pem = format!("-----BEGIN {label}-----\n");
+    for line in body.as_bytes().chunks(64) {
+        pem.push_str(&String::from_utf8_lossy(line));
+        pem.push('\n');
     }
-    bail!("cannot generate the node key: no valid scalar drawn")
+    pem.push_str(&format!("-----END {label}-----\n"));
+    pem
 }
 
 /// Writes a new key file readable by its owner only: to a temporary file, synced, then renamed,
 /// so a crash never leaves half a key behind.
-fn write_new(path: &Path, secret: &p256::SecretKey) -> anyhow::Result<()> {
-    let pem = secret
-        .to_pkcs8_pem(LineEnding::LF)
-        .map_err(|e| anyhow::anyhow!("cannot encode the node key: {e}"))?;
+fn write_new(path: &Path, der: &[u8]) -> anyhow::Result<()> {
+    let pem = pem_encode(der, PEM_LABEL);
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let temporary = path.with_extension("pem.new");
@@ -247,7 +288,7 @@ mod tests {
             serde_json::from_value(serde_json::to_value(key.jwks()).unwrap()).unwrap();
         let jwk = jwks.find(key.kid()).unwrap();
         let decoding = DecodingKey::from_jwk(jwk).unwrap();
-        let mut validation = Validation::new(Algorithm::ES256);
+        let mut validation = Validation::new(Algorithm::EdDSA);
         validation.required_spec_claims.clear();
         let decoded = jsonwebtoken::decode::<serde_json::Value>(&token, &decoding, &validation)
             .unwrap()
@@ -268,7 +309,7 @@ mod tests {
         let jws = key.sign_detached(header, b"{\"a\":1}").unwrap();
         let protected: serde_json::Value =
             serde_json::from_slice(&URL_SAFE_NO_PAD.decode(&jws.protected).unwrap()).unwrap();
-        assert_eq!(protected["alg"], "ES256", "alg cannot be overridden");
+        assert_eq!(protected["alg"], "EdDSA", "alg cannot be overridden");
         assert_eq!(protected["kid"], key.kid());
         assert_eq!(protected["typ"], "JOSE");
         let decoding = DecodingKey::from_jwk(key.jwk()).unwrap();

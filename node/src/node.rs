@@ -120,6 +120,8 @@ pub(crate) struct Runtime {
     pub(crate) identity: Arc<crate::identity::NodeKey>,
     default_role: Arc<RoleDefinition>,
     roles: Arc<NodeRoles>,
+    /// The agent of every role, made (and its card signed) once.
+    agents: HashMap<String, Arc<RoleAgent>>,
     store: SqliteStore,
     /// The push notification dispatcher.
     push: crate::push::Push,
@@ -288,24 +290,31 @@ impl Runtime {
             identity,
             default_role,
             roles,
+            agents: HashMap::new(),
             store,
             push,
             _lock: lock,
         };
         // Every role, published or not, can take delegated work from this node's agents.
+        let mut runtime = runtime;
+        runtime.agents = runtime
+            .catalog()
+            .roles()
+            .map(|role| (role.name.clone(), Arc::new(runtime.role_agent(role))))
+            .collect();
         let local = runtime
             .catalog()
             .roles()
-            .map(|role| {
-                let agent = Arc::new(runtime.role_agent(role));
-                (
+            .filter_map(|role| {
+                let agent = runtime.agents.get(&role.name)?.clone();
+                Some((
                     role.name.clone(),
                     LocalRole {
                         description: role.description.clone(),
                         agent: agent.clone(),
                         forker: agent,
                     },
-                )
+                ))
             })
             .collect();
         directory.set_local(local);
@@ -375,6 +384,14 @@ impl Runtime {
                 warn!(card = %card.name, "cannot sign the card: {e:#}");
                 card
             }
+        }
+    }
+
+    /// The agent of `role`: the one made at start for a role of the catalog.
+    pub(crate) fn agent(&self, role: &Arc<RoleDefinition>) -> Arc<RoleAgent> {
+        match self.agents.get(&role.name) {
+            Some(agent) => agent.clone(),
+            None => Arc::new(self.role_agent(role)),
         }
     }
 
@@ -562,12 +579,11 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     let published_roles: Vec<PublishedRole> = published
         .iter()
         .map(|role| {
-            let card = runtime.role_card(role);
-            let agent: Arc<dyn AgentTransport> = Arc::new(runtime.role_agent(role));
+            let agent = runtime.agent(role);
             PublishedRole {
                 name: role.name.clone(),
+                card: agent.public_card().clone(),
                 agent,
-                card,
             }
         })
         .collect();

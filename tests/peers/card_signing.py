@@ -54,7 +54,7 @@ def verify(card_url: str, jwks_url: str) -> int:
                 return PyJWK.from_dict(key)
         raise ValueError(f'no key {kid!r} in {jwks_url} (jku {jku!r})')
 
-    verifier = create_signature_verifier(key_provider, ['ES256'])
+    verifier = create_signature_verifier(key_provider, ['EdDSA', 'ES256'])
     try:
         verifier(card)
     except Exception as e:  # noqa: BLE001 - reported to the test

@@ -2,7 +2,7 @@
 //! any card's signatures against a JWKS (`mew card verify`).
 //!
 //! A signature is a detached JWS over the card's canonical form ([`mew_cards::canonical_card`]):
-//! its protected header is `{"alg":"ES256","kid":…,"typ":"JOSE","jku":"<node>/.well-known/
+//! its protected header is `{"alg":"EdDSA","kid":…,"typ":"JOSE","jku":"<node>/.well-known/
 //! jwks.json"}` and it is stored as `signatures: [{protected, signature}]`. A verifier takes
 //! the key named by `kid` from a JWKS the user gives, or else from the header's `jku`, which
 //! it only follows to the card's own origin: a card cannot vouch for itself through a key set
@@ -401,10 +401,18 @@ mod tests {
         let twice = sign_card(&other, signed.clone(), &jwks_url(BASE)).unwrap();
         let twice = sign_card(&key, twice, &jwks_url(BASE)).unwrap();
         assert_eq!(twice.signatures.len(), 2);
-        assert_eq!(twice.signatures[1], signed.signatures[0]);
+        // (ECDSA signatures are randomized: the same header, a fresh signature.)
+        assert_eq!(
+            twice.signatures[1].protected,
+            signed.signatures[0].protected
+        );
+        assert_ne!(
+            twice.signatures[0].protected,
+            signed.signatures[0].protected
+        );
         let signature = &signed.signatures[0];
         let protected = parse_protected(&signature.protected).unwrap();
-        assert_eq!(protected.alg, Algorithm::ES256);
+        assert_eq!(protected.alg, Algorithm::EdDSA);
         assert_eq!(protected.kid, key.kid());
         assert_eq!(
             protected.jku.as_deref(),
@@ -515,10 +523,10 @@ mod tests {
         };
         let error = check_signature(signature, &protected, &payload, &keys).unwrap_err();
         assert!(error.contains("does not match"), "{error}");
-        // The header claims ES384 for a P-256 key (and the key says ES256).
-        protected.alg = Algorithm::ES384;
+        // The header claims ES256 for an Ed25519 key (and the key says EdDSA).
+        protected.alg = Algorithm::ES256;
         let error = check_signature(signature, &protected, &payload, &key.jwks()).unwrap_err();
-        assert!(error.contains("ES256"), "{error}");
+        assert!(error.contains("EdDSA"), "{error}");
         let mut loose = key.jwk().clone();
         loose.common.key_algorithm = None;
         let error = check_signature(
@@ -543,7 +551,7 @@ mod tests {
         assert_eq!(reports.len(), 1);
         assert!(reports[0].ok, "{reports:?}");
         assert_eq!(reports[0].kid.as_deref(), Some(key.kid()));
-        assert_eq!(reports[0].alg.as_deref(), Some("ES256"));
+        assert_eq!(reports[0].alg.as_deref(), Some("EdDSA"));
         // Without --jwks a foreign jku is refused before any fetch.
         let mut verifier = Verifier::new(None, client());
         let reports = verifier

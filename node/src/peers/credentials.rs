@@ -236,7 +236,7 @@ mod tests {
             header.jku.as_deref(),
             Some("https://a.example/.well-known/jwks.json")
         );
-        let mut validation = Validation::new(Algorithm::ES256);
+        let mut validation = Validation::new(Algorithm::EdDSA);
         validation.set_issuer(&["https://a.example"]);
         validation.set_audience(&["node-b"]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);

@@ -522,7 +522,7 @@ mod tests {
             header.jku.as_deref(),
             Some("https://node.example/.well-known/jwks.json")
         );
-        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::EdDSA);
         validation.set_audience(&[format!("{url}/hook")]);
         validation.set_issuer(&["https://node.example"]);
         let key = jsonwebtoken::DecodingKey::from_jwk(setup.key.jwk()).unwrap();

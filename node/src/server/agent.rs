@@ -84,6 +84,11 @@ impl RoleAgent {
         self
     }
 
+    /// The public card, signed.
+    pub(crate) fn public_card(&self) -> &AgentCard {
+        &self.card
+    }
+
     /// Answers `GetExtendedAgentCard` with `card` (to authenticated callers only).
     #[must_use]
     pub(crate) fn with_extended_card(mut self, card: Option<AgentCard>) -> Self {

@@ -140,7 +140,7 @@ async fn a_jwt_minted_by_the_node_verifies_against_its_jwks_on_the_peer() -> any
     let mut b = MewNode::new()?;
     b.set_port(b_port);
     b.write_config(&format!(
-        "auth:\n  jwt:\n    jwks_url: {a}/.well-known/jwks.json\n    issuer: {a}\n    audience: node-b\n    algorithms: [ES256]\n",
+        "auth:\n  jwt:\n    jwks_url: {a}/.well-known/jwks.json\n    issuer: {a}\n    audience: node-b\n    algorithms: [EdDSA]\n",
         a = a.url()
     ))?;
     b.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;

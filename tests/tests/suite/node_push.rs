@@ -210,7 +210,7 @@ async fn verify_jwt(
         .find(&kid)
         .context("the JWKS has no key with the JWT's kid")?;
     let key = jsonwebtoken::DecodingKey::from_jwk(jwk)?;
-    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::EdDSA);
     validation.set_audience(&[audience]);
     validation.set_issuer(&[node.url()]);
     validation.set_required_spec_claims(&["exp", "iat", "iss", "aud"]);

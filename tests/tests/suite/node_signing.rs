@@ -135,14 +135,15 @@ async fn the_node_signs_its_cards_and_mew_card_verify_accepts_them() -> anyhow::
         .as_str()
         .context("no kid")?
         .to_owned();
-    assert_eq!(jwks["keys"][0]["kty"], "EC");
+    assert_eq!(jwks["keys"][0]["kty"], "OKP");
+    assert_eq!(jwks["keys"][0]["crv"], "Ed25519");
     assert!(jwks["keys"][0].get("d").is_none(), "the private key leaked");
 
     let front = get_json(&format!("{}{CARD_PATH}", node.url())).await?;
     let role = get_json(&format!("{}{CARD_PATH}", node.role_url("upper"))).await?;
     for card in [&front, &role] {
         let protected = protected_header(card)?;
-        assert_eq!(protected.alg, jsonwebtoken::Algorithm::ES256);
+        assert_eq!(protected.alg, jsonwebtoken::Algorithm::EdDSA);
         assert_eq!(protected.kid.as_deref(), Some(kid.as_str()));
         assert_eq!(protected.typ.as_deref(), Some("JOSE"));
         assert_eq!(protected.jku.as_deref(), Some(jwks_url.as_str()));
@@ -166,7 +167,7 @@ async fn the_node_signs_its_cards_and_mew_card_verify_accepts_them() -> anyhow::
         assert_eq!(code, 0, "{target}: {out}{err}");
         assert_eq!(
             out.trim(),
-            format!("signature 1: kid {kid}, alg ES256: ok"),
+            format!("signature 1: kid {kid}, alg EdDSA: ok"),
             "{target}"
         );
     }
