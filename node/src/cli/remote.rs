@@ -118,19 +118,31 @@ pub(crate) async fn connect(
     config: &Config,
     binding: Option<BindingArg>,
 ) -> anyhow::Result<RemoteAgent> {
+    let options = client_options(node, config, binding)?;
+    RemoteAgent::resolve_with(&target.url(&node.url(config)), options)
+        .await
+        .map_err(|error| card_error(error, target, node))
+}
+
+/// The options for calling the node: `binding` if given, the configured TLS settings, and
+/// the `--token` (or `MEW_TOKEN`) as a bearer token.
+pub(crate) fn client_options(
+    node: &NodeUrlArgs,
+    config: &Config,
+    binding: Option<BindingArg>,
+) -> anyhow::Result<ClientOptions> {
     let mut options = ClientOptions {
         binding: binding.map(Binding::from),
         tls: config.tls.client_options().map_err(anyhow::Error::msg)?,
         ..ClientOptions::default()
     };
     if let Some(token) = &node.token {
-        let value = http::HeaderValue::from_str(&format!("Bearer {token}"))
+        let mut value = http::HeaderValue::from_str(&format!("Bearer {token}"))
             .map_err(|_| anyhow::anyhow!("--token: not a value an HTTP header can carry"))?;
+        value.set_sensitive(true);
         options.headers.insert(http::header::AUTHORIZATION, value);
     }
-    RemoteAgent::resolve_with(&target.url(&node.url(config)), options)
-        .await
-        .map_err(|error| card_error(error, target, node))
+    Ok(options)
 }
 
 /// Why the card of `target` could not be had, with a hint for the usual mistakes: a local

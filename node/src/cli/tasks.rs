@@ -102,11 +102,7 @@ pub(crate) async fn tasks(args: TasksArgs, context: &Context) -> anyhow::Result<
                 .map(|(name, peer)| (name.clone(), peer.url.clone()))
                 .collect();
             let node = args.node.url(&context.config);
-            let options = mew_transport::ClientOptions {
-                binding: args.binding.map(Into::into),
-                tls: (context.config.tls.client_options()).map_err(anyhow::Error::msg)?,
-                ..mew_transport::ClientOptions::default()
-            };
+            let options = super::remote::client_options(&args.node, &context.config, args.binding)?;
             tree(tree_args, agent, &node, options, peers, json, &mut out).await
         }
         TasksCommand::Get(get) => {

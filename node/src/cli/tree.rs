@@ -636,6 +636,9 @@ struct Agents {
     binding: Option<Binding>,
     /// The TLS settings for every agent (`tls:` of the configuration).
     tls: mew_transport::TlsOptions,
+    /// The headers for the agents of the node the tree starts on (its `--token`): credentials
+    /// for one node are never sent to another.
+    headers: http::HeaderMap,
     root: String,
     connected: Mutex<HashMap<String, Connection>>,
 }
@@ -652,6 +655,11 @@ impl Agents {
         let options = ClientOptions {
             binding: self.binding.filter(|_| place.node == self.root),
             tls: self.tls.clone(),
+            headers: if place.node == self.root {
+                self.headers.clone()
+            } else {
+                http::HeaderMap::new()
+            },
             ..ClientOptions::default()
         };
         cell.get_or_init(|| async {
@@ -692,6 +700,7 @@ pub(crate) async fn tree(
     let agents = Agents {
         binding: options.binding,
         tls: options.tls,
+        headers: options.headers,
         root: node.to_owned(),
         connected: Mutex::new(HashMap::from([(
             node.to_owned(),

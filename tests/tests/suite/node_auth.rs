@@ -403,6 +403,37 @@ async fn the_cli_authenticates_with_a_token() -> anyhow::Result<()> {
             "tasks list with {key}: exit {code}\nstdout: {stdout}\nstderr: {stderr}"
         );
     }
+    // The task tree walk sends the token too; another principal is told it is not found.
+    let (_, stdout, _) = node
+        .client(&[
+            "tasks", "list", "--json", "--node", &url, "--token", ALICE_KEY,
+        ])
+        .await?;
+    let listed: Value = serde_json::from_str(&stdout)?;
+    let id = listed["tasks"][0]["id"]
+        .as_str()
+        .context("no task id")?
+        .to_owned();
+    let tree = |key: &'static str| {
+        let (url, id) = (url.clone(), id.clone());
+        let node = &node;
+        async move {
+            node.client(&[
+                "tasks", "tree", &id, "--json", "--node", &url, "--token", key,
+            ])
+            .await
+        }
+    };
+    let (code, stdout, stderr) = tree(ALICE_KEY).await?;
+    ensure!(
+        code == 0 && stdout.contains(&id),
+        "tasks tree with the owner's key: exit {code}\nstdout: {stdout}\nstderr: {stderr}"
+    );
+    let (code, stdout, stderr) = tree(BOB_KEY).await?;
+    ensure!(
+        code != 0 && stderr.to_lowercase().contains("not found"),
+        "tasks tree with another's key: exit {code}\nstdout: {stdout}\nstderr: {stderr}"
+    );
     Ok(())
 }
 
