@@ -277,6 +277,7 @@ impl Runtime {
             manager.push_wake(),
             identity.clone(),
             &config.node.public_url,
+            client_options.tls.clone(),
         );
         let runtime = Self {
             config,

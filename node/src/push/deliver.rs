@@ -72,7 +72,12 @@ pub(crate) struct Dispatcher {
 
 /// HTTP clients, each pinned to one checked target (host and addresses).
 #[derive(Default)]
-pub(crate) struct Clients(std::sync::Mutex<HashMap<Pinned, reqwest::Client>>);
+pub(crate) struct Clients {
+    /// The roots trusted besides the system's and the client certificate (`tls:`), for
+    /// webhooks behind a private CA.
+    tls: mew_transport::TlsOptions,
+    cache: std::sync::Mutex<HashMap<Pinned, reqwest::Client>>,
+}
 
 /// A checked target: its host name (if it has one) and its addresses.
 type Pinned = (Option<String>, Vec<SocketAddr>);
@@ -81,17 +86,25 @@ type Pinned = (Option<String>, Vec<SocketAddr>);
 const MAX_CLIENTS: usize = 64;
 
 impl Clients {
+    /// Clients that trust what `tls` adds to the system roots.
+    pub(crate) fn new(tls: mew_transport::TlsOptions) -> Self {
+        Self {
+            tls,
+            cache: std::sync::Mutex::default(),
+        }
+    }
+
     /// The client for `target`, made when there is none.
     fn get(&self, target: &Target, timeout: Duration) -> reqwest::Result<reqwest::Client> {
         let key = (target.host.clone(), target.addrs.clone());
         let mut cache = self
-            .0
+            .cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(client) = cache.get(&key) {
             return Ok(client.clone());
         }
-        let client = client(target, timeout)?;
+        let client = client(target, timeout, &self.tls)?;
         if cache.len() >= MAX_CLIENTS {
             cache.clear();
         }
@@ -280,7 +293,11 @@ struct Claims<'a> {
 }
 
 /// A client that connects to `target`'s checked addresses only and follows no redirect.
-fn client(target: &Target, timeout: Duration) -> reqwest::Result<reqwest::Client> {
+fn client(
+    target: &Target,
+    timeout: Duration,
+    tls: &mew_transport::TlsOptions,
+) -> reqwest::Result<reqwest::Client> {
     let mut builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(timeout)
@@ -289,7 +306,7 @@ fn client(target: &Target, timeout: Duration) -> reqwest::Result<reqwest::Client
     if let Some(host) = &target.host {
         builder = builder.resolve_to_addrs(host, &target.addrs);
     }
-    builder.build()
+    tls.configure(builder)?.build()
 }
 
 /// The error and its causes, on one line.
@@ -357,7 +374,29 @@ mod tests {
     async fn serve(hook: Hook) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let app = axum::Router::new().route(
+        let app = webhook(hook);
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        url
+    }
+
+    /// [`serve`] over HTTPS, with the test PKI's server certificate in `dir`.
+    async fn serve_tls(hook: Hook, dir: &std::path::Path) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let tls = crate::server::tls::server_config(&crate::config::ServerTls {
+            cert_file: dir.join("server.pem"),
+            key_file: dir.join("server-key.pem"),
+            client_ca_file: None,
+        })
+        .unwrap();
+        let listener = crate::server::tls::TlsListener::new(listener, tls).unwrap();
+        let app = webhook(hook);
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        url
+    }
+
+    fn webhook(hook: Hook) -> axum::Router {
+        axum::Router::new().route(
             "/{*path}",
             axum::routing::post(
                 move |uri: axum::http::Uri, headers: HeaderMap, body: String| {
@@ -372,9 +411,7 @@ mod tests {
                     }
                 },
             ),
-        );
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        url
+        )
     }
 
     struct Setup {
@@ -424,6 +461,22 @@ mod tests {
 
     /// Runs a dispatcher until the outbox is empty.
     async fn drain(setup: &Setup, allow: &[&str], max_attempts: u32) {
+        drain_with(
+            setup,
+            allow,
+            max_attempts,
+            mew_transport::TlsOptions::default(),
+        )
+        .await;
+    }
+
+    /// [`drain`] with clients that trust what `tls` adds.
+    async fn drain_with(
+        setup: &Setup,
+        allow: &[&str],
+        max_attempts: u32,
+        tls: mew_transport::TlsOptions,
+    ) {
         let store: Arc<dyn TaskStore> = setup.store.clone();
         let dispatcher = Arc::new(Dispatcher {
             store: store.clone(),
@@ -436,7 +489,7 @@ mod tests {
             public_url: "https://node.example".to_owned(),
             max_attempts,
             timeout: Duration::from_secs(30),
-            clients: Clients::default(),
+            clients: Clients::new(tls),
         });
         let stop = CancellationToken::new();
         let running = tokio::spawn(dispatcher.run(stop.clone()));
@@ -548,6 +601,30 @@ mod tests {
         let seen = hook.seen.lock().unwrap().clone();
         let bodies: Vec<&str> = seen.iter().map(|(_, _, body)| body.as_str()).collect();
         assert_eq!(bodies, ["{\"n\": 0}", "{\"n\": 1}", "{\"n\": 2}"]);
+    }
+
+    #[tokio::test]
+    async fn an_https_webhook_is_trusted_through_the_configured_ca() {
+        let pki = mew_tests::tls::TestPki::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        pki.write(dir.path()).unwrap();
+        let hook = Hook::default();
+        let url = serve_tls(hook.clone(), dir.path()).await;
+        let setup = setup();
+        // The system roots alone do not know the test CA: the one attempt fails.
+        enqueue(&setup.store, &config(&url), 1).await;
+        drain(&setup, &["127.0.0.1"], 1).await;
+        assert!(hook.seen.lock().unwrap().is_empty());
+        // With `tls.ca_file`'s roots the webhook is reached.
+        enqueue(&setup.store, &config(&url), 1).await;
+        let tls = mew_transport::TlsOptions {
+            extra_roots_pem: Some(pki.ca_pem().into_bytes()),
+            ..mew_transport::TlsOptions::default()
+        };
+        drain_with(&setup, &["127.0.0.1"], 1, tls).await;
+        let seen = hook.seen.lock().unwrap().clone();
+        let bodies: Vec<&str> = seen.iter().map(|(_, _, body)| body.as_str()).collect();
+        assert_eq!(bodies, ["{\"n\": 0}"]);
     }
 
     #[tokio::test]

@@ -77,13 +77,15 @@ pub(crate) struct Push {
 
 impl Push {
     /// Starts the dispatcher over `store`'s outbox: it delivers what is due at once (what a
-    /// stopped node left), then whenever `wake` is poked or a retry falls due.
+    /// stopped node left), then whenever `wake` is poked or a retry falls due. Webhooks over
+    /// HTTPS are trusted by the system roots and `tls`'s extra roots.
     pub(crate) fn start(
         config: &PushConfig,
         store: Arc<dyn TaskStore>,
         wake: Arc<Notify>,
         key: Arc<NodeKey>,
         public_url: &str,
+        tls: mew_transport::TlsOptions,
     ) -> Self {
         let stop = CancellationToken::new();
         let dispatcher = Arc::new(Dispatcher {
@@ -94,7 +96,7 @@ impl Push {
             public_url: public_url.trim_end_matches('/').to_owned(),
             max_attempts: config.max_attempts.max(1),
             timeout: config.timeout,
-            clients: deliver::Clients::default(),
+            clients: deliver::Clients::new(tls),
         });
         let task = tokio::spawn(dispatcher.run(stop.clone()));
         Self {
