@@ -42,7 +42,8 @@ use crate::config::{PeerBinding, PeerConfig};
 #[derive(Debug)]
 pub(crate) struct Peers {
     /// The client for the role list and role cards (the front card is fetched by
-    /// `mew_transport::fetch_card`); the error if it could not be built.
+    /// `mew_transport::fetch_card`); the error if it could not be built, or that there is no
+    /// peer to build it for.
     http: Result<reqwest::Client, String>,
     /// Every peer, by name.
     peers: BTreeMap<String, Peer>,
@@ -184,7 +185,12 @@ impl Peers {
         options: &ClientOptions,
         outbound: Option<&Outbound>,
     ) -> Arc<Peers> {
-        let http = discovery::http_client(options);
+        // Building the client loads the system's trusted roots: not worth it for no peer.
+        let http = if config.is_empty() {
+            Err("no peers are configured".to_owned())
+        } else {
+            discovery::http_client(options)
+        };
         let fetches = config.iter().map(|(name, config)| {
             let card_options = ClientOptions {
                 request_timeout: config.timeout,
