@@ -35,9 +35,11 @@ pub struct Turn {
     pub cancel: CancellationToken,
 }
 
-/// Where an executor reports progress. Every call is persisted before it is
-/// announced to subscribers, and fails once the task is over (canceled, say),
-/// which tells the executor to stop.
+/// Where an executor reports progress. Every event is persisted before it is
+/// announced to subscribers; what is never announced (the private state, a set
+/// annotation) is persisted with the next event, at the latest the one that ends
+/// the turn. Calls fail once the task is over (canceled, say), which tells the
+/// executor to stop.
 #[async_trait]
 pub trait EventSink: Send + Sync {
     /// Moves the task to `state` with an optional agent message.
@@ -62,14 +64,21 @@ pub trait EventSink: Send + Sync {
     }
 
     /// Saves the runner's private state of the task; persisted, not announced.
-    /// Sinks that keep no state (test recorders) may ignore it.
+    /// The write is deferred: the state is stored with the task's next event
+    /// (an artifact, a status, INPUT_REQUIRED) or, when none follows, with the
+    /// state that ends the turn, so a task that asks for input resumes after a
+    /// restart with the state saved before the question. Fails once the turn is
+    /// over. Sinks that keep no state (test recorders) may ignore it.
     async fn save_private(&self, _private: serde_json::Value) -> Result<(), SinkClosed> {
         Ok(())
     }
 
     /// Sets `metadata.mew.<key>` of the task to `value`, or appends `value` to
     /// that array when `append`; persisted, not announced (readers see it in the
-    /// task). Sinks that keep no state (test recorders) may ignore it.
+    /// task). A value set while the turn runs is written with the task's next
+    /// event, at the latest the one that ends the turn (readers see it from
+    /// then on); an appended entry, or any annotation once the turn is over, is
+    /// written at once. Sinks that keep no state (test recorders) may ignore it.
     async fn annotate(
         &self,
         _key: &str,

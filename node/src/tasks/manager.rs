@@ -6,7 +6,10 @@
 //! dropped never stops it, and a subscriber that lags gets a fresh snapshot
 //! instead of the events it missed. A task's push configs live beside its
 //! snapshot: each event is enqueued for them in the write that persists it,
-//! and `crate::push` delivers the outbox.
+//! and `crate::push` delivers the outbox. What a turn keeps without announcing
+//! it (the runner's private state, a value it annotates the task with) waits in
+//! the snapshot and is written with the next event, at the latest the one that
+//! ends the turn: one write fewer each.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -129,6 +132,55 @@ struct LiveState {
     busy: bool,
     /// The task's push configs, as stored: every recorded event is enqueued for each.
     push: Vec<TaskPushNotificationConfig>,
+    /// Annotations made during the running turn and not written yet: the next write of
+    /// the task (its next event, at the latest the one that ends the turn) applies them.
+    /// The runner's private state needs no such list: `stored.private` is what that write
+    /// stores.
+    annotations: Vec<Annotation>,
+}
+
+impl LiveState {
+    /// Applies the annotations not written yet to the snapshot, before it is written.
+    fn apply_annotations(&mut self) {
+        for annotation in &self.annotations {
+            annotation.apply(&mut self.stored.task.metadata);
+        }
+    }
+}
+
+/// A change to `metadata.mew.<key>` of a task.
+#[derive(Debug)]
+struct Annotation {
+    key: String,
+    value: serde_json::Value,
+    append: bool,
+}
+
+impl Annotation {
+    /// Sets `metadata.mew.<key>`, or appends to that array.
+    fn apply(&self, metadata: &mut Option<mew_cards::Metadata>) {
+        let mew = metadata
+            .get_or_insert_with(Default::default)
+            .entry("mew")
+            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+        if !mew.is_object() {
+            *mew = serde_json::Value::Object(serde_json::Map::new());
+        }
+        let Some(mew) = mew.as_object_mut() else {
+            return;
+        };
+        if self.append {
+            let list = mew
+                .entry(self.key.as_str())
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+            match list.as_array_mut() {
+                Some(items) => items.push(self.value.clone()),
+                None => *list = serde_json::Value::Array(vec![self.value.clone()]),
+            }
+        } else {
+            mew.insert(self.key.clone(), self.value.clone());
+        }
+    }
 }
 
 fn store_error(error: StoreError) -> Error {
@@ -243,6 +295,7 @@ impl TaskManager {
                 turn: 0,
                 busy: false,
                 push,
+                annotations: Vec::new(),
             }),
         })
     }
@@ -1077,6 +1130,11 @@ enum LiveOrDone {
 
 /// Applies `event` to the snapshot, persists it, then announces it; on a
 /// storage failure the snapshot is left as it was and nothing is announced.
+///
+/// The write also stores what the turn kept without writing it (the runner's
+/// private state, annotations): the turn's last event, which ends it (a final
+/// state, INPUT_REQUIRED), always comes through here, so nothing kept is left
+/// unwritten when a turn is over.
 async fn record(
     store: &dyn TaskStore,
     push_wake: &Notify,
@@ -1084,6 +1142,7 @@ async fn record(
     event: StreamResponse,
 ) -> Result<(), StoreError> {
     let previous = state.stored.task.clone();
+    state.apply_annotations();
     state.stored.task.apply(&event);
     // The event's push notifications are enqueued in the same transaction as the change.
     let written = if state.push.is_empty() {
@@ -1101,6 +1160,7 @@ async fn record(
         state.stored.task = previous;
         return Err(e);
     }
+    state.annotations.clear();
     state.seq += 1;
     if state.stored.task.status.state.ends_stream() {
         state.busy = false;
@@ -1239,12 +1299,8 @@ impl EventSink for Sink {
         if state.turn != self.turn || !state.busy {
             return Err(SinkClosed);
         }
-        let previous = std::mem::replace(&mut state.stored.private, private);
-        if let Err(e) = self.store.put(&state.stored).await {
-            warn!(error = %e, "cannot persist the runner's state; the task stops");
-            state.stored.private = previous;
-            return Err(SinkClosed);
-        }
+        // Written with the task's next event: at the latest the one that ends the turn.
+        state.stored.private = private;
         Ok(())
     }
 
@@ -1258,47 +1314,50 @@ impl EventSink for Sink {
         if state.turn != self.turn {
             return Err(SinkClosed);
         }
+        state.annotations.push(Annotation {
+            key: key.to_owned(),
+            value,
+            append,
+        });
+        // A value set during the turn is written with the task's next event. An appended
+        // entry (a delegation link) is written now: the store's readers need it while the
+        // turn runs (`context_annotations`, listings), and it must outlive a crash. So is
+        // anything once the turn is over: no event of this turn follows.
+        if state.busy && !append {
+            return Ok(());
+        }
         let previous = state.stored.task.metadata.clone();
-        let metadata = state
-            .stored
-            .task
-            .metadata
-            .get_or_insert_with(Default::default);
-        let mew = metadata
-            .entry("mew")
-            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
-        if !mew.is_object() {
-            *mew = serde_json::Value::Object(serde_json::Map::new());
-        }
-        if let Some(mew) = mew.as_object_mut() {
-            if append {
-                let list = mew
-                    .entry(key)
-                    .or_insert_with(|| serde_json::Value::Array(Vec::new()));
-                match list.as_array_mut() {
-                    Some(items) => items.push(value),
-                    None => *list = serde_json::Value::Array(vec![value]),
-                }
-            } else {
-                mew.insert(key.to_owned(), value);
-            }
-        }
+        state.apply_annotations();
         if let Err(e) = self.store.put(&state.stored).await {
             warn!(error = %e, "cannot persist the task's metadata");
             state.stored.task.metadata = previous;
+            state.annotations.pop();
             return Err(SinkClosed);
         }
+        state.annotations.clear();
         Ok(())
     }
 
     async fn context_annotations(&self, key: &str) -> Vec<serde_json::Value> {
-        let tasks = match self.store.context(&self.live.context_id).await {
+        let mut tasks = match self.store.context(&self.live.context_id).await {
             Ok(tasks) => tasks,
             Err(e) => {
                 warn!(error = %e, "cannot read the context's tasks");
                 return Vec::new();
             }
         };
+        // This task as the turn sees it, with the annotations it has not written yet.
+        {
+            let state = self.live.state.lock().await;
+            if !state.annotations.is_empty()
+                && let Some(own) = tasks.iter_mut().find(|t| t.task.id == self.live.id)
+            {
+                own.task.metadata = state.stored.task.metadata.clone();
+                for annotation in &state.annotations {
+                    annotation.apply(&mut own.task.metadata);
+                }
+            }
+        }
         tasks
             .iter()
             .filter_map(|t| t.task.metadata.as_ref()?.get("mew")?.get(key)?.as_array())

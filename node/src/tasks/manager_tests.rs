@@ -16,14 +16,20 @@ use tokio::sync::Mutex;
 use super::executor::{EventSink, ExecError, Executor, Turn};
 use super::manager::{Limits, RESTART_REASON, Roles, Scope, Submission, TaskManager};
 use super::sqlite::SqliteStore;
-use super::store::{StoredTask, TaskStore};
+use super::store::{
+    OutboxRow, PendingPush, StoreError, StoredTask, TaskPage, TaskQuery, TaskStore,
+};
 
 /// Follows the first word of the message: `done`, `ask`, `wait`, `fail`,
-/// `panic`, `chunks N`, `reply`, `history`, `illegal`.
+/// `panic`, `chunks N`, `reply`, `history`, `illegal`, `link`, and, saving the
+/// runner's private state `{"kept": REST}` first, `keep`, `keep-ask`,
+/// `keep-only`, `keep-fail`, `keep-wait`.
 #[derive(Default)]
 struct Script {
     runs: AtomicUsize,
     turns: Mutex<Vec<(bool, usize)>>,
+    /// Poked when a `keep-wait` turn has saved its private state.
+    saved: tokio::sync::Notify,
 }
 
 #[async_trait]
@@ -37,11 +43,70 @@ impl Executor for Script {
         let text = turn.message.text();
         let closed = |_| ExecError("closed".into());
         if turn.resumed {
-            let artifact = Artifact::new("answer", vec![Part::text(format!("got {text}"))]);
+            let answer = if turn.private.is_null() {
+                format!("got {text}")
+            } else {
+                format!("got {text} with {}", turn.private)
+            };
+            let artifact = Artifact::new("answer", vec![Part::text(answer)]);
             return sink.artifact(artifact, false, false).await.map_err(closed);
         }
         let (word, rest) = text.split_once(' ').unwrap_or((&text, ""));
+        let kept = serde_json::json!({ "kept": rest });
         match word {
+            // What a model role's turn reports: its answer, its usage, its conversation, the end.
+            "keep" => {
+                sink.artifact(Artifact::new("out", vec![Part::text(rest)]), false, false)
+                    .await
+                    .map_err(closed)?;
+                sink.annotate("usage", serde_json::json!({ "inputTokens": 7 }), false)
+                    .await
+                    .map_err(closed)?;
+                sink.save_private(kept).await.map_err(closed)?;
+                sink.status(TaskState::Completed, Some(Message::agent_text("done")))
+                    .await
+                    .map_err(closed)
+            }
+            "keep-ask" => {
+                sink.save_private(kept).await.map_err(closed)?;
+                sink.status(
+                    TaskState::InputRequired,
+                    Some(Message::agent_text("which one?")),
+                )
+                .await
+                .map_err(closed)
+            }
+            // A delegation link is written at once; a value set is read back before its write.
+            "link" => {
+                sink.annotate("children", serde_json::json!(rest), true)
+                    .await
+                    .map_err(closed)?;
+                sink.annotate("notes", serde_json::json!([rest]), false)
+                    .await
+                    .map_err(closed)?;
+                let mut seen = sink.context_annotations("children").await;
+                seen.extend(sink.context_annotations("notes").await);
+                let seen: Vec<String> = seen.iter().map(ToString::to_string).collect();
+                sink.artifact(
+                    Artifact::new("seen", vec![Part::text(seen.join("|"))]),
+                    false,
+                    false,
+                )
+                .await
+                .map_err(closed)
+            }
+            // The turn ends right after the save: no event of its own follows.
+            "keep-only" => sink.save_private(kept).await.map_err(closed),
+            "keep-fail" => {
+                sink.save_private(kept).await.map_err(closed)?;
+                Err(ExecError("it broke after saving".into()))
+            }
+            "keep-wait" => {
+                sink.save_private(kept).await.map_err(closed)?;
+                self.saved.notify_one();
+                turn.cancel.cancelled().await;
+                Err(ExecError("canceled".into()))
+            }
             "done" => sink
                 .artifact(Artifact::new("out", vec![Part::text(rest)]), false, false)
                 .await
@@ -126,9 +191,105 @@ fn role() -> Arc<RoleDefinition> {
     )
 }
 
+/// The SQLite store, keeping a copy of every task row it writes.
+struct Counting {
+    inner: SqliteStore,
+    writes: std::sync::Mutex<Vec<StoredTask>>,
+}
+
+impl Counting {
+    fn open(path: &std::path::Path) -> Self {
+        Self {
+            inner: SqliteStore::open(path).unwrap(),
+            writes: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Every row written for `task`, in order.
+    fn writes_of(&self, task: &mew_cards::TaskId) -> Vec<StoredTask> {
+        let writes = self.writes.lock().unwrap();
+        writes
+            .iter()
+            .filter(|w| w.task.id == *task)
+            .cloned()
+            .collect()
+    }
+}
+
+#[async_trait]
+impl TaskStore for Counting {
+    async fn put(&self, task: &StoredTask) -> Result<(), StoreError> {
+        self.inner.put(task).await?;
+        self.writes.lock().unwrap().push(task.clone());
+        Ok(())
+    }
+
+    async fn put_with_events(
+        &self,
+        task: &StoredTask,
+        configs: &[mew_cards::TaskPushNotificationConfig],
+        outbox: &[OutboxRow],
+    ) -> Result<(), StoreError> {
+        self.inner.put_with_events(task, configs, outbox).await?;
+        self.writes.lock().unwrap().push(task.clone());
+        Ok(())
+    }
+
+    async fn push_configs(
+        &self,
+        task: &mew_cards::TaskId,
+    ) -> Result<Vec<mew_cards::TaskPushNotificationConfig>, StoreError> {
+        self.inner.push_configs(task).await
+    }
+
+    async fn put_push_config(
+        &self,
+        config: &mew_cards::TaskPushNotificationConfig,
+    ) -> Result<(), StoreError> {
+        self.inner.put_push_config(config).await
+    }
+
+    async fn delete_push_config(
+        &self,
+        task: &mew_cards::TaskId,
+        id: &str,
+    ) -> Result<(), StoreError> {
+        self.inner.delete_push_config(task, id).await
+    }
+
+    async fn push_heads(&self, limit: usize) -> Result<Vec<PendingPush>, StoreError> {
+        self.inner.push_heads(limit).await
+    }
+
+    async fn push_done(&self, seq: i64) -> Result<(), StoreError> {
+        self.inner.push_done(seq).await
+    }
+
+    async fn push_retry(&self, seq: i64, next_at: i64, error: &str) -> Result<(), StoreError> {
+        self.inner.push_retry(seq, next_at, error).await
+    }
+
+    async fn get(&self, id: &mew_cards::TaskId) -> Result<Option<StoredTask>, StoreError> {
+        self.inner.get(id).await
+    }
+
+    async fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
+        self.inner.list(query).await
+    }
+
+    async fn context(&self, context_id: &ContextId) -> Result<Vec<StoredTask>, StoreError> {
+        self.inner.context(context_id).await
+    }
+
+    async fn fail_unfinished(&self, reason: &str) -> Result<Vec<mew_cards::TaskId>, StoreError> {
+        self.inner.fail_unfinished(reason).await
+    }
+}
+
 struct Fixture {
     _dir: tempfile::TempDir,
     path: std::path::PathBuf,
+    store: Arc<Counting>,
     manager: Arc<TaskManager>,
     script: Arc<Script>,
     role: Arc<RoleDefinition>,
@@ -137,7 +298,8 @@ struct Fixture {
 async fn fixture(limits: Limits) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tasks.db");
-    let store: Arc<dyn TaskStore> = Arc::new(SqliteStore::open(&path).unwrap());
+    let counting = Arc::new(Counting::open(&path));
+    let store: Arc<dyn TaskStore> = counting.clone();
     let script = Arc::new(Script::default());
     let role = role();
     let roles = Arc::new(OneRole {
@@ -148,6 +310,7 @@ async fn fixture(limits: Limits) -> Fixture {
     Fixture {
         _dir: dir,
         path,
+        store: counting,
         manager,
         script,
         role,
@@ -764,4 +927,163 @@ async fn push_configs_are_scoped_paged_and_deleted_idempotently() {
         .set_push_config(webhook(&id, "a"), &alice)
         .await
         .unwrap();
+}
+
+/// The states of the rows written for a task, in order.
+fn written_states(writes: &[StoredTask]) -> Vec<TaskState> {
+    writes.iter().map(|w| w.task.status.state).collect()
+}
+
+fn usage_of(task: &Task) -> Option<&serde_json::Value> {
+    task.metadata.as_ref()?.get("mew")?.get("usage")
+}
+
+#[tokio::test]
+async fn private_state_and_usage_are_written_with_the_next_event_not_on_their_own() {
+    let f = fixture(Limits::default()).await;
+    let done = f.run("keep answer").await;
+    assert_eq!(done.status.state, TaskState::Completed);
+    let writes = f.store.writes_of(&done.id);
+    // SUBMITTED, WORKING, the artifact, COMPLETED: the private state and the usage
+    // annotation (a write each before) go with COMPLETED.
+    assert_eq!(
+        written_states(&writes),
+        [
+            TaskState::Submitted,
+            TaskState::Working,
+            TaskState::Working,
+            TaskState::Completed
+        ]
+    );
+    let last = writes.last().unwrap();
+    assert_eq!(last.private, serde_json::json!({ "kept": "answer" }));
+    let usage = serde_json::json!({ "inputTokens": 7 });
+    assert_eq!(usage_of(&last.task), Some(&usage));
+    // GetTask after completion, and the store after a restart, have both.
+    assert_eq!(usage_of(&f.get(&done).await.task), Some(&usage));
+    f.manager.shutdown(Duration::from_secs(1)).await;
+    let reopened = SqliteStore::open(&f.path).unwrap();
+    let again = reopened.get(&done.id).await.unwrap().unwrap();
+    assert_eq!(usage_of(&again.task), Some(&usage));
+    assert_eq!(again.private, serde_json::json!({ "kept": "answer" }));
+}
+
+#[tokio::test]
+async fn private_state_saved_before_a_question_is_stored_with_it_and_resumes_after_a_restart() {
+    let f = fixture(Limits::default()).await;
+    let asked = f.run("keep-ask blue").await;
+    assert_eq!(asked.status.state, TaskState::InputRequired);
+    let writes = f.store.writes_of(&asked.id);
+    assert_eq!(
+        written_states(&writes),
+        [
+            TaskState::Submitted,
+            TaskState::Working,
+            TaskState::InputRequired
+        ]
+    );
+    let kept = serde_json::json!({ "kept": "blue" });
+    assert_eq!(writes.last().unwrap().private, kept);
+
+    // A new node over the same database resumes the task with that state.
+    f.manager.shutdown(Duration::from_secs(1)).await;
+    let store: Arc<dyn TaskStore> = Arc::new(SqliteStore::open(&f.path).unwrap());
+    assert_eq!(store.get(&asked.id).await.unwrap().unwrap().private, kept);
+    let roles = Arc::new(OneRole {
+        role: role(),
+        script: Arc::new(Script::default()),
+    });
+    let manager = TaskManager::start(store, roles, Limits::default())
+        .await
+        .unwrap();
+    let mut reply = Message::user_text("the blue one");
+    reply.task_id = Some(asked.id.clone());
+    let submission = Submission {
+        role: role(),
+        message: reply,
+        owner: None,
+        parent: None,
+        metadata: None,
+        private: serde_json::Value::Null,
+        push: None,
+    };
+    let (_, stream) = manager.submit(submission, &Scope::default()).await.unwrap();
+    let _: Vec<_> = stream.collect().await;
+    let resumed = manager.get(&asked.id, &Scope::default()).await.unwrap();
+    assert_eq!(resumed.task.status.state, TaskState::Completed);
+    assert_eq!(
+        resumed.task.artifacts[0].parts[0].as_text(),
+        Some(r#"got the blue one with {"kept":"blue"}"#)
+    );
+}
+
+#[tokio::test]
+async fn private_state_saved_last_in_a_turn_is_stored_however_the_turn_ends() {
+    let f = fixture(Limits::default()).await;
+    // The turn returns right after the save: the COMPLETED write carries it.
+    let completed = f.run("keep-only a").await;
+    assert_eq!(completed.status.state, TaskState::Completed);
+    let writes = f.store.writes_of(&completed.id);
+    assert_eq!(
+        written_states(&writes),
+        [
+            TaskState::Submitted,
+            TaskState::Working,
+            TaskState::Completed
+        ]
+    );
+    // The turn fails after the save: the FAILED write carries it.
+    let failed = f.run("keep-fail b").await;
+    assert_eq!(failed.status.state, TaskState::Failed);
+    // The task is canceled while its turn waits after the save: the CANCELED write carries it.
+    let (waiting, stream) = f.submit(Message::user_text("keep-wait c")).await.unwrap();
+    f.script.saved.notified().await;
+    f.manager
+        .cancel(&waiting.id, &Scope::default())
+        .await
+        .unwrap();
+    let _: Vec<_> = stream.collect().await;
+
+    for (task, state, kept) in [
+        (&completed, TaskState::Completed, "a"),
+        (&failed, TaskState::Failed, "b"),
+        (&waiting, TaskState::Canceled, "c"),
+    ] {
+        let stored = f.store.get(&task.id).await.unwrap().unwrap();
+        assert_eq!(stored.task.status.state, state);
+        assert_eq!(
+            stored.private,
+            serde_json::json!({ "kept": kept }),
+            "{state}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_appended_annotation_is_written_at_once_and_the_turn_reads_its_own() {
+    let f = fixture(Limits::default()).await;
+    let done = f.run("link x").await;
+    let writes = f.store.writes_of(&done.id);
+    // SUBMITTED, WORKING, the link, the artifact (with the value set), COMPLETED.
+    assert_eq!(
+        written_states(&writes),
+        [
+            TaskState::Submitted,
+            TaskState::Working,
+            TaskState::Working,
+            TaskState::Working,
+            TaskState::Completed
+        ]
+    );
+    let mew = |w: &StoredTask| w.task.metadata.as_ref().unwrap()["mew"].clone();
+    assert_eq!(mew(&writes[2]), serde_json::json!({ "children": ["x"] }));
+    assert_eq!(
+        mew(&writes[3]),
+        serde_json::json!({ "children": ["x"], "notes": ["x"] })
+    );
+    assert_eq!(
+        done.artifacts[0].parts[0].as_text(),
+        Some(r#""x"|"x""#),
+        "the turn sees the link and the value it has not written yet"
+    );
 }
