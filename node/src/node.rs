@@ -497,6 +497,10 @@ const MCP_SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_sec
 /// Takes `dir` for this process: creates it, and locks `dir/node.lock` until the returned file
 /// is dropped (or the process dies). A second process on the same data directory would fail
 /// the first one's running tasks and kill its commands as if they were left over from a crash.
+/// How often, and how far apart, taking the data directory's lock is tried.
+const LOCK_ATTEMPTS: u32 = 20;
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(25);
+
 fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
@@ -507,7 +511,19 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
         .write(true)
         .open(&path)
         .with_context(|| format!("cannot open {}", path.display()))?;
-    match file.try_lock() {
+    // A lock just released can stay held for a moment: the file may be shared with a child
+    // process that was forked and has not yet run `exec` (which closes it). Try for a while.
+    let mut attempts = 0;
+    let locked = loop {
+        match file.try_lock() {
+            Err(TryLockError::WouldBlock) if attempts < LOCK_ATTEMPTS => {
+                attempts += 1;
+                std::thread::sleep(LOCK_RETRY);
+            }
+            other => break other,
+        }
+    };
+    match locked {
         Ok(()) => Ok(file),
         Err(TryLockError::WouldBlock) => bail!(
             "the data directory {} is in use by another mew process (`mew up`, `mew run` or \
