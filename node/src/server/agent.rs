@@ -162,20 +162,26 @@ impl RoleAgent {
         let push = self.inline_push(ctx, &mut request).await?;
         let mut submission = self.submission(ctx, request, serde_json::Value::Null)?;
         submission.push = push;
-        if let Some(reason) = self.task_received(&mut submission.message).await {
+        if let Some(reason) = self.task_received(&mut submission).await {
             return self.manager.reject(submission, &reason).await;
         }
         self.manager.submit(submission, &self.scope(ctx)).await
     }
 
-    /// Dispatches `TaskReceived` when `message` starts a new task and a hook listens; returns
-    /// the reason when a hook refuses the task. The session is the message's context, which
-    /// is given a fresh id first when it has none (the task then keeps it).
-    async fn task_received(&self, message: &mut mew_cards::Message) -> Option<String> {
+    /// Dispatches `TaskReceived` when `submission` starts a new task and a hook listens;
+    /// returns the reason when a hook refuses the task. The session is the message's context,
+    /// which is given a fresh id first when it has none, and the hook is told the id the task
+    /// will have (the task keeps both).
+    async fn task_received(&self, submission: &mut Submission) -> Option<String> {
         let engine = self.hooks.as_ref()?;
-        if message.task_id.is_some() || !engine.listens_to(HookEvent::TaskReceived) {
+        if submission.message.task_id.is_some() || !engine.listens_to(HookEvent::TaskReceived) {
             return None;
         }
+        let task_id = submission
+            .id
+            .get_or_insert_with(mew_cards::TaskId::generate)
+            .clone();
+        let message = &mut submission.message;
         let context_id = message
             .context_id
             .get_or_insert_with(mew_cards::ContextId::generate)
@@ -187,8 +193,12 @@ impl RoleAgent {
                 return None;
             }
         };
-        let payload =
-            Payload::task_received("", context_id.as_str(), &self.role.name, &message.text());
+        let payload = Payload::task_received(
+            task_id.as_str(),
+            context_id.as_str(),
+            &self.role.name,
+            &message.text(),
+        );
         let outcome = engine.dispatch(payload, &ctx).await;
         for error in &outcome.errors {
             tracing::warn!(role = %self.role.name, "TaskReceived: {error}");
@@ -271,6 +281,7 @@ impl RoleAgent {
             metadata: request.metadata,
             private,
             push: None,
+            id: None,
         })
     }
 }

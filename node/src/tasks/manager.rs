@@ -103,6 +103,9 @@ pub(crate) struct Submission {
     /// A push config for a new task (checked by the caller, with its id set): registered
     /// before the task's first event, so its webhook receives every event.
     pub(crate) push: Option<TaskPushNotificationConfig>,
+    /// The new task's id, when it had to be named before the task existed (a `TaskReceived`
+    /// hook is told it); `None`: a fresh one.
+    pub(crate) id: Option<TaskId>,
 }
 
 /// An event with its position in its task's sequence.
@@ -331,7 +334,7 @@ impl TaskManager {
             Some(parent) if self.live_map().contains_key(parent) => Slot::Parents,
             _ => Slot::Wait,
         };
-        let id = TaskId::generate();
+        let id = submission.id.clone().unwrap_or_else(TaskId::generate);
         // A context made here has no earlier tasks: its first turn need not read them.
         let fresh_context = submission.message.context_id.is_none();
         let context_id = submission
@@ -413,7 +416,7 @@ impl TaskManager {
         reason: &str,
     ) -> Result<(Task, EventStream), Error> {
         validate_message(&submission.message)?;
-        let id = TaskId::generate();
+        let id = submission.id.clone().unwrap_or_else(TaskId::generate);
         let context_id = submission
             .message
             .context_id

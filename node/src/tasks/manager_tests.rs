@@ -327,6 +327,7 @@ impl Fixture {
             metadata: None,
             private: serde_json::Value::Null,
             push: None,
+            id: None,
         };
         self.manager.submit(submission, &Scope::default()).await
     }
@@ -644,6 +645,7 @@ async fn unfinished_tasks_fail_on_restart_and_interrupted_ones_resume() {
         metadata: None,
         private: serde_json::Value::Null,
         push: None,
+        id: None,
     };
     let (_, stream) = manager.submit(submission, &Scope::default()).await.unwrap();
     let _: Vec<_> = stream.collect().await;
@@ -745,6 +747,7 @@ async fn an_inline_push_config_gets_every_event_from_the_first_snapshot() {
         metadata: None,
         private: serde_json::Value::Null,
         push: Some(webhook(&mew_cards::TaskId::from(""), "a")),
+        id: None,
     };
     let (task, stream) = f
         .manager
@@ -780,6 +783,7 @@ async fn push_configs_are_scoped_paged_and_deleted_idempotently() {
         metadata: None,
         private: serde_json::Value::Null,
         push: None,
+        id: None,
     };
     let alice = Scope {
         role: None,
@@ -898,6 +902,7 @@ async fn push_configs_are_scoped_paged_and_deleted_idempotently() {
         metadata: None,
         private: serde_json::Value::Null,
         push: None,
+        id: None,
     };
     let (_, stream) = f.manager.submit(submission, &alice).await.unwrap();
     let _: Vec<_> = stream.collect().await;
@@ -1006,6 +1011,7 @@ async fn private_state_saved_before_a_question_is_stored_with_it_and_resumes_aft
         metadata: None,
         private: serde_json::Value::Null,
         push: None,
+        id: None,
     };
     let (_, stream) = manager.submit(submission, &Scope::default()).await.unwrap();
     let _: Vec<_> = stream.collect().await;

@@ -11,19 +11,20 @@ use mew_tests::node::{MewNode, scripted_model_config, send_text, status_text};
 use mew_transport::{AgentTransport, Binding, CallContext};
 use serde_json::json;
 
-/// A `hooks.yaml` whose `TaskReceived` rule rejects messages that mention "forbidden".
-const NO_FORBIDDEN: &str = "\
+/// A `hooks.yaml` whose `TaskReceived` rule rejects messages that mention "forbidden",
+/// naming the task it refuses (the payload's `task_id`).
+const NO_FORBIDDEN: &str = r#"
 hooks:
   - name: no-forbidden
     event: TaskReceived
     if:
       all_of:
         - field: prompt
-          match: \"re:forbidden\"
+          match: "re:forbidden"
     action:
       type: shell
-      command: \"echo 'forbidden topics are not accepted here' >&2; exit 2\"
-";
+      command: 'id=$(sed -n ''s/.*"task_id":"\([^"]*\)".*/\1/p''); echo "forbidden topics are not accepted here (task $id)" >&2; exit 2'
+"#;
 
 /// A Claude Code hook script: refuses a `Bash` call whose command holds `rm -rf`.
 const NO_RM_SCRIPT: &str = "\
@@ -145,6 +146,13 @@ async fn a_trusted_task_received_hook_rejects_tasks_and_an_edited_one_is_skipped
         status_text(&rejected).contains("forbidden topics are not accepted here"),
         "reason {:?}",
         status_text(&rejected)
+    );
+    // The hook was told the id the task got.
+    ensure!(
+        status_text(&rejected).contains(&format!("(task {})", rejected.id)),
+        "reason {:?} does not name task {}",
+        status_text(&rejected),
+        rejected.id
     );
     let accepted = send_text(&node, "greeter", "hello there").await?;
     ensure!(
