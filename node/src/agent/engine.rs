@@ -65,6 +65,10 @@ pub(crate) struct PendingCall {
     /// user's reply goes to that task instead of deciding whether the call runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) relay: Option<String>,
+    /// What the `PreToolUse` hooks said of this call and of the calls after it, by call id:
+    /// each call's hooks run once, and the resumed run uses what they said.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) hooks: Vec<(String, HookOutcome)>,
 }
 
 /// What a run, or part of one, ended with.
@@ -213,9 +217,16 @@ impl Agent {
                     ..pending
                 }));
             }
+            let mut output = output;
+            if let Some((_, own)) = pending.hooks.iter().find(|(id, _)| *id == pending.id) {
+                append_text(&mut output, &own.additional_context);
+            }
             observer.tool_finished(&pending.id, &pending.name, &output);
             self.push_result(session, result_block(&pending.id, output));
-            if let Some(outcome) = self.run_calls(session, calls, observer).await? {
+            if let Some(outcome) = self
+                .run_calls(session, calls, pending.hooks, observer)
+                .await?
+            {
                 return Ok(outcome);
             }
         }
@@ -345,7 +356,7 @@ impl Agent {
                 speaker: Speaker::User,
                 content: Vec::new(),
             });
-            if let Some(outcome) = self.run_calls(session, calls, observer).await? {
+            if let Some(outcome) = self.run_calls(session, calls, Vec::new(), observer).await? {
                 return Ok(outcome);
             }
         }
@@ -384,15 +395,19 @@ impl Agent {
     /// Runs the calls of one model answer and appends their results to the
     /// last (user) message, in call order; stops at a call that needs approval.
     /// Consecutive read-only and delegating calls that need no approval run concurrently.
+    ///
+    /// `known` is what the `PreToolUse` hooks already said of some of the calls (a run resumed
+    /// after an approval): their hooks do not run again.
     async fn run_calls(
         &self,
         session: &mut Session,
         calls: Vec<(String, String, Value)>,
+        known: Vec<(String, HookOutcome)>,
         observer: &dyn Observer,
     ) -> Result<Option<Outcome>, AgentError> {
         // The PreToolUse hooks of every call first: they may rewrite an input, refuse a
         // call or decide its permission, and `decide` is synchronous.
-        let pre = self.pre_tool_use(&calls).await;
+        let pre = self.pre_tool_use(&calls, known).await;
         if let Some(reason) = pre.iter().find_map(|outcome| outcome.stop.clone()) {
             for (id, _, _) in &calls {
                 self.push_result(
@@ -452,6 +467,7 @@ impl Agent {
                     input: input.clone(),
                     question: question.clone(),
                     relay: None,
+                    hooks: said(&calls[index..], &pre[index..]),
                 })));
             }
             let outputs = join_all(calls[index..end].iter().zip(&decisions[index..end]).map(
@@ -493,6 +509,7 @@ impl Agent {
                             input: input.clone(),
                             question,
                             relay: Some(task),
+                            hooks: vec![(id.clone(), pre.clone())],
                         });
                         continue;
                     }
@@ -511,7 +528,8 @@ impl Agent {
                 close_dangling_calls(session);
                 return Err(AgentError::HookStopped(reason));
             }
-            if let Some(pending) = relayed {
+            if let Some(mut pending) = relayed {
+                pending.hooks.extend(said(&calls[end..], &pre[end..]));
                 self.notify("permission_prompt", &pending.question).await;
                 return Ok(Some(Outcome::NeedsApproval(pending)));
             }
@@ -520,12 +538,21 @@ impl Agent {
         Ok(None)
     }
 
-    /// Dispatches `PreToolUse` for each call, concurrently; empty outcomes without hooks.
-    async fn pre_tool_use(&self, calls: &[(String, String, Value)]) -> Vec<HookOutcome> {
+    /// Dispatches `PreToolUse` for each call, concurrently; empty outcomes without hooks. A
+    /// call in `known` takes what its hooks said then.
+    async fn pre_tool_use(
+        &self,
+        calls: &[(String, String, Value)],
+        known: Vec<(String, HookOutcome)>,
+    ) -> Vec<HookOutcome> {
         let Some(hooks) = &self.context.hooks else {
             return vec![HookOutcome::default(); calls.len()];
         };
+        let known = &known;
         join_all(calls.iter().map(|(id, name, input)| async move {
+            if let Some((_, outcome)) = known.iter().find(|(known, _)| known == id) {
+                return outcome.clone();
+            }
             // A call of an unknown tool is refused anyway: no hook sees it.
             if self.tools.get(name).is_none() {
                 return HookOutcome::default();
@@ -675,6 +702,15 @@ impl Agent {
     pub(crate) fn close_dangling_calls(&self, session: &mut Session) {
         close_dangling_calls(session);
     }
+}
+
+/// What the `PreToolUse` hooks said of each of `calls`, by call id.
+fn said(calls: &[(String, String, Value)], pre: &[HookOutcome]) -> Vec<(String, HookOutcome)> {
+    calls
+        .iter()
+        .zip(pre)
+        .map(|((id, _, _), outcome)| (id.clone(), outcome.clone()))
+        .collect()
 }
 
 /// Appends each text to a tool result.

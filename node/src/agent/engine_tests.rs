@@ -833,3 +833,60 @@ async fn without_compaction_the_compaction_hooks_do_not_run() {
     assert_eq!(s.window.compactions, 0);
     assert!(!log.exists(), "no compaction, no compaction hooks");
 }
+
+#[tokio::test]
+async fn each_call_meets_its_pre_tool_use_hooks_once_across_an_approval() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let model = ScriptedModel::start(vec![
+        Step::tool_calls(vec![
+            call("c1", "record", json!({"n": 1})),
+            call("c2", "record", json!({"n": 2})),
+        ]),
+        Step::text("both recorded")
+            .expect_tool_results(["c1", "c2"])
+            .expect_last_user("first call checked")
+            .expect_last_user("recorded 20"),
+    ])
+    .unwrap();
+    // The hook logs each call it sees; it asks about n=1 and rewrites n=2 to 20.
+    let ask = json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+        "permissionDecision": "ask", "permissionDecisionReason": "check n=1",
+        "additionalContext": "first call checked"}});
+    let rewrite = json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+        "updatedInput": {"n": 20}}});
+    let command = format!(
+        "input=$(cat); printf '%s\\n' \"$input\" | sed -n 's/.*\"tool_use_id\":\"\\([^\"]*\\)\".*/\\1/p' >> {log}; \
+         case \"$input\" in *'\"n\":1'*) printf '%s\\n' '{ask}';; *) printf '%s\\n' '{rewrite}';; esac",
+        log = log.display()
+    );
+    let (mut agent, order) = hooked_agent(
+        &model,
+        dir.path(),
+        json!([shell_hook("checker", "PreToolUse", &command)]),
+    );
+    agent.settings.mode = PermissionMode::BypassPermissions;
+    let mut s = session("record both");
+    let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    let Outcome::NeedsApproval(pending) = outcome else {
+        panic!("expected a question, got {outcome:?}");
+    };
+    assert_eq!(pending.id, "c1");
+    // What the hooks said travels with the task's state (it is serialized there).
+    let pending: super::engine::PendingCall =
+        serde_json::from_value(serde_json::to_value(&pending).unwrap()).unwrap();
+    let resume = Resume::Approval {
+        pending,
+        approved: true,
+        reason: String::new(),
+    };
+    let outcome = agent.run(&mut s, resume, "", &Quiet).await.unwrap();
+    assert_eq!(outcome, Outcome::Answered("both recorded".into()));
+    assert_eq!(*order.lock().unwrap(), [1, 20]);
+    // The hooks of one answer's calls run concurrently: their lines come in any order.
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let mut seen: Vec<&str> = logged.lines().collect();
+    seen.sort_unstable();
+    assert_eq!(seen, ["c1", "c2"], "{logged}");
+    model.assert_done();
+}

@@ -42,7 +42,7 @@
 //! - context, system messages, errors and outputs accumulate in rule order;
 //! - a failing rule that fails closed blocks, with the error as its reason.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::action::{ActionResult, MAX_STDOUT};
@@ -50,7 +50,7 @@ use super::event::{BlockEffect, HookEvent};
 use super::rules::FailMode;
 
 /// A hook's permission decision on a tool call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum PermissionDecision {
     /// Run it without asking (the permission engine's deny rules still apply).
     Allow,
@@ -72,7 +72,7 @@ impl PermissionDecision {
 }
 
 /// A block: which hook, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Blocked {
     /// The rule's name.
     pub(crate) hook: String,
@@ -81,7 +81,7 @@ pub(crate) struct Blocked {
 }
 
 /// A permission decision from a hook.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Permission {
     /// The decision.
     pub(crate) decision: PermissionDecision,
@@ -92,7 +92,7 @@ pub(crate) struct Permission {
 }
 
 /// What a hook printed (or answered), for the user's log.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HookOutput {
     /// The rule's name.
     pub(crate) hook: String,
@@ -100,8 +100,10 @@ pub(crate) struct HookOutput {
     pub(crate) text: String,
 }
 
-/// The merged result of dispatching one event. See the [module docs](self).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The merged result of dispatching one event. See the [module docs](self). It is kept
+/// with a task waiting for approval, for the tool calls whose hooks have run (serialized).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+#[serde(default)]
 pub(crate) struct HookOutcome {
     /// The first block (see [`BlockEffect`] for what it means on the event).
     pub(crate) blocked: Option<Blocked>,
