@@ -256,6 +256,7 @@ impl Runtime {
                 skills: Some(skills.clone()),
                 directory: Some(directory.clone()),
                 hooks: Some(hooks.clone()),
+                waiting: Default::default(),
             }),
         });
         // Skills that name tools nobody has: a warning each (the skill still works).

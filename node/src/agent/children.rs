@@ -42,8 +42,10 @@ pub(crate) struct ChildLink {
 
 /// What a task's delegations share during one turn.
 pub(crate) struct Children {
-    /// The parent task's sink: links are recorded in, and read from, its metadata.
-    sink: Arc<dyn EventSink>,
+    /// The parent task's sink: links are recorded in, and read from, its metadata. The sink
+    /// of the parent's current turn: a task that asked for input and was answered gets its
+    /// children back in its next turn ([`Self::resume`]).
+    sink: std::sync::Mutex<Arc<dyn EventSink>>,
     /// Places for children running at once.
     places: Arc<Semaphore>,
     /// Children running in the background whose notice has not been sent.
@@ -78,7 +80,7 @@ impl Children {
     ) -> Self {
         let (notices, inbox) = mpsc::unbounded_channel();
         Self {
-            sink,
+            sink: std::sync::Mutex::new(sink),
             places: Arc::new(Semaphore::new(max_running.max(1))),
             running: Arc::new(AtomicUsize::new(0)),
             notices,
@@ -87,6 +89,24 @@ impl Children {
             role,
             fork_source: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// Carries these children on into the parent's next turn, reporting through its `sink`:
+    /// the notices of background children that ended while the parent waited for input
+    /// are the next turn's to read.
+    pub(crate) fn resume(&self, sink: Arc<dyn EventSink>) {
+        *self
+            .sink
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = sink;
+    }
+
+    /// The sink of the parent's current turn.
+    fn sink(&self) -> Arc<dyn EventSink> {
+        self.sink
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Keeps the parent's conversation for the forks its next tool calls start.
@@ -116,7 +136,12 @@ impl Children {
     /// Records a delegation in the parent task.
     pub(crate) async fn record(&self, link: &ChildLink) {
         let value = serde_json::to_value(link).unwrap_or_default();
-        if self.sink.annotate(CHILDREN_KEY, value, true).await.is_err() {
+        if self
+            .sink()
+            .annotate(CHILDREN_KEY, value, true)
+            .await
+            .is_err()
+        {
             tracing::warn!(child = %link.task_id, "cannot record a delegated task in its parent");
         }
     }
@@ -124,7 +149,7 @@ impl Children {
     /// Every child of the parent's context, oldest first; of several with one
     /// name, the newest is the one the name means.
     pub(crate) async fn links(&self) -> Vec<ChildLink> {
-        self.sink
+        self.sink()
             .context_annotations(CHILDREN_KEY)
             .await
             .into_iter()
@@ -170,9 +195,18 @@ impl Children {
             note["tool"] = tool.clone();
         }
         let _ = self
-            .sink
+            .sink()
             .progress(serde_json::json!({ "mew": { "child": note } }))
             .await;
+    }
+
+    /// Whether a background child still runs, or left a notice nobody has read.
+    pub(crate) fn outstanding(&self) -> bool {
+        self.running() > 0
+            || self
+                .inbox
+                .try_lock()
+                .map_or(true, |inbox| !inbox.is_empty())
     }
 
     /// Background children still running.

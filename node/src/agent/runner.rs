@@ -69,6 +69,39 @@ pub(crate) struct ModelExecutor {
     pub(crate) directory: Option<Arc<Directory>>,
     /// The node's hooks (`None`: hooks are off).
     pub(crate) hooks: Option<Arc<crate::hooks::HookEngine>>,
+    /// The children of tasks that asked for input while background children still ran:
+    /// the task's next turn takes them back, with the notices they left meanwhile.
+    pub(crate) waiting: WaitingChildren,
+}
+
+/// The children of tasks waiting for input, by task; at most [`MAX_WAITING`] tasks.
+#[derive(Debug, Default)]
+pub(crate) struct WaitingChildren(std::sync::Mutex<HashMap<mew_cards::TaskId, Arc<Children>>>);
+
+/// The most tasks whose waiting children are kept (a task left waiting forever keeps its
+/// entry until it is answered; beyond this the oldest entries are not known, any is dropped).
+const MAX_WAITING: usize = 1024;
+
+impl WaitingChildren {
+    fn take(&self, task: &mew_cards::TaskId) -> Option<Arc<Children>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(task)
+    }
+
+    fn keep(&self, task: mew_cards::TaskId, children: Arc<Children>) {
+        let mut waiting = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if waiting.len() >= MAX_WAITING
+            && let Some(any) = waiting.keys().next().cloned()
+        {
+            waiting.remove(&any);
+        }
+        waiting.insert(task, children);
+    }
 }
 
 /// The `mew.ask` of a status message whose question only the user may answer.
@@ -334,6 +367,19 @@ impl Executor for ModelExecutor {
                 state.active_skills.clone(),
             ))
         });
+        // The children of a task resumed after a question are those of its turn that asked.
+        let children = match self.waiting.take(&turn.task_id) {
+            Some(children) => {
+                children.resume(sink.clone());
+                children
+            }
+            None => Arc::new(Children::new(
+                sink.clone(),
+                role.name.clone(),
+                self.agent.max_children,
+                self.agent.background_after,
+            )),
+        };
         // A role's own mode wins; `default` defers to the configured mode.
         let mode = match role.permission_mode {
             PermissionMode::Default => self.permissions.default_mode(),
@@ -360,12 +406,7 @@ impl Executor for ModelExecutor {
                 cancel: turn.cancel.clone(),
                 task_id: Some(turn.task_id.clone()),
                 depth: turn.depth,
-                children: Some(Arc::new(Children::new(
-                    sink.clone(),
-                    role.name.clone(),
-                    self.agent.max_children,
-                    self.agent.background_after,
-                ))),
+                children: Some(children.clone()),
                 skills: skills.clone(),
                 hooks: self.hooks.as_ref().and_then(|engine| {
                     let ctx = crate::hooks::HookContext::new(
@@ -538,6 +579,9 @@ impl Executor for ModelExecutor {
                     .map_err(closed)
             }
             Ok(Outcome::NeedsApproval(pending)) => {
+                if children.outstanding() {
+                    self.waiting.keep(turn.task_id.clone(), children.clone());
+                }
                 // A delegated task's question already says how to answer it.
                 let question = if pending.relay.is_some() {
                     pending.question.clone()

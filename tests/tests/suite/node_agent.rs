@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 use mew_cards::{
     Message, SendMessageRequest, SendMessageResponse, StreamResponse, Task, TaskState,
 };
-use mew_tests::model::{ScriptedModel, Step, Usage};
+use mew_tests::model::{ScriptedModel, Step, ToolCall, Usage};
 use mew_tests::node::{MewNode, send, status_text};
 use mew_transport::{AgentTransport, Binding, CallContext};
 use serde_json::json;
@@ -541,6 +541,81 @@ async fn a_background_child_notifies_its_parent_which_answers_after_it() -> anyh
         child.status.state == TaskState::Completed
             && parent_of(&child).as_deref() == Some(boss.id.as_str()),
         "child {child:?}"
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_notice_that_arrives_while_the_parent_waits_for_input_reaches_its_next_turn()
+-> anyhow::Result<()> {
+    // One answer starts a background child and asks to run a command: the parent waits for
+    // the user while the child ends; the reply resumes the parent, which reads the notice.
+    let model = ScriptedModel::start(vec![
+        Step::tool_calls(vec![
+            ToolCall::new(
+                "call_1",
+                "Agent",
+                json!({"prompt": "hello", "description": "shout later", "subagent_type": "slowshout",
+                       "run_in_background": true, "name": "shouter"}),
+            ),
+            ToolCall::new(
+                "call_2",
+                "bash",
+                json!({"command": "echo asked > asked.txt"}),
+            ),
+        ]),
+        Step::text("It shouted HELLO.")
+            .expect_tool_results(["call_1", "call_2"])
+            .expect_last_user("HELLO"),
+    ])?;
+    let roles = [
+        ("boss.md", role("boss", "tools: [Agent, bash]\n")),
+        (
+            "slowshout.md",
+            command_role("slowshout", "[sh, -c, \"sleep 1; tr a-z A-Z\"]"),
+        ),
+    ];
+    let refs: Vec<(&str, &str)> = roles.iter().map(|(f, t)| (*f, t.as_str())).collect();
+    let node = node(&model, "openai", &refs).await?;
+    let asked = send(&node, "boss", Message::user_text("shout hello, then write")).await?;
+    ensure!(
+        asked.status.state == TaskState::InputRequired,
+        "{:?}: {}",
+        asked.status.state,
+        status_text(&asked)
+    );
+    // The child ends while its parent waits.
+    let links = children_of(&task_on(&node, &asked.id).await?);
+    let child_id = mew_cards::TaskId::from(
+        links
+            .first()
+            .and_then(|l| l["taskId"].as_str())
+            .context("no child recorded")?,
+    );
+    mew_tests::node::poll_until("the child completed", Duration::from_secs(30), || async {
+        let child = task_on(&node, &child_id).await?;
+        Ok((child.status.state == TaskState::Completed).then_some(()))
+    })
+    .await?;
+    let mut yes = Message::user_text("yes");
+    yes.task_id = Some(asked.id.clone());
+    let done = send(&node, "boss", yes).await?;
+    ensure!(
+        done.status.state == TaskState::Completed && status_text(&done) == "It shouted HELLO.",
+        "{:?}: {}",
+        done.status.state,
+        status_text(&done)
+    );
+    let requests = model.requests();
+    let last = requests.last().context("no request")?.last_user_text();
+    ensure!(
+        last.contains("task-notification") && last.contains("HELLO"),
+        "the resumed turn did not get the notice: {last}"
+    );
+    ensure!(
+        node.project_dir().join("asked.txt").exists(),
+        "the approved command did not run"
     );
     model.assert_done();
     Ok(())
