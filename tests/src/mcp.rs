@@ -525,6 +525,15 @@ impl TestMcpServer {
     /// Serves a server that behaves as `options` say.
     pub async fn start_http_with(options: Options) -> anyhow::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        Self::serve_http(listener, options)
+    }
+
+    /// Serves a default server on `listener` (a port chosen before the server exists).
+    pub fn start_http_on(listener: tokio::net::TcpListener) -> anyhow::Result<Self> {
+        Self::serve_http(listener, Options::default())
+    }
+
+    fn serve_http(listener: tokio::net::TcpListener, options: Options) -> anyhow::Result<Self> {
         let url = format!("http://{}/mcp", listener.local_addr()?);
         let server = TestServer::new(options);
         let sessions = Arc::new(LocalSessionManager::default());

@@ -20,6 +20,16 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// The longest wait before a restart.
 const MAX_BACKOFF: Duration = Duration::from_secs(8);
 
+/// The longest wait between two tries of a server whose first connection failed.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+
+/// How long try `n` of a server that never connected waits: 1 s doubling to a minute.
+fn retry_wait(n: u32) -> Duration {
+    Duration::from_secs(1)
+        .saturating_mul(1 << n.saturating_sub(1).min(16))
+        .min(MAX_RETRY_WAIT)
+}
+
 /// How long restart `n` in a row waits after the previous start.
 pub(super) fn backoff(n: u32) -> Duration {
     let doublings = n.saturating_sub(1).min(16);
@@ -122,13 +132,55 @@ impl Server {
         }
         let _connecting = self.reconnecting.lock().await;
         if let Err(err) = self.establish().await {
-            tracing::warn!(server = %self.name, "cannot connect to the MCP server: {err}");
-            let mut shared = self.shared();
-            if shared.state != ServerState::Stopped {
-                shared.state = ServerState::Failed;
-            }
-            shared.last_error = Some(err);
+            tracing::warn!(
+                server = %self.name,
+                "cannot connect to the MCP server (trying again in the background): {err}"
+            );
+            self.failed(err);
+            self.retry_in_background();
         }
+    }
+
+    /// Marks the server failed (unless it is stopping), with `err` as its last error.
+    fn failed(&self, err: String) {
+        let mut shared = self.shared();
+        if shared.state != ServerState::Stopped {
+            shared.state = ServerState::Failed;
+        }
+        shared.last_error = Some(err);
+    }
+
+    /// After a failed first connection (a server that is not up yet, a network that is not
+    /// there yet): tries again in the background, waiting longer each time ([`retry_wait`]),
+    /// until it connects or the node stops. Its tools appear when it connects.
+    fn retry_in_background(&self) {
+        let me = self.me.clone();
+        let stopping = self.stopping.clone();
+        tokio::spawn(async move {
+            for attempt in 1u32.. {
+                tokio::select! {
+                    () = tokio::time::sleep(retry_wait(attempt)) => {}
+                    () = stopping.cancelled() => return,
+                }
+                let Some(server) = me.upgrade() else {
+                    return;
+                };
+                let _connecting = server.reconnecting.lock().await;
+                if server.shared().state != ServerState::Failed {
+                    return;
+                }
+                match server.establish().await {
+                    Ok(()) => {
+                        tracing::info!(server = %server.name, attempt, "the MCP server is up after all");
+                        return;
+                    }
+                    Err(err) => {
+                        tracing::debug!(server = %server.name, attempt, "still cannot connect to the MCP server: {err}");
+                        server.failed(err);
+                    }
+                }
+            }
+        });
     }
 
     /// Makes a connection, lists the tools, and puts both in place.

@@ -764,6 +764,37 @@ async fn a_server_that_fails_to_start_affects_no_other() {
 }
 
 #[tokio::test]
+async fn a_server_that_is_not_up_at_start_is_connected_when_it_comes_up() {
+    let project = Project::new();
+    // A port nobody listens on yet: the server comes up there after the node started.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let manager = project
+        .start(vec![("late", http(&format!("http://{port}/mcp")))])
+        .await;
+    assert_eq!(status(&manager, "late").state, ServerState::Failed);
+    assert!(manager.tools().is_empty());
+
+    let listener = tokio::net::TcpListener::bind(port).await.unwrap();
+    let _server = TestMcpServer::start_http_on(listener).unwrap();
+    eventually("the late server is connected", || async {
+        status(&manager, "late").state == ServerState::Connected
+    })
+    .await;
+    let text = call_ok(
+        &manager,
+        &project,
+        "mcp__late__echo",
+        json!({"text": "late"}),
+    )
+    .await;
+    assert_eq!(text, "late");
+    manager.shutdown(PATIENCE).await;
+}
+
+#[tokio::test]
 async fn servers_connect_at_the_same_time() {
     // Each server answers its first tools/list only once both are being listed: connected one
     // after the other, the first would wait out its connect_timeout and fail.
