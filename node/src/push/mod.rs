@@ -125,28 +125,9 @@ impl Drop for Push {
     }
 }
 
-/// A random (version 4) UUID.
+/// A new id for a config or a token: a UUID (version 7, as the node's task ids).
 pub(crate) fn new_id() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No randomness: a time-based id is unique enough for a config or a token id.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        bytes = nanos.to_be_bytes();
-    }
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    uuid::Uuid::now_v7().to_string()
 }
 
 #[cfg(test)]
@@ -154,13 +135,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_are_version_4_uuids() {
+    fn ids_are_distinct_uuids() {
         let a = new_id();
         let b = new_id();
         assert_ne!(a, b);
-        assert_eq!(a.len(), 36);
-        assert_eq!(&a[14..15], "4");
-        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "{a}");
+        assert_eq!(
+            uuid::Uuid::parse_str(&a).map(|id| id.get_version_num()),
+            Ok(7)
+        );
     }
 
     #[tokio::test]
