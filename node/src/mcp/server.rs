@@ -12,13 +12,16 @@ use tokio_util::sync::CancellationToken;
 use super::connect::{self, Connection, Handler, describe_service_error};
 use super::tool::{adapt, server_name_problem};
 use super::{McpContext, ServerState, ServerStatus, content};
-use crate::config::mcp::McpServerConfig;
+use crate::config::mcp::{McpServerConfig, McpTransport};
 use crate::tools::{Tool, ToolContext, ToolOutput};
 
 /// The wait before the first restart in a row; each further one waits twice as long.
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// The longest wait before a restart.
 const MAX_BACKOFF: Duration = Duration::from_secs(8);
+
+/// Calls in a row that time out before a stdio server is taken for hung and restarted.
+const HUNG_AFTER: u32 = 3;
 
 /// The longest wait between two tries of a server whose first connection failed.
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
@@ -67,6 +70,8 @@ struct Shared {
     restarts: u32,
     /// Restarts since a call last got an answer.
     in_a_row: u32,
+    /// Calls of the current connection that timed out since one last got an answer.
+    timeouts_in_a_row: u32,
     started: Option<Instant>,
 }
 
@@ -100,6 +105,7 @@ impl Server {
                 last_error: None,
                 restarts: 0,
                 in_a_row: 0,
+                timeouts_in_a_row: 0,
                 started: None,
             }),
             reconnecting: tokio::sync::Mutex::new(()),
@@ -342,11 +348,23 @@ impl Server {
             Outcome::Cancelled => ToolOutput::error(format!(
                 "{name} was cancelled with its task; the MCP server {server} was told to stop it"
             )),
-            Outcome::TimedOut => ToolOutput::error(format!(
-                "{name} timed out after {} (the call_timeout of the MCP server {server}); the \
-                 server was told to cancel it",
-                crate::config::duration::format(timeout)
-            )),
+            Outcome::TimedOut => {
+                let after = if self.timed_out(&connection) {
+                    let reason = format!(
+                        "the MCP server {server} answered none of its last {HUNG_AFTER} calls \
+                         within its call_timeout"
+                    );
+                    let ended = self.connection_ended(&connection, &reason);
+                    format!("; {reason}{ended}")
+                } else {
+                    String::new()
+                };
+                ToolOutput::error(format!(
+                    "{name} timed out after {} (the call_timeout of the MCP server {server}); the \
+                     server was told to cancel it{after}",
+                    crate::config::duration::format(timeout)
+                ))
+            }
             Outcome::Stopped => ToolOutput::error(format!(
                 "{name} was stopped: the MCP server {server} is shutting down"
             )),
@@ -363,7 +381,29 @@ impl Server {
             .is_some_and(|current| Arc::ptr_eq(current, connection))
         {
             shared.in_a_row = 0;
+            shared.timeouts_in_a_row = 0;
         }
+    }
+
+    /// A call on `connection` timed out. Whether a stdio server now looks hung: its last
+    /// [`HUNG_AFTER`] calls all timed out. It is then restarted like a server that died; a
+    /// remote (HTTP) server is left alone, slow is not dead there.
+    fn timed_out(&self, connection: &Arc<Connection>) -> bool {
+        let mut shared = self.shared();
+        if !shared
+            .connection
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, connection))
+        {
+            return false;
+        }
+        shared.timeouts_in_a_row += 1;
+        let hung = shared.timeouts_in_a_row >= HUNG_AFTER
+            && matches!(self.config.transport, McpTransport::Stdio { .. });
+        if hung {
+            shared.timeouts_in_a_row = 0;
+        }
+        hung
     }
 
     /// Records that `connection` ended for `reason`: the server is restarted on the next call,

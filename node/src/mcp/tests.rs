@@ -510,6 +510,52 @@ async fn a_cancelled_task_cancels_its_call_on_the_server() {
 }
 
 #[tokio::test]
+async fn a_stdio_server_that_answers_nothing_in_time_is_restarted() {
+    let project = Project::new();
+    let mut config = stdio("both");
+    config.call_timeout = Duration::from_millis(200);
+    let manager = project.start(vec![("s", config)]).await;
+    let first = pid_of(&call_ok(&manager, &project, "mcp__s__pid", json!({})).await);
+    let slow = |seconds| {
+        let (manager, project) = (&manager, &project);
+        async move {
+            call(
+                manager,
+                project,
+                "mcp__s__slow",
+                json!({"seconds": seconds}),
+            )
+            .await
+        }
+    };
+    // Two timeouts leave it be; the third in a row takes it for hung.
+    for _ in 0..2 {
+        let output = slow(600).await;
+        assert!(output.text_content().contains("timed out"), "{output:?}");
+        assert!(
+            !output.text_content().contains("started again"),
+            "{output:?}"
+        );
+    }
+    let output = slow(600).await;
+    assert!(
+        output
+            .text_content()
+            .contains("answered none of its last 3 calls")
+            && output
+                .text_content()
+                .contains("started again on the next call"),
+        "{output:?}"
+    );
+    assert_eq!(status(&manager, "s").state, ServerState::Restarting);
+    let second = pid_of(&call_ok(&manager, &project, "mcp__s__pid", json!({})).await);
+    assert_ne!(first, second, "the hung server was not replaced");
+    wait_ended(first).await;
+    assert_eq!(status(&manager, "s").restarts, 1);
+    manager.shutdown(PATIENCE).await;
+}
+
+#[tokio::test]
 async fn a_killed_stdio_server_is_started_again_on_the_next_call() {
     let project = Project::new();
     let manager = project.start(vec![("s", stdio("both"))]).await;
