@@ -681,6 +681,17 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         println!("mew: skipped an MCP server entry: {problem}");
     }
     println!("mew: tasks in {}", database.display());
+    println!(
+        "mew: cards signed with key {} ({}; public at {}{})",
+        runtime.identity.kid(),
+        config
+            .node
+            .data_dir
+            .join(crate::identity::KEY_FILE)
+            .display(),
+        base,
+        crate::identity::JWKS_PATH
+    );
     info!(url = %base, roles = published.len(), "node started");
 
     // On Ctrl-C or SIGTERM: stop the tasks first, so that open streams and

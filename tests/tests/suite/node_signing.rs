@@ -138,6 +138,12 @@ async fn the_node_signs_its_cards_and_mew_card_verify_accepts_them() -> anyhow::
     assert_eq!(jwks["keys"][0]["kty"], "OKP");
     assert_eq!(jwks["keys"][0]["crv"], "Ed25519");
     assert!(jwks["keys"][0].get("d").is_none(), "the private key leaked");
+    // `mew up` names the key it signs with.
+    let signed_with = format!("mew: cards signed with key {kid} (");
+    mew_tests::node::poll_until("the key's line", Duration::from_secs(20), || async {
+        Ok(node.output().contains(&signed_with).then_some(()))
+    })
+    .await?;
 
     let front = get_json(&format!("{}{CARD_PATH}", node.url())).await?;
     let role = get_json(&format!("{}{CARD_PATH}", node.role_url("upper"))).await?;
