@@ -67,25 +67,11 @@ fn variable_names<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Stri
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
-    use tempfile::TempDir;
 
     use super::*;
-    use crate::config::{Config, ConfigError, Sources};
+    use crate::config::{Config, ConfigError};
 
-    /// A project (with a home inside it) whose `.mew/config.yaml` is `text`.
-    fn project(text: &str) -> (TempDir, PathBuf, Sources) {
-        let dir = TempDir::new().unwrap();
-        let file = dir.path().join(".mew/config.yaml");
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(&file, text).unwrap();
-        let sources = Sources {
-            home: Some(dir.path().join("home")),
-            ..Sources::new(dir.path())
-        };
-        (dir, file, sources)
-    }
+    use crate::config::test_project as project;
 
     fn load(text: &str) -> Config {
         let (_dir, _file, sources) = project(text);

@@ -37,6 +37,22 @@ pub(crate) mod tls;
 
 #[cfg(test)]
 mod mcp_tests;
+
+/// A project (with a home inside it) whose `.mew/config.yaml` is `text`: its directory, that
+/// file, and the sources to load it from. For the tests of each section.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn test_project(text: &str) -> (tempfile::TempDir, PathBuf, Sources) {
+    let dir = tempfile::TempDir::new().unwrap();
+    let file = dir.path().join(".mew/config.yaml");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, text).unwrap();
+    let sources = Sources {
+        home: Some(dir.path().join("home")),
+        ..Sources::new(dir.path())
+    };
+    (dir, file, sources)
+}
 #[cfg(test)]
 mod tests;
 

@@ -265,23 +265,12 @@ mod tests {
     use tempfile::TempDir;
 
     use super::*;
-    use crate::config::{Config, Sources};
+    use crate::config::Config;
 
-    /// A project (with a home inside it) whose `.mew/config.yaml` is `text`.
-    fn project(text: &str) -> (TempDir, Sources) {
-        let dir = TempDir::new().unwrap();
-        let file = dir.path().join(".mew/config.yaml");
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(&file, text).unwrap();
-        let sources = Sources {
-            home: Some(dir.path().join("home")),
-            ..Sources::new(dir.path())
-        };
-        (dir, sources)
-    }
+    use crate::config::test_project as project;
 
     fn load(text: &str) -> (TempDir, Result<Config, ConfigError>) {
-        let (dir, sources) = project(text);
+        let (dir, _, sources) = project(text);
         let config = Config::load(&sources).and_then(|loaded| loaded.resolve());
         (dir, config)
     }
