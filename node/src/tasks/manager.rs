@@ -334,58 +334,13 @@ impl TaskManager {
             Some(parent) if self.live_map().contains_key(parent) => Slot::Parents,
             _ => Slot::Wait,
         };
-        let id = submission.id.clone().unwrap_or_else(TaskId::generate);
         // A context made here has no earlier tasks: its first turn need not read them.
         let fresh_context = submission.message.context_id.is_none();
-        let context_id = submission
-            .message
-            .context_id
-            .clone()
-            .unwrap_or_else(ContextId::generate);
-        let mut message = submission.message;
-        message.task_id = Some(id.clone());
-        message.context_id = Some(context_id.clone());
-        let now = Timestamp::now();
-        let stored = StoredTask {
-            task: Task {
-                id: id.clone(),
-                context_id,
-                status: TaskStatus {
-                    state: TaskState::Submitted,
-                    message: None,
-                    timestamp: Some(now),
-                },
-                artifacts: Vec::new(),
-                history: vec![message.clone()],
-                metadata: submission.metadata,
-            },
-            role: submission.role.name.clone(),
-            owner: submission.owner,
-            parent: submission.parent,
-            created: now,
-            private: submission.private,
-        };
-        let push: Vec<TaskPushNotificationConfig> = submission
-            .push
-            .map(|config| TaskPushNotificationConfig {
-                task_id: id.clone(),
-                ..config
-            })
-            .into_iter()
-            .collect();
+        let role = submission.role.clone();
+        let (stored, message, push) = new_task(submission);
+        let id = stored.task.id.clone();
         // The webhook's first notification is the task as it starts.
-        let written = if push.is_empty() {
-            self.store.put(&stored).await
-        } else {
-            match outbox_rows(&push, &StreamResponse::Task(stored.task.clone())) {
-                Ok(outbox) => self
-                    .store
-                    .put_with_events(&stored, &push, &outbox)
-                    .await
-                    .inspect(|()| self.push_wake.notify_one()),
-                Err(e) => Err(e),
-            }
-        };
+        let written = self.put_with_snapshot(&stored, &push).await;
         if let Err(e) = written {
             self.queued.fetch_sub(1, Ordering::SeqCst);
             return Err(store_error(e));
@@ -403,7 +358,7 @@ impl TaskManager {
             resumed: false,
             fresh_context,
         };
-        self.spawn_turn(live, submission.role, message, start, 1, slot);
+        self.spawn_turn(live, role, message, start, 1, slot);
         Ok((task, stream))
     }
 
@@ -416,35 +371,10 @@ impl TaskManager {
         reason: &str,
     ) -> Result<(Task, EventStream), Error> {
         validate_message(&submission.message)?;
-        let id = submission.id.clone().unwrap_or_else(TaskId::generate);
-        let context_id = submission
-            .message
-            .context_id
-            .clone()
-            .unwrap_or_else(ContextId::generate);
-        let mut message = submission.message;
-        message.task_id = Some(id.clone());
-        message.context_id = Some(context_id.clone());
-        let now = Timestamp::now();
-        let mut stored = StoredTask {
-            task: Task {
-                id,
-                context_id,
-                status: TaskStatus {
-                    state: TaskState::Submitted,
-                    message: None,
-                    timestamp: Some(now),
-                },
-                artifacts: Vec::new(),
-                history: vec![message],
-                metadata: submission.metadata,
-            },
-            role: submission.role.name.clone(),
-            owner: submission.owner,
-            parent: submission.parent,
-            created: now,
+        let (mut stored, _, push) = new_task(Submission {
             private: serde_json::Value::Null,
-        };
+            ..submission
+        });
         self.store.put(&stored).await.map_err(store_error)?;
         let refusal = agent_message(&stored.task, reason.to_owned());
         stored.task.status = TaskStatus {
@@ -452,23 +382,10 @@ impl TaskManager {
             message: Some(refusal),
             timestamp: Some(Timestamp::now()),
         };
-        match submission.push {
-            None => self.store.put(&stored).await.map_err(store_error)?,
-            Some(config) => {
-                // The webhook learns of the refusal: the task as it ends.
-                let push = [TaskPushNotificationConfig {
-                    task_id: stored.task.id.clone(),
-                    ..config
-                }];
-                let outbox = outbox_rows(&push, &StreamResponse::Task(stored.task.clone()))
-                    .map_err(store_error)?;
-                self.store
-                    .put_with_events(&stored, &push, &outbox)
-                    .await
-                    .map_err(store_error)?;
-                self.push_wake.notify_one();
-            }
-        }
+        // A webhook learns of the refusal: the task as it ends.
+        self.put_with_snapshot(&stored, &push)
+            .await
+            .map_err(store_error)?;
         let task = stored.task;
         let stream: EventStream = Box::pin(futures_util::stream::iter([Ok(StreamResponse::Task(
             task.clone(),
@@ -553,6 +470,22 @@ impl TaskManager {
         };
         self.spawn_turn(live, role, message, start, turn, Slot::Wait);
         Ok((task, stream))
+    }
+
+    /// Writes `stored` with its push configs, and for each config the task as it is now as a
+    /// notification, in one transaction; a plain write when there are none.
+    async fn put_with_snapshot(
+        &self,
+        stored: &StoredTask,
+        push: &[TaskPushNotificationConfig],
+    ) -> Result<(), StoreError> {
+        if push.is_empty() {
+            return self.store.put(stored).await;
+        }
+        let outbox = outbox_rows(push, &StreamResponse::Task(stored.task.clone()))?;
+        self.store.put_with_events(stored, push, &outbox).await?;
+        self.push_wake.notify_one();
+        Ok(())
     }
 
     async fn record(&self, state: &mut LiveState, event: StreamResponse) -> Result<(), StoreError> {
@@ -1129,6 +1062,50 @@ enum Slot {
 enum LiveOrDone {
     Live(Arc<Live>),
     Done(Box<StoredTask>),
+}
+
+/// The new task `submission` asks for, SUBMITTED, with its id (chosen earlier, or new) and
+/// context (given, or new): the stored task, its first message, and its push config (with the
+/// task's id), if any.
+fn new_task(submission: Submission) -> (StoredTask, Message, Vec<TaskPushNotificationConfig>) {
+    let id = submission.id.unwrap_or_else(TaskId::generate);
+    let context_id = submission
+        .message
+        .context_id
+        .clone()
+        .unwrap_or_else(ContextId::generate);
+    let mut message = submission.message;
+    message.task_id = Some(id.clone());
+    message.context_id = Some(context_id.clone());
+    let now = Timestamp::now();
+    let push = submission
+        .push
+        .map(|config| TaskPushNotificationConfig {
+            task_id: id.clone(),
+            ..config
+        })
+        .into_iter()
+        .collect();
+    let stored = StoredTask {
+        task: Task {
+            id,
+            context_id,
+            status: TaskStatus {
+                state: TaskState::Submitted,
+                message: None,
+                timestamp: Some(now),
+            },
+            artifacts: Vec::new(),
+            history: vec![message.clone()],
+            metadata: submission.metadata,
+        },
+        role: submission.role.name.clone(),
+        owner: submission.owner,
+        parent: submission.parent,
+        created: now,
+        private: submission.private,
+    };
+    (stored, message, push)
 }
 
 /// Applies `event` to the snapshot, persists it, then announces it; on a
