@@ -50,14 +50,20 @@ async fn tasks_seen_with(node: &MewNode, headers: HeaderMap) -> anyhow::Result<V
         .tasks)
 }
 
-#[tokio::test]
-async fn an_api_key_from_the_environment_reaches_the_peer_by_role_and_by_url() -> anyhow::Result<()>
-{
+/// Node B: role `upper`, open to the principal `node-a`, whose API key is `key-of-node-a`.
+async fn keyed_peer() -> anyhow::Result<MewNode> {
     let mut b = MewNode::new()?;
     b.set_env("B_KEY_FOR_A", "key-of-node-a");
     b.write_config("auth:\n  api_keys:\n    - name: node-a\n      key_env: B_KEY_FOR_A\n")?;
     b.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;
     b.launch().await?;
+    Ok(b)
+}
+
+#[tokio::test]
+async fn an_api_key_from_the_environment_reaches_the_peer_by_role_and_by_url() -> anyhow::Result<()>
+{
+    let b = keyed_peer().await?;
 
     let model = ScriptedModel::start(vec![
         Step::tool_call(
@@ -165,11 +171,7 @@ async fn a_jwt_minted_by_the_node_verifies_against_its_jwks_on_the_peer() -> any
 
 #[tokio::test]
 async fn a_peer_without_credentials_is_refused_and_the_model_sees_why() -> anyhow::Result<()> {
-    let mut b = MewNode::new()?;
-    b.set_env("B_KEY_FOR_A", "key-of-node-a");
-    b.write_config("auth:\n  api_keys:\n    - name: node-a\n      key_env: B_KEY_FOR_A\n")?;
-    b.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;
-    b.launch().await?;
+    let b = keyed_peer().await?;
 
     let model = ScriptedModel::start(vec![
         Step::tool_call(
