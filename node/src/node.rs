@@ -398,7 +398,7 @@ impl Runtime {
     }
 
     /// The agent of `role` alone.
-    pub(crate) fn role_agent(&self, role: &Arc<RoleDefinition>) -> RoleAgent {
+    fn role_agent(&self, role: &Arc<RoleDefinition>) -> RoleAgent {
         let card = self.role_card(role);
         let extended = self.extended_card(&card);
         RoleAgent::role(self.manager.clone(), role.clone(), card)

@@ -316,11 +316,11 @@ async fn chat_lines<O: Write, E: Write>(
                 )
                 .map_err(io)?,
             Line::Say(text) => {
-                let agent = runtime.role_agent(&chat.role);
+                let agent = runtime.agent(&chat.role);
                 let mut message = Message::user_text(text);
                 message.context_id = chat.context.clone();
                 let permission_asks = !chat.role.is_command();
-                match converse(&agent, message, permission_asks, terminal, printer).await {
+                match converse(agent.as_ref(), message, permission_asks, terminal, printer).await {
                     Ok(Ending::Task(task) | Ending::Interrupted(Some(task))) => {
                         chat.enter(task.context_id);
                     }

@@ -59,13 +59,19 @@ async fn run_in<O: Write, E: Write>(
         .as_deref()
         .unwrap_or(&runtime.config.node.default_role);
     let role = runtime.known_role(name).map_err(Failure::Usage)?;
-    let agent = runtime.role_agent(&role);
+    let agent = runtime.agent(&role);
     let mut message = Message::user_text(args.prompt.join(" "));
     message.context_id = args.context.map(ContextId::from);
     let mut printer = Printer::new(json, true);
-    let ending = converse(&agent, message, !role.is_command(), terminal, &mut printer)
-        .await
-        .map_err(Failure::Runtime)?;
+    let ending = converse(
+        agent.as_ref(),
+        message,
+        !role.is_command(),
+        terminal,
+        &mut printer,
+    )
+    .await
+    .map_err(Failure::Runtime)?;
     match ending {
         Ending::Message => Ok(()),
         Ending::Task(task) => match task.status.state {
