@@ -323,9 +323,21 @@ impl MewNode {
     /// A client for the agent at `path` under the node's URL (`""` for the front agent,
     /// `/agents/R` for role R), forced to `binding`.
     pub async fn agent(&self, path: &str, binding: Binding) -> anyhow::Result<RemoteAgent> {
+        self.agent_with_headers(path, binding, reqwest::header::HeaderMap::new())
+            .await
+    }
+
+    /// [`MewNode::agent`] that sends `headers` (credentials, say) with every request.
+    pub async fn agent_with_headers(
+        &self,
+        path: &str,
+        binding: Binding,
+        headers: reqwest::header::HeaderMap,
+    ) -> anyhow::Result<RemoteAgent> {
         let url = format!("{}{path}", self.url);
         let options = ClientOptions {
             binding: Some(binding),
+            headers,
             ..ClientOptions::default()
         };
         let agent = RemoteAgent::resolve_with(&url, options)

@@ -56,6 +56,9 @@ pub(crate) struct Children {
     pub(crate) background_after: Duration,
     /// The parent's role: a fork runs it again.
     pub(crate) role: String,
+    /// The principal the parent task belongs to: its children on this node belong to it
+    /// too, and the task tools ask for them as it.
+    pub(crate) owner: Option<String>,
     /// The parent's conversation as of the tool calls being run, for forks.
     fork_source: std::sync::Mutex<Vec<ChatMessage>>,
 }
@@ -71,10 +74,11 @@ impl std::fmt::Debug for Children {
 }
 
 impl Children {
-    /// The children of the task behind `sink`: at most `max_running` at once.
+    /// The children of the task behind `sink`, which runs `role` for `owner`: at most
+    /// `max_running` at once.
     pub(crate) fn new(
         sink: Arc<dyn EventSink>,
-        role: String,
+        (role, owner): (String, Option<String>),
         max_running: usize,
         background_after: Duration,
     ) -> Self {
@@ -87,6 +91,7 @@ impl Children {
             inbox: Mutex::new(inbox),
             background_after,
             role,
+            owner,
             fork_source: std::sync::Mutex::new(Vec::new()),
         }
     }

@@ -37,9 +37,11 @@ use crate::tools::{Category, Tool, ToolContext, ToolOutput};
 /// Starts a task of a local role whose conversation begins where another's is.
 #[async_trait]
 pub(crate) trait Forker: Send + Sync {
-    /// Submits `request` as a new task whose runner starts from `private`.
+    /// Submits `request`, for the caller of `ctx`, as a new task whose runner starts from
+    /// `private`.
     async fn fork(
         &self,
+        ctx: &CallContext,
         request: SendMessageRequest,
         private: Value,
     ) -> Result<EventStream, mew_transport::Error>;
@@ -249,6 +251,16 @@ fn link_metadata(ctx: &ToolContext, description: &str) -> serde_json::Map<String
     serde_json::Map::from_iter([("mew".to_owned(), link)])
 }
 
+/// The context of the calls made for a task's delegations: the task's principal, so that
+/// what it starts, reads and stops on this node is its own (`children` is `None` outside a
+/// task: an anonymous call).
+pub(crate) fn call_for(children: Option<&Children>) -> CallContext {
+    CallContext {
+        principal: children.and_then(|c| c.owner.clone()),
+        ..CallContext::default()
+    }
+}
+
 /// Runs a delegation: waits for a place, starts the child, records it, and
 /// either follows it to its end or leaves it running in the background.
 async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
@@ -270,8 +282,10 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
             ));
         }
     }
-    let call = CallContext::default();
     let children = ctx.children.clone();
+    // A child on this node belongs to the principal of its parent; a remote agent sees only
+    // the credentials this node presents to it.
+    let call = call_for(children.as_deref());
     let permit = match &children {
         Some(children) => match children.place(&ctx.cancel).await {
             Some(permit) => Some(permit),
@@ -281,7 +295,7 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
     };
     let started = match d.start {
         Start::Send(request) => d.agent.send_streaming_message(&call, request).await,
-        Start::Fork(forker, request, private) => forker.fork(request, private).await,
+        Start::Fork(forker, request, private) => forker.fork(&call, request, private).await,
     };
     let mut stream = match started {
         Ok(stream) => stream,
@@ -305,7 +319,15 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
     }
     let Some(children) = children else {
         // Outside a task: nothing to record, no background; follow to the end.
-        return match follow(&mut stream, &mut child, &d.agent, &ctx.cancel, None).await {
+        return match follow(
+            &mut stream,
+            &mut child,
+            (&d.agent, &call),
+            &ctx.cancel,
+            None,
+        )
+        .await
+        {
             Followed::Ended => {
                 subagent_stop(ctx.hooks.as_deref(), &d.link, &child).await;
                 answer_of(&child, &d.link.agent)
@@ -336,7 +358,7 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
         follow(
             &mut stream,
             &mut child,
-            &d.agent,
+            (&d.agent, &call),
             &ctx.cancel,
             Some((&children, &d.link)),
         ),
@@ -411,7 +433,7 @@ enum Followed {
 async fn follow(
     stream: &mut EventStream,
     child: &mut Task,
-    agent: &Arc<dyn AgentTransport>,
+    (agent, call): (&Arc<dyn AgentTransport>, &CallContext),
     cancel: &CancellationToken,
     report: Option<(&Children, &ChildLink)>,
 ) -> Followed {
@@ -434,7 +456,7 @@ async fn follow(
             },
             () = cancel.cancelled() => {
                 let request = CancelTaskRequest { id: child.id.clone(), ..CancelTaskRequest::default() };
-                let _ = agent.cancel_task(&CallContext::default(), request).await;
+                let _ = agent.cancel_task(call, request).await;
                 return Followed::Canceled;
             }
         }
@@ -454,7 +476,8 @@ fn spawn_follower(
     tokio::spawn(async move {
         let _permit = permit;
         let report = Some((children.as_ref(), &link));
-        let text = match follow(&mut stream, &mut child, &agent, &cancel, report).await {
+        let call = call_for(Some(&children));
+        let text = match follow(&mut stream, &mut child, (&agent, &call), &cancel, report).await {
             Followed::Ended => {
                 subagent_stop(hooks.as_deref(), &link, &child).await;
                 let state = child.status.state.to_string();
@@ -679,9 +702,10 @@ pub(crate) async fn find_child(children: &Children, key: &str) -> Result<ChildLi
         })
 }
 
-/// The current state of a child, from the agent that runs it.
+/// The current state of a child of `children`, from the agent that runs it.
 pub(crate) async fn fetch_child(
     directory: &Directory,
+    children: &Children,
     link: &ChildLink,
 ) -> Result<(Resolved, Task), String> {
     let resolved = directory.resolve(&link.agent).await?;
@@ -692,7 +716,7 @@ pub(crate) async fn fetch_child(
     };
     let task = resolved
         .agent
-        .get_task(&CallContext::default(), request)
+        .get_task(&call_for(Some(children)), request)
         .await
         .map_err(|e| format!("cannot get task {} from {}: {e}", link.task_id, link.agent))?;
     Ok((resolved, task))
@@ -794,7 +818,7 @@ impl Tool for SendMessageTool {
             Ok(link) => link,
             Err(e) => return ToolOutput::error(e),
         };
-        let (resolved, task) = match fetch_child(&self.directory, &link).await {
+        let (resolved, task) = match fetch_child(&self.directory, children, &link).await {
             Ok(found) => found,
             Err(e) => return ToolOutput::error(e),
         };

@@ -157,6 +157,7 @@ mod tests {
     impl Forker for NoFork {
         async fn fork(
             &self,
+            _ctx: &CallContext,
             _request: SendMessageRequest,
             _private: Value,
         ) -> Result<EventStream, mew_transport::Error> {

@@ -375,7 +375,7 @@ impl Executor for ModelExecutor {
             }
             None => Arc::new(Children::new(
                 sink.clone(),
-                role.name.clone(),
+                (role.name.clone(), turn.owner.clone()),
                 self.agent.max_children,
                 self.agent.background_after,
             )),

@@ -11,12 +11,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures_util::future::join_all;
 use mew_cards::{CancelTaskRequest, Task, TaskId};
-use mew_transport::CallContext;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::children::{ChildLink, Children};
-use super::delegate::{Directory, fetch_child, find_child};
+use super::delegate::{Directory, call_for, fetch_child, find_child};
 use crate::tools::{Category, Tool, ToolContext, ToolOutput};
 
 fn children_of(ctx: &ToolContext) -> Result<&Arc<Children>, ToolOutput> {
@@ -95,7 +94,7 @@ impl Tool for TaskList {
             return ToolOutput::text("[]");
         }
         let entries = join_all(links.iter().map(|link| async move {
-            match fetch_child(&self.directory, link).await {
+            match fetch_child(&self.directory, children, link).await {
                 Ok((_, task)) => summary(link, Some(&task), None),
                 Err(e) => summary(link, None, Some(&e)),
             }
@@ -154,7 +153,7 @@ impl Tool for TaskGet {
             Ok(link) => link,
             Err(e) => return ToolOutput::error(e),
         };
-        let task = match fetch_child(&self.directory, &link).await {
+        let task = match fetch_child(&self.directory, children, &link).await {
             Ok((_, task)) => task,
             Err(e) => return ToolOutput::error(e),
         };
@@ -226,7 +225,7 @@ impl Tool for TaskStop {
         };
         match resolved
             .agent
-            .cancel_task(&CallContext::default(), request)
+            .cancel_task(&call_for(Some(children)), request)
             .await
         {
             Ok(task) => ToolOutput::text(summary(&link, Some(&task), None).to_string()),

@@ -809,6 +809,7 @@ mod tests {
         Turn {
             task_id: TaskId::generate(),
             context_id: ContextId::generate(),
+            owner: None,
             role: Arc::new(role),
             message,
             history: Vec::new(),

@@ -162,6 +162,14 @@ impl RoleAgent {
         let push = self.inline_push(ctx, &mut request).await?;
         let mut submission = self.submission(ctx, request, serde_json::Value::Null)?;
         submission.push = push;
+        // Another principal's context is refused before any hook hears of it.
+        if submission.message.task_id.is_none()
+            && let Some(context) = &submission.message.context_id
+        {
+            self.manager
+                .check_context(context, submission.owner.as_deref())
+                .await?;
+        }
         if let Some(reason) = self.task_received(&mut submission).await {
             return self.manager.reject(submission, &reason).await;
         }
@@ -290,13 +298,11 @@ impl RoleAgent {
 impl Forker for RoleAgent {
     async fn fork(
         &self,
+        ctx: &CallContext,
         request: SendMessageRequest,
         private: serde_json::Value,
     ) -> Result<EventStream, Error> {
-        Ok(self
-            .submit_with(&CallContext::default(), request, private)
-            .await?
-            .1)
+        Ok(self.submit_with(ctx, request, private).await?.1)
     }
 }
 

@@ -13,6 +13,9 @@ pub struct Turn {
     pub task_id: TaskId,
     /// Its context.
     pub context_id: ContextId,
+    /// The principal the task belongs to (`None` without authentication): what the task
+    /// delegates on this node belongs to it too.
+    pub owner: Option<String>,
     /// The role that runs it.
     pub role: Arc<RoleDefinition>,
     /// The message that started or resumed the task, with its ids filled in.

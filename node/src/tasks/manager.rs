@@ -119,6 +119,9 @@ struct Stamped {
 struct Live {
     id: TaskId,
     context_id: ContextId,
+    /// The principal the task belongs to: its turns read only this owner's tasks of the
+    /// context, and its children belong to it too.
+    owner: Option<String>,
     cancel: CancellationToken,
     state: Mutex<LiveState>,
 }
@@ -187,7 +190,20 @@ impl Annotation {
 }
 
 fn store_error(error: StoreError) -> Error {
-    Error::Protocol(A2aError::internal(error.to_string()))
+    match error {
+        // Another principal's context is, to this caller, one that does not exist.
+        StoreError::ForeignContext(context) => context_not_found(&context),
+        error => Error::Protocol(A2aError::internal(error.to_string())),
+    }
+}
+
+/// What a caller is told of a context it may not use: that there is no such context (the
+/// spec's "not found", as for a task the caller may not see).
+fn context_not_found(context: &ContextId) -> Error {
+    protocol(
+        ErrorKind::TaskNotFound,
+        format!("context {context} not found"),
+    )
 }
 
 fn protocol(kind: ErrorKind, message: impl Into<String>) -> Error {
@@ -290,6 +306,7 @@ impl TaskManager {
         Arc::new(Live {
             id: stored.task.id.clone(),
             context_id: stored.task.context_id.clone(),
+            owner: stored.owner.clone(),
             cancel: self.shutdown.child_token(),
             state: Mutex::new(LiveState {
                 stored,
@@ -329,18 +346,32 @@ impl TaskManager {
                 format!("the node has {queued} tasks waiting already; try again later"),
             ));
         }
-        // A task delegated by a task running on this node runs on its parent's slot.
-        let slot = match &submission.parent {
-            Some(parent) if self.live_map().contains_key(parent) => Slot::Parents,
-            _ => Slot::Wait,
+        // A task delegated by a task running on this node runs on its parent's slot; a
+        // caller naming someone else's task as its parent waits like anyone.
+        let parent_runs_here = submission.parent.as_ref().is_some_and(|parent| {
+            self.live_map()
+                .get(parent)
+                .is_some_and(|live| live.owner == submission.owner)
+        });
+        let slot = if parent_runs_here {
+            Slot::Parents
+        } else {
+            Slot::Wait
         };
         // A context made here has no earlier tasks: its first turn need not read them.
         let fresh_context = submission.message.context_id.is_none();
         let role = submission.role.clone();
         let (stored, message, push) = new_task(submission);
         let id = stored.task.id.clone();
-        // The webhook's first notification is the task as it starts.
-        let written = self.put_with_snapshot(&stored, &push).await;
+        // The webhook's first notification is the task as it starts; a context of another
+        // principal is refused in the same write.
+        let written = match outbox_rows(&push, &StreamResponse::Task(stored.task.clone())) {
+            Ok(outbox) => self.store.create(&stored, &push, &outbox).await,
+            Err(e) => Err(e),
+        };
+        if written.is_ok() && !push.is_empty() {
+            self.push_wake.notify_one();
+        }
         if let Err(e) = written {
             self.queued.fetch_sub(1, Ordering::SeqCst);
             return Err(store_error(e));
@@ -375,7 +406,10 @@ impl TaskManager {
             private: serde_json::Value::Null,
             ..submission
         });
-        self.store.put(&stored).await.map_err(store_error)?;
+        self.store
+            .create(&stored, &[], &[])
+            .await
+            .map_err(store_error)?;
         let refusal = agent_message(&stored.task, reason.to_owned());
         stored.task.status = TaskStatus {
             state: TaskState::Rejected,
@@ -470,6 +504,26 @@ impl TaskManager {
         };
         self.spawn_turn(live, role, message, start, turn, Slot::Wait);
         Ok((task, stream))
+    }
+
+    /// Refuses a context that `owner` may not use (it holds another principal's task), as
+    /// not found. The write of a new task checks it again, atomically; this early check
+    /// keeps what runs before that write (`TaskReceived` hooks) from seeing the context.
+    pub(crate) async fn check_context(
+        &self,
+        context: &ContextId,
+        owner: Option<&str>,
+    ) -> Result<(), Error> {
+        if self
+            .store
+            .context_admits(context, owner)
+            .await
+            .map_err(store_error)?
+        {
+            Ok(())
+        } else {
+            Err(context_not_found(context))
+        }
     }
 
     /// Writes `stored` with its push configs, and for each config the task as it is now as a
@@ -589,7 +643,8 @@ impl TaskManager {
         let history_read = if start.fresh_context {
             Ok((Vec::new(), serde_json::Value::Null))
         } else {
-            self.context_history(&context_id, &task_id).await
+            self.context_history(&context_id, live.owner.as_deref(), &task_id)
+                .await
         };
         let (mut earlier, earlier_private) = match history_read {
             Ok(earlier) => earlier,
@@ -609,6 +664,7 @@ impl TaskManager {
         let turn = Turn {
             task_id,
             context_id,
+            owner: live.owner.clone(),
             role: role.clone(),
             message,
             history: earlier,
@@ -658,16 +714,17 @@ impl TaskManager {
         }
     }
 
-    /// The history of the context's other tasks, oldest first, and the private state of the
-    /// newest of them (`Null` if none).
+    /// The history of the context's other tasks of `owner`, oldest first, and the private
+    /// state of the newest of them (`Null` if none).
     async fn context_history(
         &self,
         context: &ContextId,
+        owner: Option<&str>,
         current: &TaskId,
     ) -> Result<(Vec<Message>, serde_json::Value), StoreError> {
         let tasks: Vec<StoredTask> = self
             .store
-            .context(context)
+            .context(context, owner)
             .await?
             .into_iter()
             .filter(|t| t.task.id != *current)
@@ -1319,7 +1376,11 @@ impl EventSink for Sink {
     }
 
     async fn context_annotations(&self, key: &str) -> Vec<serde_json::Value> {
-        let mut tasks = match self.store.context(&self.live.context_id).await {
+        let mut tasks = match self
+            .store
+            .context(&self.live.context_id, self.live.owner.as_deref())
+            .await
+        {
             Ok(tasks) => tasks,
             Err(e) => {
                 warn!(error = %e, "cannot read the context's tasks");

@@ -224,6 +224,25 @@ impl TaskStore for Counting {
         Ok(())
     }
 
+    async fn create(
+        &self,
+        task: &StoredTask,
+        configs: &[mew_cards::TaskPushNotificationConfig],
+        outbox: &[OutboxRow],
+    ) -> Result<(), StoreError> {
+        self.inner.create(task, configs, outbox).await?;
+        self.writes.lock().unwrap().push(task.clone());
+        Ok(())
+    }
+
+    async fn context_admits(
+        &self,
+        context_id: &ContextId,
+        owner: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.inner.context_admits(context_id, owner).await
+    }
+
     async fn put_with_events(
         &self,
         task: &StoredTask,
@@ -277,8 +296,12 @@ impl TaskStore for Counting {
         self.inner.list(query).await
     }
 
-    async fn context(&self, context_id: &ContextId) -> Result<Vec<StoredTask>, StoreError> {
-        self.inner.context(context_id).await
+    async fn context(
+        &self,
+        context_id: &ContextId,
+        owner: Option<&str>,
+    ) -> Result<Vec<StoredTask>, StoreError> {
+        self.inner.context(context_id, owner).await
     }
 
     async fn fail_unfinished(&self, reason: &str) -> Result<Vec<mew_cards::TaskId>, StoreError> {

@@ -91,9 +91,13 @@ const MAX_IDLE_READERS: usize = 4;
 /// The columns `decode` reads, in its order.
 const COLUMNS: &str = "id, role, owner, parent, created, status_time, task, private";
 
-/// The tasks of one context (`?1`), oldest first.
+/// The tasks of one context (`?1`) and one owner (`?2`, `NULL` for none), oldest first.
 const CONTEXT_SQL: &str = "SELECT id, role, owner, parent, created, status_time, task, private \
-     FROM tasks WHERE context_id = ?1 ORDER BY created, id";
+     FROM tasks WHERE context_id = ?1 AND owner IS ?2 ORDER BY created, id";
+
+/// Whether the context `?1` holds a task of an owner other than `?2` (`NULL` for none).
+const FOREIGN_SQL: &str =
+    "SELECT EXISTS (SELECT 1 FROM tasks WHERE context_id = ?1 AND owner IS NOT ?2)";
 
 /// The durable task store: one SQLite database file.
 ///
@@ -280,6 +284,41 @@ impl TaskStore for SqliteStore {
         self.write(Op::Put(row)).await.map(drop)
     }
 
+    async fn create(
+        &self,
+        task: &StoredTask,
+        configs: &[TaskPushNotificationConfig],
+        outbox: &[OutboxRow],
+    ) -> Result<(), StoreError> {
+        let row = Row::encode(task)?;
+        let configs = configs
+            .iter()
+            .map(ConfigRow::encode)
+            .collect::<Result<_, _>>()?;
+        self.write(Op::Create {
+            row,
+            configs,
+            outbox: outbox.to_vec(),
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn context_admits(
+        &self,
+        context_id: &ContextId,
+        owner: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let context_id = context_id.as_str().to_owned();
+        let owner = owner.map(str::to_owned);
+        self.read(move |conn| {
+            foreign_owner(conn, &context_id, owner.as_deref())
+                .map(|foreign| !foreign)
+                .map_err(|e| read_error("a context", e))
+        })
+        .await
+    }
+
     async fn put_with_events(
         &self,
         task: &StoredTask,
@@ -381,14 +420,19 @@ impl TaskStore for SqliteStore {
         self.read(move |conn| listing.run(conn)).await
     }
 
-    async fn context(&self, context_id: &ContextId) -> Result<Vec<StoredTask>, StoreError> {
+    async fn context(
+        &self,
+        context_id: &ContextId,
+        owner: Option<&str>,
+    ) -> Result<Vec<StoredTask>, StoreError> {
         let context_id = context_id.as_str().to_owned();
+        let owner = owner.map(str::to_owned);
         self.read(move |conn| {
             let mut stmt = conn
                 .prepare_cached(CONTEXT_SQL)
                 .map_err(|e| read_error("a context", e))?;
             let rows = stmt
-                .query([&context_id])
+                .query(params![context_id, owner])
                 .map_err(|e| read_error("a context", e))?;
             decode_all(rows, "a context")
         })
@@ -786,6 +830,13 @@ struct Command {
 
 enum Op {
     Put(Row),
+    /// A new task, unless its context holds another owner's task; its push configs and
+    /// the notifications of its first snapshot.
+    Create {
+        row: Row,
+        configs: Vec<ConfigRow>,
+        outbox: Vec<OutboxRow>,
+    },
     /// A task, push configs saved with it and notifications of its change.
     PutWithEvents {
         row: Row,
@@ -899,6 +950,27 @@ fn apply(conn: &Connection, op: &Op) -> Result<Vec<TaskId>, StoreError> {
     match op {
         // One statement: if it fails, SQLite undoes just it.
         Op::Put(row) => put(conn, row).map(|()| vec![TaskId::from(row.id.as_str())]),
+        Op::Create {
+            row,
+            configs,
+            outbox,
+        } => in_savepoint(conn, "store a new task", || {
+            let foreign = foreign_owner(conn, &row.context_id, row.owner.as_deref())
+                .map_err(|e| write_error(&format!("check the context of task {}", row.id), e))?;
+            if foreign {
+                return Err(StoreError::ForeignContext(ContextId::from(
+                    row.context_id.as_str(),
+                )));
+            }
+            put(conn, row)?;
+            for config in configs {
+                put_config(conn, config)?;
+            }
+            for event in outbox {
+                enqueue(conn, event)?;
+            }
+            Ok(vec![TaskId::from(row.id.as_str())])
+        }),
         Op::PutWithEvents {
             row,
             configs,
@@ -1077,6 +1149,16 @@ fn push_heads(conn: &Connection, limit: i64) -> Result<Vec<PendingPush>, StoreEr
         });
     }
     Ok(heads)
+}
+
+/// Whether `context_id` holds a task whose owner is not `owner`.
+fn foreign_owner(
+    conn: &Connection,
+    context_id: &str,
+    owner: Option<&str>,
+) -> rusqlite::Result<bool> {
+    conn.prepare_cached(FOREIGN_SQL)?
+        .query_row(params![context_id, owner], |row| row.get(0))
 }
 
 fn put(conn: &Connection, row: &Row) -> Result<(), StoreError> {
@@ -1622,10 +1704,83 @@ mod tests {
             task.created = at(created);
             store.put(&task).await.unwrap();
         }
-        let tasks = store.context(&"c".into()).await.unwrap();
+        let tasks = store.context(&"c".into(), None).await.unwrap();
         assert_eq!(ids(&tasks), ["w", "y", "z", "x"]);
         assert_eq!(tasks[3].created, at(T0 + 30));
-        assert_eq!(store.context(&"none".into()).await.unwrap(), []);
+        assert_eq!(store.context(&"none".into(), None).await.unwrap(), []);
+    }
+
+    #[tokio::test]
+    async fn context_reads_only_the_owners_tasks() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        for (id, owner) in [("a1", Some("alice")), ("b1", Some("bob")), ("n1", None)] {
+            let mut task = stored(id, "c", "r", TaskState::Completed, T0);
+            task.owner = owner.map(str::to_owned);
+            store.put(&task).await.unwrap();
+        }
+        let of = |owner: Option<&'static str>| {
+            let store = store.clone();
+            async move { ids(&store.context(&"c".into(), owner).await.unwrap()).join(",") }
+        };
+        assert_eq!(of(Some("alice")).await, "a1");
+        assert_eq!(of(Some("bob")).await, "b1");
+        assert_eq!(of(None).await, "n1");
+        assert_eq!(of(Some("carol")).await, "");
+    }
+
+    #[tokio::test]
+    async fn a_new_task_in_another_owners_context_is_refused_and_not_written() {
+        let dir = TempDir::new().unwrap();
+        let store = open(&dir);
+        let first = owned(stored("a1", "c", "r", TaskState::Completed, T0), "alice");
+        store.create(&first, &[], &[]).await.unwrap();
+        assert!(
+            store
+                .context_admits(&"c".into(), Some("alice"))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .context_admits(&"c".into(), Some("bob"))
+                .await
+                .unwrap()
+        );
+        assert!(!store.context_admits(&"c".into(), None).await.unwrap());
+        assert!(
+            store
+                .context_admits(&"new".into(), Some("bob"))
+                .await
+                .unwrap()
+        );
+
+        // Bob's task naming Alice's context: refused, with its push config and notification.
+        let intruder = owned(stored("b1", "c", "r", TaskState::Submitted, T0 + 1), "bob");
+        let refused = store
+            .create(
+                &intruder,
+                &[hook("b1", "h")],
+                &[for_config(event("b1", 0), "h")],
+            )
+            .await;
+        assert!(
+            matches!(&refused, Err(StoreError::ForeignContext(c)) if c.as_str() == "c"),
+            "{refused:?}"
+        );
+        assert_eq!(store.get(&"b1".into()).await.unwrap(), None);
+        assert_eq!(store.push_configs(&"b1".into()).await.unwrap(), []);
+        assert_eq!(store.push_heads(10).await.unwrap(), []);
+        // An anonymous task too; Alice's own second task is welcome.
+        let anonymous = stored("n1", "c", "r", TaskState::Submitted, T0 + 2);
+        assert!(store.create(&anonymous, &[], &[]).await.is_err());
+        let second = owned(
+            stored("a2", "c", "r", TaskState::Submitted, T0 + 3),
+            "alice",
+        );
+        store.create(&second, &[], &[]).await.unwrap();
+        let tasks = store.context(&"c".into(), Some("alice")).await.unwrap();
+        assert_eq!(ids(&tasks), ["a1", "a2"]);
     }
 
     #[tokio::test]
@@ -1641,7 +1796,7 @@ mod tests {
         assert!(CONTEXT_SQL.starts_with(&format!("SELECT {COLUMNS} FROM")));
         // Reads one after the other share one pooled connection and its statement cache.
         for context in ["c1", "c2", "c3", "c1"] {
-            assert_eq!(store.context(&context.into()).await.unwrap().len(), 1);
+            assert_eq!(store.context(&context.into(), None).await.unwrap().len(), 1);
         }
         let (runs, reprepared) = store
             .inner
@@ -2089,7 +2244,7 @@ mod tests {
         );
         assert_eq!(corrupt_id(store.list(&query(10)).await.map(drop)).0, "odd");
         assert_eq!(
-            corrupt_id(store.context(&"c".into()).await.map(drop)).0,
+            corrupt_id(store.context(&"c".into(), None).await.map(drop)).0,
             "bad"
         );
         // The writer refuses to fail tasks it cannot read, changes nothing, and keeps going.

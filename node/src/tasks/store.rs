@@ -103,6 +103,10 @@ pub enum StoreError {
     /// The database failed.
     #[error("task store: {0}")]
     Backend(String),
+    /// A new task names a context that belongs to another principal (it holds a task
+    /// of another owner).
+    #[error("context {0} not found")]
+    ForeignContext(ContextId),
     /// A stored record cannot be read back.
     #[error("task store: task {id} is corrupt: {reason}")]
     Corrupt {
@@ -121,6 +125,27 @@ pub enum StoreError {
 pub trait TaskStore: Send + Sync {
     /// Inserts the task, or replaces the stored one with the same id.
     async fn put(&self, task: &StoredTask) -> Result<(), StoreError>;
+
+    /// Stores a new task with its push `configs` and the notifications of its first
+    /// snapshot (`outbox`), in one transaction, unless its context belongs to someone else:
+    /// a context belongs to the owner of its tasks, so when the context holds a task of
+    /// another owner nothing is written and the answer is [`StoreError::ForeignContext`].
+    /// The check and the write are atomic: two principals naming one new context at once
+    /// cannot both get it.
+    async fn create(
+        &self,
+        task: &StoredTask,
+        configs: &[TaskPushNotificationConfig],
+        outbox: &[OutboxRow],
+    ) -> Result<(), StoreError>;
+
+    /// Whether `owner` may use the context: it holds no task of another owner (a context
+    /// nobody has used yet is free).
+    async fn context_admits(
+        &self,
+        context_id: &ContextId,
+        owner: Option<&str>,
+    ) -> Result<bool, StoreError>;
 
     /// [`TaskStore::put`], and in the same transaction saves `configs` (push configs of the
     /// task, replacing those with the same id) and enqueues `outbox`: either all of it is
@@ -162,8 +187,14 @@ pub trait TaskStore: Send + Sync {
     /// A page of tasks matching `query`, newest first.
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError>;
 
-    /// Every task of a context, oldest first (by creation time).
-    async fn context(&self, context_id: &ContextId) -> Result<Vec<StoredTask>, StoreError>;
+    /// The tasks of a context that belong to `owner` (`None`: the tasks without an owner),
+    /// oldest first (by creation time). What a turn reads of its conversation: never
+    /// another principal's tasks, whatever the context holds.
+    async fn context(
+        &self,
+        context_id: &ContextId,
+        owner: Option<&str>,
+    ) -> Result<Vec<StoredTask>, StoreError>;
 
     /// Marks every task still SUBMITTED or WORKING as FAILED, with `reason`
     /// as an agent status message; returns their ids. Called once at start,

@@ -8,6 +8,7 @@ mod node_agent;
 mod node_auth;
 mod node_e2e;
 mod node_hooks;
+mod node_isolation;
 mod node_mcp;
 mod node_peer_auth;
 mod node_push;
