@@ -353,6 +353,18 @@ impl StreamResponse {
             Self::ArtifactUpdate(_) => false,
         }
     }
+
+    /// True when a subscription (`SubscribeToTask`) ends after this item: a message or a
+    /// terminal state. Unlike a streaming send, a subscription stays open while the task
+    /// waits for input and ends only when the task does (A2A 1.0, section 3.1.6).
+    pub fn ends_subscription(&self) -> bool {
+        match self {
+            Self::Message(_) => true,
+            Self::Task(task) => task.status.state.is_terminal(),
+            Self::StatusUpdate(update) => update.status.state.is_terminal(),
+            Self::ArtifactUpdate(_) => false,
+        }
+    }
 }
 
 oneof! {

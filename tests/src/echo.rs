@@ -524,8 +524,9 @@ async fn stream_chunks(slot: &Slot, count: u32) {
     slot.publish(slot.status_event(TaskState::Completed, None));
 }
 
-/// A stream over one task: the snapshot first, then live events until the
-/// task ends or is interrupted.
+/// A stream over one task: the snapshot first, then live events until the event `ends`
+/// says is the last (a send's stream ends when the task ends or is interrupted, a
+/// subscription when it ends).
 struct Feed {
     slot: Arc<Slot>,
     rx: broadcast::Receiver<Arc<Stamped>>,
@@ -533,6 +534,7 @@ struct Feed {
     /// The last event position reflected in what was sent.
     seen: u64,
     history_length: Option<i32>,
+    ends: fn(&StreamResponse) -> bool,
     done: bool,
 }
 
@@ -546,7 +548,16 @@ impl Feed {
             first: Some(first),
             seen: watch.seq,
             history_length,
+            ends: StreamResponse::ends_stream,
             done: false,
+        }
+    }
+
+    /// A subscription's feed: it stays open while the task waits for input.
+    fn subscription(slot: Arc<Slot>, watch: Watch) -> Self {
+        Self {
+            ends: StreamResponse::ends_subscription,
+            ..Self::new(slot, watch, None)
         }
     }
 
@@ -562,7 +573,7 @@ impl Feed {
             Some(task) => StreamResponse::Task(task),
             None => self.recv().await?,
         };
-        self.done = item.ends_stream();
+        self.done = (self.ends)(&item);
         Some((Ok(item), self))
     }
 
@@ -838,7 +849,7 @@ impl AgentTransport for EchoAgent {
     ) -> Result<EventStream, Error> {
         let slot = self.inner.slot(&request.id)?;
         let watch = slot.watch()?;
-        Ok(Feed::new(slot, watch, None).into_stream())
+        Ok(Feed::subscription(slot, watch).into_stream())
     }
 
     async fn create_task_push_notification_config(

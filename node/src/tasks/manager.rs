@@ -382,7 +382,7 @@ impl TaskManager {
             let mut state = live.state.lock().await;
             state.turn = 1;
             state.busy = true;
-            let stream = self.watch(&live, &state);
+            let stream = self.watch(&live, &state, StreamResponse::ends_stream);
             (state.stored.task.clone(), stream)
         };
         let start = TurnStart {
@@ -494,7 +494,7 @@ impl TaskManager {
             self.record(&mut state, event).await.map_err(store_error)?;
             state.turn += 1;
             state.busy = true;
-            let stream = self.watch(&live, &state);
+            let stream = self.watch(&live, &state, StreamResponse::ends_stream);
             (state.stored.task.clone(), stream, role, state.turn)
         };
         self.queued.fetch_add(1, Ordering::SeqCst);
@@ -547,15 +547,23 @@ impl TaskManager {
     }
 
     /// A subscription that starts with the current snapshot, taken under the
-    /// task's lock so that no event falls between the two.
-    fn watch(&self, live: &Arc<Live>, state: &LiveState) -> EventStream {
+    /// task's lock so that no event falls between the two, and ends after the event `ends`
+    /// says is the last: [`StreamResponse::ends_stream`] for the stream of a send (it ends
+    /// when the task waits for input), [`StreamResponse::ends_subscription`] for
+    /// `SubscribeToTask` (it ends with the task).
+    fn watch(
+        &self,
+        live: &Arc<Live>,
+        state: &LiveState,
+        ends: fn(&StreamResponse) -> bool,
+    ) -> EventStream {
         let rx = state.events.subscribe();
-        let first = state.stored.task.clone();
+        let first = StreamResponse::Task(state.stored.task.clone());
         let seq = state.seq;
         let live = live.clone();
-        let ends = first.status.state.ends_stream() && !state.busy;
-        let start = futures_util::stream::iter([Ok(StreamResponse::Task(first))]);
-        if ends {
+        let over = ends(&first) && !state.busy;
+        let start = futures_util::stream::iter([Ok(first)]);
+        if over {
             return Box::pin(start);
         }
         let rest = futures_util::stream::unfold(
@@ -563,6 +571,7 @@ impl TaskManager {
                 rx,
                 seq,
                 live,
+                ends,
                 done: false,
             },
             WatchState::next,
@@ -1019,7 +1028,7 @@ impl TaskManager {
                         ),
                     ));
                 }
-                Ok(self.watch(&live, &state))
+                Ok(self.watch(&live, &state, StreamResponse::ends_subscription))
             }
         }
     }
@@ -1520,6 +1529,8 @@ struct WatchState {
     /// The last event reflected in what the subscriber has seen.
     seq: u64,
     live: Arc<Live>,
+    /// Whether an event is the subscription's last.
+    ends: fn(&StreamResponse) -> bool,
     done: bool,
 }
 
@@ -1533,7 +1544,7 @@ impl WatchState {
                 Ok(stamped) if stamped.seq <= self.seq => {}
                 Ok(stamped) => {
                     self.seq = stamped.seq;
-                    self.done = stamped.event.ends_stream();
+                    self.done = (self.ends)(&stamped.event);
                     return Some((Ok(stamped.event), self));
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
@@ -1543,8 +1554,9 @@ impl WatchState {
                         (state.stored.task.clone(), state.seq)
                     };
                     self.seq = seq;
-                    self.done = snapshot.status.state.ends_stream();
-                    return Some((Ok(StreamResponse::Task(snapshot)), self));
+                    let snapshot = StreamResponse::Task(snapshot);
+                    self.done = (self.ends)(&snapshot);
+                    return Some((Ok(snapshot), self));
                 }
                 // The sender lives as long as `live`, which this subscription holds.
                 Err(broadcast::error::RecvError::Closed) => return None,

@@ -450,6 +450,60 @@ pub async fn subscribe_starts_with_the_task(agent: &Agent) -> anyhow::Result<()>
     expect_kind(unknown.map(|_| ()), ErrorKind::TaskNotFound)
 }
 
+/// A subscription to a task that waits for input stays open through the reply and ends
+/// when the task does (A2A 1.0, section 3.1.6; the TCK's STREAM-SUB-002).
+pub async fn subscription_outlasts_input_required(agent: &Agent) -> anyhow::Result<()> {
+    let task = send_task(agent, "ask").await?;
+    ensure!(
+        task.status.state == TaskState::InputRequired,
+        "state {:?}",
+        task.status.state
+    );
+    let mut stream = agent
+        .subscribe_to_task(
+            &ctx(),
+            SubscribeToTaskRequest {
+                id: task.id.clone(),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let first = tokio::time::timeout(Duration::from_secs(30), stream.next())
+        .await
+        .context("no first event")?;
+    match first {
+        Some(Ok(StreamResponse::Task(snapshot))) => ensure!(
+            snapshot.id == task.id && snapshot.status.state == TaskState::InputRequired,
+            "the snapshot is {:?} of {}",
+            snapshot.status.state,
+            snapshot.id
+        ),
+        other => bail!("the first event is not the task: {other:?}"),
+    }
+    let mut reply = Message::user_text("yes");
+    reply.task_id = Some(task.id.clone());
+    reply.context_id = Some(task.context_id.clone());
+    let resumed = send(agent, reply, None).await?;
+    ensure!(
+        matches!(&resumed, SendMessageResponse::Task(t) if t.status.state == TaskState::Completed),
+        "the reply ended with {resumed:?}"
+    );
+    let rest = collect(stream).await?;
+    let states: Vec<TaskState> = rest
+        .iter()
+        .filter_map(|item| match item {
+            StreamResponse::StatusUpdate(u) => Some(u.status.state),
+            StreamResponse::Task(t) => Some(t.status.state),
+            _ => None,
+        })
+        .collect();
+    ensure!(
+        states.last() == Some(&TaskState::Completed),
+        "the subscription saw {states:?} after the snapshot: {rest:?}"
+    );
+    Ok(())
+}
+
 pub async fn list_tasks_pages(agent: &Agent) -> anyhow::Result<()> {
     let context = ContextId::generate();
     let mut created = Vec::new();
@@ -647,6 +701,7 @@ suite!(
         get_task_and_history_length,
         cancel_rules,
         subscribe_starts_with_the_task,
+        subscription_outlasts_input_required,
         list_tasks_pages,
         invalid_message_is_rejected,
         push_config_crud,

@@ -435,7 +435,13 @@ impl Inner {
         }
     }
 
-    async fn stream(&self, ctx: &CallContext, call: Call<'_>) -> Result<EventStream, Error> {
+    /// Opens the stream of `call`, which ends after the item `ends` says is the last.
+    async fn stream(
+        &self,
+        ctx: &CallContext,
+        call: Call<'_>,
+        ends: fn(&StreamResponse) -> bool,
+    ) -> Result<EventStream, Error> {
         let response = self
             .request(ctx, &call, true)?
             .send()
@@ -474,7 +480,7 @@ impl Inner {
                     match decoder.next_event() {
                         Ok(Some(event)) => {
                             let item = decode_event(binding, &event);
-                            let last = item.as_ref().map_or(true, StreamResponse::ends_stream);
+                            let last = item.as_ref().map_or(true, ends);
                             return Some((item, (bytes, decoder, last)));
                         }
                         Ok(None) => {}
@@ -623,7 +629,9 @@ impl AgentTransport for RemoteAgent {
             rest_query: Vec::new(),
             body: Some(&request),
         };
-        self.inner.stream(ctx, call).await
+        self.inner
+            .stream(ctx, call, StreamResponse::ends_stream)
+            .await
     }
 
     async fn get_task(&self, ctx: &CallContext, request: GetTaskRequest) -> Result<Task, Error> {
@@ -702,7 +710,9 @@ impl AgentTransport for RemoteAgent {
             rest_query: Vec::new(),
             body: (self.inner.binding == Binding::JsonRpc).then_some(&request as _),
         };
-        self.inner.stream(ctx, call).await
+        self.inner
+            .stream(ctx, call, StreamResponse::ends_subscription)
+            .await
     }
 
     async fn create_task_push_notification_config(

@@ -206,8 +206,18 @@ pub(crate) async fn handle(
             )
         }
         "GetExtendedAgentCard" => unary!(get_extended_agent_card),
-        "SendStreamingMessage" => stream(&shared, id, call!(send_streaming_message)),
-        "SubscribeToTask" => stream(&shared, id, call!(subscribe_to_task)),
+        "SendStreamingMessage" => stream(
+            &shared,
+            id,
+            StreamResponse::ends_stream,
+            call!(send_streaming_message),
+        ),
+        "SubscribeToTask" => stream(
+            &shared,
+            id,
+            StreamResponse::ends_subscription,
+            call!(subscribe_to_task),
+        ),
         _ => {
             let error = A2aError::new(ErrorKind::MethodNotFound, format!("no method {method:?}"));
             error_response(StatusCode::OK, id, &error)
@@ -238,6 +248,7 @@ fn is_known(method: &str) -> bool {
 fn stream(
     shared: &Shared,
     id: &RawValue,
+    ends: fn(&StreamResponse) -> bool,
     outcome: Result<crate::EventStream, A2aError>,
 ) -> Response<Body> {
     match outcome {
@@ -247,6 +258,7 @@ fn stream(
             sse_response(
                 events,
                 shared.options.keep_alive,
+                ends,
                 move |item: Result<StreamResponse, A2aError>| render(&id, item.as_ref()),
             )
         }

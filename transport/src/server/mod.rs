@@ -198,14 +198,20 @@ pub(crate) fn json_response(
     response
 }
 
-/// Turns an event stream into an SSE response; `frame` renders each item's `data:`.
-pub(crate) fn sse_response<F>(stream: EventStream, keep_alive: Duration, frame: F) -> Response<Body>
+/// Turns an event stream into an SSE response that ends after the item `ends` says is the
+/// last (or an error); `frame` renders each item's `data:`.
+pub(crate) fn sse_response<F>(
+    stream: EventStream,
+    keep_alive: Duration,
+    ends: fn(&mew_cards::StreamResponse) -> bool,
+    frame: F,
+) -> Response<Body>
 where
     F: Fn(Result<mew_cards::StreamResponse, A2aError>) -> String + Send + Sync + 'static,
 {
     use axum::response::IntoResponse;
     use axum::response::sse::{Event, KeepAlive, Sse};
-    let frames = end_after_last(stream).map(move |item| {
+    let frames = end_after_last(stream, ends).map(move |item| {
         let data = frame(item.map_err(crate::Error::into_a2a));
         Ok::<_, std::convert::Infallible>(Event::default().data(data))
     });
@@ -214,17 +220,17 @@ where
         .into_response()
 }
 
-/// Ends a stream after its first error or after the item that ends a stream.
-fn end_after_last(stream: EventStream) -> EventStream {
+/// Ends a stream after its first error or after the item that `ends` says is the last.
+fn end_after_last(stream: EventStream, ends: fn(&mew_cards::StreamResponse) -> bool) -> EventStream {
     Box::pin(futures_util::stream::unfold(
         (stream, false),
-        |(mut stream, done)| async move {
+        move |(mut stream, done)| async move {
             if done {
                 return None;
             }
             let item = stream.next().await?;
             let last = match &item {
-                Ok(event) => event.ends_stream(),
+                Ok(event) => ends(event),
                 Err(_) => true,
             };
             Some((item, (stream, last)))

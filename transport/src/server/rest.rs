@@ -179,6 +179,7 @@ async fn stream(
     Ok(sse_response(
         events,
         shared.options.keep_alive,
+        StreamResponse::ends_stream,
         render_event,
     ))
 }
@@ -309,6 +310,7 @@ async fn task_get(
             Ok(sse_response(
                 events,
                 shared.options.keep_alive,
+                StreamResponse::ends_subscription,
                 render_event,
             ))
         }
@@ -344,6 +346,7 @@ async fn task_post(
             Ok(sse_response(
                 events,
                 shared.options.keep_alive,
+                StreamResponse::ends_subscription,
                 render_event,
             ))
         }
