@@ -48,6 +48,7 @@ pub struct AgentCard {
         deserialize_with = "null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
+    #[serde(alias = "supported_interfaces")]
     pub supported_interfaces: Vec<AgentInterface>,
     /// Who provides the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,6 +62,7 @@ pub struct AgentCard {
     pub version: String,
     /// Documentation for humans.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "documentation_url")]
     pub documentation_url: Option<String>,
     /// Optional protocol features the agent supports.
     #[serde(default, deserialize_with = "null_as_default")]
@@ -71,6 +73,7 @@ pub struct AgentCard {
         deserialize_with = "null_as_default",
         skip_serializing_if = "BTreeMap::is_empty"
     )]
+    #[serde(alias = "security_schemes")]
     pub security_schemes: BTreeMap<String, SecurityScheme>,
     /// Which schemes a caller must satisfy (any one entry).
     #[serde(
@@ -78,6 +81,7 @@ pub struct AgentCard {
         deserialize_with = "null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
+    #[serde(alias = "security_requirements")]
     pub security_requirements: Vec<SecurityRequirement>,
     /// Media types accepted by default.
     #[serde(
@@ -85,6 +89,7 @@ pub struct AgentCard {
         deserialize_with = "null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
+    #[serde(alias = "default_input_modes")]
     pub default_input_modes: Vec<String>,
     /// Media types produced by default.
     #[serde(
@@ -92,6 +97,7 @@ pub struct AgentCard {
         deserialize_with = "null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
+    #[serde(alias = "default_output_modes")]
     pub default_output_modes: Vec<String>,
     /// What the agent is good at.
     #[serde(
@@ -109,6 +115,7 @@ pub struct AgentCard {
     pub signatures: Vec<AgentCardSignature>,
     /// An icon for the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "icon_url")]
     pub icon_url: Option<String>,
 }
 
@@ -129,6 +136,7 @@ pub struct AgentInterface {
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
+    #[serde(alias = "protocol_binding")]
     pub protocol_binding: String,
     /// Tenant to put in requests to this interface.
     #[serde(
@@ -143,6 +151,7 @@ pub struct AgentInterface {
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
+    #[serde(alias = "protocol_version")]
     pub protocol_version: String,
 }
 
@@ -187,6 +196,7 @@ pub struct AgentCapabilities {
     pub streaming: Option<bool>,
     /// Push notifications to webhooks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "push_notifications")]
     pub push_notifications: Option<bool>,
     /// Protocol extensions.
     #[serde(
@@ -197,6 +207,7 @@ pub struct AgentCapabilities {
     pub extensions: Vec<AgentExtension>,
     /// An extended card for authenticated callers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "extended_agent_card")]
     pub extended_agent_card: Option<bool>,
 }
 
@@ -275,6 +286,7 @@ pub struct AgentSkill {
         deserialize_with = "null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
+    #[serde(alias = "input_modes")]
     pub input_modes: Vec<String>,
     /// Produced media types, overriding the card's defaults.
     #[serde(
@@ -282,6 +294,7 @@ pub struct AgentSkill {
         deserialize_with = "null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
+    #[serde(alias = "output_modes")]
     pub output_modes: Vec<String>,
     /// Security needed for this skill.
     #[serde(
@@ -289,6 +302,7 @@ pub struct AgentSkill {
         deserialize_with = "null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
+    #[serde(alias = "security_requirements")]
     pub security_requirements: Vec<SecurityRequirement>,
 }
 
@@ -343,15 +357,15 @@ oneof! {
     /// How callers authenticate (OpenAPI 3.2 security scheme).
     pub enum SecurityScheme: "security scheme" {
         /// An API key in a header, query parameter or cookie.
-        ApiKey(ApiKeySecurityScheme) = apiKeySecurityScheme,
+        ApiKey(ApiKeySecurityScheme) = apiKeySecurityScheme / "api_key_security_scheme",
         /// HTTP authentication (Bearer, Basic, ...).
-        HttpAuth(HttpAuthSecurityScheme) = httpAuthSecurityScheme,
+        HttpAuth(HttpAuthSecurityScheme) = httpAuthSecurityScheme / "http_auth_security_scheme",
         /// OAuth 2.0.
-        OAuth2(OAuth2SecurityScheme) = oauth2SecurityScheme,
+        OAuth2(OAuth2SecurityScheme) = oauth2SecurityScheme / "oauth2_security_scheme",
         /// OpenID Connect.
-        OpenIdConnect(OpenIdConnectSecurityScheme) = openIdConnectSecurityScheme,
+        OpenIdConnect(OpenIdConnectSecurityScheme) = openIdConnectSecurityScheme / "open_id_connect_security_scheme",
         /// Mutual TLS.
-        MutualTls(MutualTlsSecurityScheme) = mtlsSecurityScheme,
+        MutualTls(MutualTlsSecurityScheme) = mtlsSecurityScheme / "mtls_security_scheme",
     }
 }
 
@@ -406,6 +420,7 @@ pub struct HttpAuthSecurityScheme {
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
+    #[serde(alias = "bearer_format")]
     pub bearer_format: String,
 }
 
@@ -428,6 +443,7 @@ pub struct OAuth2SecurityScheme {
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
+    #[serde(alias = "oauth2_metadata_url")]
     pub oauth2_metadata_url: String,
 }
 
@@ -448,6 +464,7 @@ pub struct OpenIdConnectSecurityScheme {
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
+    #[serde(alias = "open_id_connect_url")]
     pub open_id_connect_url: String,
 }
 
@@ -468,15 +485,15 @@ oneof! {
     /// The OAuth 2.0 flow a scheme supports.
     pub enum OAuthFlows: "OAuth flows object" {
         /// Authorization code (with PKCE).
-        AuthorizationCode(OAuthFlow) = authorizationCode,
+        AuthorizationCode(OAuthFlow) = authorizationCode / "authorization_code",
         /// Client credentials.
-        ClientCredentials(OAuthFlow) = clientCredentials,
+        ClientCredentials(OAuthFlow) = clientCredentials / "client_credentials",
         /// Implicit (deprecated).
         Implicit(OAuthFlow) = implicit,
         /// Password (deprecated).
         Password(OAuthFlow) = password,
         /// Device code (RFC 8628).
-        DeviceCode(OAuthFlow) = deviceCode,
+        DeviceCode(OAuthFlow) = deviceCode / "device_code",
     }
 }
 
@@ -490,6 +507,7 @@ pub struct OAuthFlow {
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
+    #[serde(alias = "authorization_url")]
     pub authorization_url: String,
     /// Device authorization endpoint (device code).
     #[serde(
@@ -497,6 +515,7 @@ pub struct OAuthFlow {
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
+    #[serde(alias = "device_authorization_url")]
     pub device_authorization_url: String,
     /// Token endpoint.
     #[serde(
@@ -504,6 +523,7 @@ pub struct OAuthFlow {
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
+    #[serde(alias = "token_url")]
     pub token_url: String,
     /// Refresh endpoint.
     #[serde(
@@ -511,6 +531,7 @@ pub struct OAuthFlow {
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
+    #[serde(alias = "refresh_url")]
     pub refresh_url: String,
     /// Scope name to description.
     #[serde(
@@ -525,5 +546,6 @@ pub struct OAuthFlow {
         deserialize_with = "null_as_default",
         skip_serializing_if = "is_default"
     )]
+    #[serde(alias = "pkce_required")]
     pub pkce_required: bool,
 }

@@ -133,6 +133,7 @@ struct PartIn {
     #[serde(default, deserialize_with = "null_as_default")]
     filename: String,
     #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(alias = "media_type")]
     media_type: String,
 }
 
@@ -192,6 +193,7 @@ pub struct Message {
         deserialize_with = "null_as_default",
         skip_serializing_if = "is_default"
     )]
+    #[serde(alias = "message_id")]
     pub message_id: MessageId,
     /// The conversation this message belongs to.
     #[serde(
@@ -199,6 +201,7 @@ pub struct Message {
         deserialize_with = "empty_as_none",
         skip_serializing_if = "Option::is_none"
     )]
+    #[serde(alias = "context_id")]
     pub context_id: Option<ContextId>,
     /// The task this message belongs to.
     #[serde(
@@ -206,6 +209,7 @@ pub struct Message {
         deserialize_with = "empty_as_none",
         skip_serializing_if = "Option::is_none"
     )]
+    #[serde(alias = "task_id")]
     pub task_id: Option<TaskId>,
     /// Who sent it.
     #[serde(
@@ -237,6 +241,7 @@ pub struct Message {
         deserialize_with = "null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
+    #[serde(alias = "reference_task_ids")]
     pub reference_task_ids: Vec<TaskId>,
 }
 
@@ -289,6 +294,7 @@ pub struct Artifact {
         deserialize_with = "null_as_default",
         skip_serializing_if = "is_default"
     )]
+    #[serde(alias = "artifact_id")]
     pub artifact_id: ArtifactId,
     /// A human-readable name.
     #[serde(

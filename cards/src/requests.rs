@@ -18,9 +18,11 @@ pub struct SendMessageConfiguration {
         deserialize_with = "null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
+    #[serde(alias = "accepted_output_modes")]
     pub accepted_output_modes: Vec<String>,
     /// A webhook to notify of the task's updates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "task_push_notification_config")]
     pub task_push_notification_config: Option<TaskPushNotificationConfig>,
     /// At most this many history messages in the answer.
     #[serde(
@@ -28,6 +30,7 @@ pub struct SendMessageConfiguration {
         deserialize_with = "lenient_i32",
         skip_serializing_if = "Option::is_none"
     )]
+    #[serde(alias = "history_length")]
     pub history_length: Option<i32>,
     /// Answer as soon as the task exists instead of waiting for it to finish or ask.
     #[serde(
@@ -35,6 +38,7 @@ pub struct SendMessageConfiguration {
         deserialize_with = "null_as_default",
         skip_serializing_if = "is_default"
     )]
+    #[serde(alias = "return_immediately")]
     pub return_immediately: bool,
 }
 
@@ -106,6 +110,7 @@ pub struct GetTaskRequest {
         deserialize_with = "lenient_i32",
         skip_serializing_if = "Option::is_none"
     )]
+    #[serde(alias = "history_length")]
     pub history_length: Option<i32>,
 }
 
@@ -126,6 +131,7 @@ pub struct ListTasksRequest {
         deserialize_with = "null_as_default",
         skip_serializing_if = "ContextId::is_empty"
     )]
+    #[serde(alias = "context_id")]
     pub context_id: ContextId,
     /// Only tasks in this state (unspecified: any).
     #[serde(
@@ -140,6 +146,7 @@ pub struct ListTasksRequest {
         deserialize_with = "lenient_i32",
         skip_serializing_if = "Option::is_none"
     )]
+    #[serde(alias = "page_size")]
     pub page_size: Option<i32>,
     /// A token from a previous page.
     #[serde(
@@ -147,6 +154,7 @@ pub struct ListTasksRequest {
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
+    #[serde(alias = "page_token")]
     pub page_token: String,
     /// At most this many history messages per task.
     #[serde(
@@ -154,12 +162,15 @@ pub struct ListTasksRequest {
         deserialize_with = "lenient_i32",
         skip_serializing_if = "Option::is_none"
     )]
+    #[serde(alias = "history_length")]
     pub history_length: Option<i32>,
     /// Only tasks whose status changed at or after this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "status_timestamp_after")]
     pub status_timestamp_after: Option<Timestamp>,
     /// Include artifacts (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "include_artifacts")]
     pub include_artifacts: Option<bool>,
 }
 
@@ -177,12 +188,15 @@ pub struct ListTasksResponse {
     pub tasks: Vec<Task>,
     /// The token of the next page; empty on the last page.
     #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(alias = "next_page_token")]
     pub next_page_token: String,
     /// The page size used.
     #[serde(default, deserialize_with = "lenient_i32_or_zero")]
+    #[serde(alias = "page_size")]
     pub page_size: i32,
     /// How many tasks match in all.
     #[serde(default, deserialize_with = "lenient_i32_or_zero")]
+    #[serde(alias = "total_size")]
     pub total_size: i32,
 }
 
@@ -277,6 +291,7 @@ pub struct TaskPushNotificationConfig {
         deserialize_with = "null_as_default",
         skip_serializing_if = "TaskId::is_empty"
     )]
+    #[serde(alias = "task_id")]
     pub task_id: TaskId,
     /// Where to POST events.
     #[serde(
@@ -314,6 +329,7 @@ pub struct GetTaskPushNotificationConfigRequest {
         deserialize_with = "null_as_default",
         skip_serializing_if = "is_default"
     )]
+    #[serde(alias = "task_id")]
     pub task_id: TaskId,
     /// The config.
     #[serde(
@@ -344,6 +360,7 @@ pub struct ListTaskPushNotificationConfigsRequest {
         deserialize_with = "null_as_default",
         skip_serializing_if = "is_default"
     )]
+    #[serde(alias = "task_id")]
     pub task_id: TaskId,
     /// Page size (0: server default).
     #[serde(
@@ -351,6 +368,7 @@ pub struct ListTaskPushNotificationConfigsRequest {
         deserialize_with = "lenient_i32_or_zero",
         skip_serializing_if = "is_default"
     )]
+    #[serde(alias = "page_size")]
     pub page_size: i32,
     /// A token from a previous page.
     #[serde(
@@ -358,6 +376,7 @@ pub struct ListTaskPushNotificationConfigsRequest {
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
+    #[serde(alias = "page_token")]
     pub page_token: String,
 }
 
@@ -378,6 +397,7 @@ pub struct ListTaskPushNotificationConfigsResponse {
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
+    #[serde(alias = "next_page_token")]
     pub next_page_token: String,
 }
 

@@ -125,6 +125,7 @@ pub struct Task {
         deserialize_with = "null_as_default",
         skip_serializing_if = "ContextId::is_empty"
     )]
+    #[serde(alias = "context_id")]
     pub context_id: ContextId,
     /// The current status.
     #[serde(default, deserialize_with = "null_as_default")]
@@ -208,6 +209,7 @@ pub struct TaskStatusUpdateEvent {
         deserialize_with = "null_as_default",
         skip_serializing_if = "is_default"
     )]
+    #[serde(alias = "task_id")]
     pub task_id: TaskId,
     /// The task's context.
     #[serde(
@@ -215,6 +217,7 @@ pub struct TaskStatusUpdateEvent {
         deserialize_with = "null_as_default",
         skip_serializing_if = "is_default"
     )]
+    #[serde(alias = "context_id")]
     pub context_id: ContextId,
     /// The new status.
     #[serde(default, deserialize_with = "null_as_default")]
@@ -234,6 +237,7 @@ pub struct TaskArtifactUpdateEvent {
         deserialize_with = "null_as_default",
         skip_serializing_if = "is_default"
     )]
+    #[serde(alias = "task_id")]
     pub task_id: TaskId,
     /// The task's context.
     #[serde(
@@ -241,6 +245,7 @@ pub struct TaskArtifactUpdateEvent {
         deserialize_with = "null_as_default",
         skip_serializing_if = "is_default"
     )]
+    #[serde(alias = "context_id")]
     pub context_id: ContextId,
     /// The artifact or chunk.
     #[serde(default, deserialize_with = "null_as_default")]
@@ -258,6 +263,7 @@ pub struct TaskArtifactUpdateEvent {
         deserialize_with = "null_as_default",
         skip_serializing_if = "is_default"
     )]
+    #[serde(alias = "last_chunk")]
     pub last_chunk: bool,
     /// Free-form metadata.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -271,7 +277,7 @@ macro_rules! oneof {
     (
         $(#[$doc:meta])*
         pub enum $name:ident : $what:literal {
-            $( $(#[$vdoc:meta])* $variant:ident($ty:ty) = $field:ident, )+
+            $( $(#[$vdoc:meta])* $variant:ident($ty:ty) = $field:ident $(/ $proto:literal)?, )+
         }
     ) => {
         $(#[$doc])*
@@ -299,7 +305,7 @@ macro_rules! oneof {
                 #[serde(rename_all = "camelCase")]
                 #[allow(non_snake_case)]
                 struct Members {
-                    $( #[serde(default)] $field: Option<$ty>, )+
+                    $( #[serde(default $(, alias = $proto)?)] $field: Option<$ty>, )+
                 }
                 let members = Members::deserialize(deserializer)?;
                 let mut found: Option<$name> = None;
@@ -327,9 +333,9 @@ oneof! {
         /// A direct message from the agent.
         Message(Message) = message,
         /// A status change.
-        StatusUpdate(TaskStatusUpdateEvent) = statusUpdate,
+        StatusUpdate(TaskStatusUpdateEvent) = statusUpdate / "status_update",
         /// An artifact or chunk.
-        ArtifactUpdate(TaskArtifactUpdateEvent) = artifactUpdate,
+        ArtifactUpdate(TaskArtifactUpdateEvent) = artifactUpdate / "artifact_update",
     }
 }
 

@@ -194,7 +194,106 @@ where
             "parse(serialize(x)) != x\n--- x\n{parsed:#?}\n--- again\n{again:#?}"
         ));
     }
+    // ProtoJSON parsers take the proto field names too: the same sample spelled so is the
+    // same value.
+    let spelled = proto_names(&sample);
+    let by_proto_names: T = serde_json::from_value(spelled.clone()).map_err(|e| {
+        format!(
+            "the sample with proto field names does not parse: {e}\n{}",
+            pretty(&spelled)
+        )
+    })?;
+    if by_proto_names != parsed {
+        return Err(format!(
+            "the sample with proto field names parses differently\n--- camelCase\n{parsed:#?}\n\
+             --- proto names\n{by_proto_names:#?}"
+        ));
+    }
     Ok(())
+}
+
+/// The proto field name of a JSON name: `historyLength` -> `history_length`.
+fn proto_name(json: &str) -> String {
+    let mut out = String::with_capacity(json.len() + 4);
+    for c in json.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `value` with every field named by its proto field name. Free-form values (`metadata`,
+/// `data`, extension `params`, a signature's `header`) stay as they are, and so do the keys
+/// of maps keyed by the user (`securitySchemes`, a requirement's `schemes`, OAuth `scopes`).
+fn proto_names(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(key, v)| {
+                    let v = match key.as_str() {
+                        "metadata" | "data" | "params" | "header" => v.clone(),
+                        "securitySchemes" | "schemes" | "scopes" => match v {
+                            Value::Object(entries) => Value::Object(
+                                entries
+                                    .iter()
+                                    .map(|(k, v)| (k.clone(), proto_names(v)))
+                                    .collect(),
+                            ),
+                            other => other.clone(),
+                        },
+                        _ => proto_names(v),
+                    };
+                    (proto_name(key), v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(proto_names).collect()),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn proto_names_are_converted_where_they_differ() {
+    let value = serde_json::json!({
+        "contextId": "c",
+        "metadata": {"keepMe": 1},
+        "securitySchemes": {"myKey": {"apiKeySecurityScheme": {"name": "X"}}},
+    });
+    assert_eq!(
+        proto_names(&value),
+        serde_json::json!({
+            "context_id": "c",
+            "metadata": {"keepMe": 1},
+            "security_schemes": {"myKey": {"api_key_security_scheme": {"name": "X"}}},
+        })
+    );
+}
+
+#[test]
+fn both_names_of_one_field_are_an_error() {
+    for (text, field) in [
+        (
+            r#"{"id": "t", "historyLength": 1, "history_length": 2}"#,
+            "historyLength",
+        ),
+        (
+            r#"{"statusUpdate": {"taskId": "t"}, "status_update": {"taskId": "t"}}"#,
+            "statusUpdate",
+        ),
+    ] {
+        let error = if field == "statusUpdate" {
+            serde_json::from_str::<StreamResponse>(text).map(drop)
+        } else {
+            serde_json::from_str::<GetTaskRequest>(text).map(drop)
+        }
+        .expect_err(text)
+        .to_string();
+        assert!(error.contains("duplicate field"), "{text}: {error}");
+    }
 }
 
 fn pretty(value: &Value) -> String {

@@ -57,7 +57,10 @@ pub(crate) fn app(
             router_with(role.agent.clone(), options.clone()),
         );
     }
-    let app = app.merge(router_with(front, options.clone()));
+    // Every answer of the node is an A2A error when it is not a success, 405s included.
+    let app = app
+        .merge(router_with(front, options.clone()))
+        .method_not_allowed_fallback(mew_transport::method_not_allowed);
     match auth {
         Some(auth) => app.layer(axum::middleware::from_fn_with_state(auth, auth::require)),
         None => app,

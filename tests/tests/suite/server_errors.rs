@@ -26,10 +26,12 @@ struct Answer {
 }
 
 async fn call(request: Request<Body>) -> Answer {
-    let response = app()
-        .oneshot(request)
-        .await
-        .expect("the router never fails");
+    call_on(app(), request).await
+}
+
+/// [`call`] on `app`, whose agent keeps its tasks across calls.
+async fn call_on(app: Router, request: Request<Body>) -> Answer {
+    let response = app.oneshot(request).await.expect("the router never fails");
     let status = response.status();
     let headers = response.headers().clone();
     let bytes = response
@@ -215,6 +217,88 @@ fn rest_reason(answer: &Answer) -> &str {
         .unwrap_or_else(|| panic!("not an HTTP+JSON error: {}", answer.body))
 }
 
+/// ProtoJSON parsers accept a field's proto name (`history_length`) as well as its JSON name
+/// (`historyLength`): in JSON-RPC params, in HTTP+JSON bodies and in query parameters. Both
+/// names of one field in one request is an error.
+#[tokio::test]
+async fn proto_field_names_are_accepted_on_both_bindings() {
+    let app = app();
+    let sent = call_on(
+        app.clone(),
+        rpc(json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"message_id": "m1", "role": "ROLE_USER", "parts": [{"text": "echo hi"}]},
+            "configuration": {"history_length": 0}
+        }})
+        .to_string()),
+    )
+    .await;
+    let task = &sent.body["result"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_COMPLETED",
+        "{}",
+        sent.body
+    );
+    assert!(
+        task.get("history").is_none(),
+        "history_length 0 was ignored: {task}"
+    );
+    let id = task["id"].as_str().expect("a task id").to_owned();
+
+    let got = call_on(
+        app.clone(),
+        rpc(json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask",
+                   "params": {"id": id, "history_length": 0}})
+        .to_string()),
+    )
+    .await;
+    assert_eq!(got.body["result"]["id"], id.as_str(), "{}", got.body);
+    assert!(got.body["result"].get("history").is_none(), "{}", got.body);
+
+    let got = call_on(
+        app.clone(),
+        rest("GET", &format!("/tasks/{id}?history_length=0"), None),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK, "{}", got.body);
+    assert!(got.body.get("history").is_none(), "{}", got.body);
+
+    let pushed = call_on(
+        app.clone(),
+        rpc(
+            json!({"jsonrpc": "2.0", "id": 3, "method": "CreateTaskPushNotificationConfig",
+                   "params": {"task_id": id, "id": "p1", "url": "https://hooks.example/p"}})
+            .to_string(),
+        ),
+    )
+    .await;
+    assert_eq!(
+        pushed.body["result"]["taskId"],
+        id.as_str(),
+        "{}",
+        pushed.body
+    );
+
+    let twice = call_on(
+        app.clone(),
+        rpc(json!({"jsonrpc": "2.0", "id": 4, "method": "GetTask",
+                   "params": {"id": id, "historyLength": 0, "history_length": 1}})
+        .to_string()),
+    )
+    .await;
+    assert_eq!(rpc_code(&twice), -32602, "{}", twice.body);
+    let twice = call_on(
+        app,
+        rest(
+            "GET",
+            &format!("/tasks/{id}?historyLength=0&history_length=1"),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(twice.status, StatusCode::BAD_REQUEST, "{}", twice.body);
+    assert_eq!(rest_reason(&twice), "INVALID_PARAMS");
+}
+
 #[tokio::test]
 async fn rest_errors_use_http_statuses_and_error_info() {
     let answer = call(rest("POST", "/message:send", Some("{not json"))).await;
@@ -257,6 +341,34 @@ async fn rest_errors_use_http_statuses_and_error_info() {
 
     let answer = call(rest("POST", "/tasks/abc:explode", Some("{}"))).await;
     assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
+
+    // A route asked with a method it does not take: 405 with an A2A error body, whose code
+    // is the HTTP status.
+    for (method, path) in [
+        ("GET", "/"),
+        ("DELETE", "/tasks"),
+        ("PUT", "/message:send"),
+        ("GET", "/message:stream"),
+        ("PATCH", "/tasks/abc"),
+        ("POST", "/.well-known/agent-card.json"),
+        ("PUT", "/tenant-a/tasks"),
+    ] {
+        let answer = call(rest(method, path, None)).await;
+        assert_eq!(
+            (answer.status, rest_reason(&answer)),
+            (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_FOUND"),
+            "{method} {path}: {}",
+            answer.body
+        );
+        assert_eq!(answer.body["error"]["code"], 405, "{method} {path}");
+        assert!(
+            answer.body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(method)),
+            "{method} {path}: {}",
+            answer.body
+        );
+    }
 
     let wrong_type = Request::post("/message:send")
         .header("A2A-Version", "1.0")

@@ -4,6 +4,8 @@ mod card;
 mod jsonrpc;
 mod rest;
 
+pub use rest::method_not_allowed;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,6 +72,7 @@ pub fn router_with(agent: Arc<dyn AgentTransport>, options: ServerOptions) -> Ro
         .merge(rest.clone())
         .nest("/{tenant}", rest)
         .fallback(rest::not_found)
+        .method_not_allowed_fallback(rest::method_not_allowed)
         .with_state(shared)
 }
 
@@ -221,7 +224,10 @@ where
 }
 
 /// Ends a stream after its first error or after the item that `ends` says is the last.
-fn end_after_last(stream: EventStream, ends: fn(&mew_cards::StreamResponse) -> bool) -> EventStream {
+fn end_after_last(
+    stream: EventStream,
+    ends: fn(&mew_cards::StreamResponse) -> bool,
+) -> EventStream {
     Box::pin(futures_util::stream::unfold(
         (stream, false),
         move |(mut stream, done)| async move {

@@ -67,8 +67,10 @@ impl From<crate::Error> for Rejection {
 
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response<Body> {
-        let (default_status, body) = rest_error_body(&self.error);
+        let (default_status, mut body) = rest_error_body(&self.error);
         let status = self.status.unwrap_or(default_status);
+        // The body's `code` is the HTTP status the answer has (405, 413, 415, ...).
+        body["error"]["code"] = status.as_u16().into();
         json_response(status, "application/json", body.to_string().into_bytes())
     }
 }
@@ -79,6 +81,12 @@ fn ok<T: Serialize>(value: &T) -> Answer {
     serde_json::to_vec(value)
         .map(|body| json_response(StatusCode::OK, A2A_JSON, body))
         .map_err(|e| A2aError::internal(format!("cannot serialize the response: {e}")).into())
+}
+
+/// Fallback for a path of the binding asked with a method it does not take: 405, with an
+/// A2A error body like every other error.
+pub async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response<Body> {
+    wrong_method(&format!("{} does not take {method}", uri.path())).into_response()
 }
 
 /// Fallback for paths that are not part of the binding.
@@ -195,14 +203,51 @@ fn render_event(item: Result<StreamResponse, A2aError>) -> String {
     })
 }
 
-/// Query parameters of a read; repeated keys keep the last value.
+/// Query parameters of a read, by their JSON (lowerCamelCase) names; repeated keys keep the
+/// last value. A parameter may also be named by its proto field name (`history_length` for
+/// `historyLength`), as ProtoJSON parsers accept; both names of one field is an error.
 fn query_map(query: Option<&str>) -> Result<HashMap<String, String>, A2aError> {
     let uri: axum::http::Uri = format!("/?{}", query.unwrap_or(""))
         .parse()
         .map_err(|e| A2aError::invalid_params(format!("invalid query string: {e}")))?;
-    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
-        .map(|q| q.0.into_iter().collect())
-        .map_err(|e| A2aError::invalid_params(format!("invalid query string: {}", e.body_text())))
+    let pairs = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
+        .map_err(|e| A2aError::invalid_params(format!("invalid query string: {}", e.body_text())))?
+        .0;
+    let mut map = HashMap::new();
+    let mut spelled: HashMap<String, String> = HashMap::new();
+    for (key, value) in pairs {
+        let name = lower_camel(&key);
+        match spelled.get(&name) {
+            Some(other) if *other != key => {
+                return Err(A2aError::invalid_params(format!(
+                    "the query names one field twice: {other} and {key}"
+                )));
+            }
+            _ => {
+                spelled.insert(name.clone(), key);
+            }
+        }
+        map.insert(name, value);
+    }
+    Ok(map)
+}
+
+/// The JSON name of a proto field name (`history_length` -> `historyLength`); a JSON name
+/// stays as it is.
+fn lower_camel(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut upper = false;
+    for c in name.chars() {
+        match c {
+            '_' if !out.is_empty() => upper = true,
+            c if upper => {
+                out.extend(c.to_uppercase());
+                upper = false;
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn int_param(map: &HashMap<String, String>, name: &str) -> Result<Option<i32>, A2aError> {
