@@ -240,15 +240,28 @@ impl Authenticator {
         (schemes, requirements)
     }
 
-    /// The principal the request's credentials name, or why there is none.
+    /// The principal the request's credentials name, or why there is none. A request may
+    /// carry several credentials (an API key and a bearer token, say) only when every one
+    /// is valid and all name the same principal: it is never served as one of several.
     async fn authenticate(&self, headers: &HeaderMap) -> Result<String, &'static str> {
-        if let Some(key) = headers.get(API_KEY_HEADER) {
-            let key = key.to_str().map_err(|_| "the API key is not valid")?;
-            return self.api_key(key).ok_or("the API key is not valid");
+        let mut principal: Option<String> = None;
+        let keys = headers.get_all(API_KEY_HEADER).iter().map(|key| {
+            key.to_str()
+                .ok()
+                .and_then(|key| self.api_key(key))
+                .ok_or("the API key is not valid")
+        });
+        for found in keys.collect::<Vec<_>>() {
+            merge_principal(&mut principal, found?)?;
         }
-        let Some(authorization) = headers.get(header::AUTHORIZATION) else {
-            return Err("credentials are required");
-        };
+        for authorization in headers.get_all(header::AUTHORIZATION) {
+            merge_principal(&mut principal, self.bearer(authorization).await?)?;
+        }
+        principal.ok_or("credentials are required")
+    }
+
+    /// The principal of one `Authorization` header: `Bearer` with an API key or a JWT.
+    async fn bearer(&self, authorization: &HeaderValue) -> Result<String, &'static str> {
         let token = authorization
             .to_str()
             .ok()
@@ -328,6 +341,21 @@ impl Authenticator {
             .map_err(Refusal::Unauthenticated)?;
         self.check_access(path, &principal)?;
         Ok(principal)
+    }
+}
+
+/// Adds the principal of one more credential of a request: the first sets it, any other
+/// must name the same principal.
+fn merge_principal(principal: &mut Option<String>, found: String) -> Result<(), &'static str> {
+    match principal {
+        Some(known) if *known != found => {
+            Err("the request carries credentials of different principals; send one")
+        }
+        Some(_) => Ok(()),
+        None => {
+            *principal = Some(found);
+            Ok(())
+        }
     }
 }
 
@@ -818,6 +846,42 @@ mod tests {
         );
         assert!(check("x-api-key", "k-12").await.is_err());
         assert!(check("authorization", "Basic k-123").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn two_credentials_must_name_one_principal() {
+        let carol = jwt(claims("carol", in_ten_minutes()), "s-456", Algorithm::HS256);
+        let alice = jwt(claims("alice", in_ten_minutes()), "s-456", Algorithm::HS256);
+        let both = |key: &str, token: &str| {
+            let mut headers = bearer(token);
+            headers.insert("x-api-key", HeaderValue::from_str(key).unwrap());
+            headers
+        };
+        let auth = authenticator();
+        // An API key of alice's and a token of carol's: refused, never served as either.
+        let refused = auth.authenticate(&both("k-123", &carol)).await;
+        let shown = format!("{refused:?}");
+        assert!(
+            refused.is_err_and(|why: &str| why.contains("different principals")),
+            "{shown}"
+        );
+        // A valid key with an invalid token, or the other way round: refused.
+        assert!(
+            auth.authenticate(&both("k-123", "not-a-token"))
+                .await
+                .is_err()
+        );
+        assert!(auth.authenticate(&both("k-12", &alice)).await.is_err());
+        // Two API keys of different principals in one header name: refused.
+        let mut twice = HeaderMap::new();
+        twice.append("x-api-key", HeaderValue::from_static("k-123"));
+        twice.append("x-api-key", HeaderValue::from_static("nope"));
+        assert!(auth.authenticate(&twice).await.is_err());
+        // Two credentials of one principal are fine.
+        assert_eq!(
+            auth.authenticate(&both("k-123", &alice)).await,
+            Ok("alice".to_owned())
+        );
     }
 
     #[tokio::test]

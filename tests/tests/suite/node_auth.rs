@@ -155,10 +155,16 @@ async fn credentials_are_checked_on_both_bindings() -> anyhow::Result<()> {
     let expired_jwt = token("carol", now() - 3600, SECRET, AUDIENCE)?;
     let forged_jwt = token("carol", now() + 3600, "not-the-secret", AUDIENCE)?;
     let wrong_audience = token("carol", now() + 3600, SECRET, "someone-else")?;
+    let bob_jwt = token("bob", now() + 3600, SECRET, AUDIENCE)?;
     for binding in BINDINGS {
         for path in ["", "/agents/upper"] {
-            let rejected: [(&str, HeaderMap); 6] = [
+            let mixed = headers(&[
+                ("x-api-key", ALICE_KEY),
+                ("authorization", &format!("Bearer {bob_jwt}")),
+            ])?;
+            let rejected: [(&str, HeaderMap); 7] = [
                 ("no credentials", HeaderMap::new()),
+                ("alice's API key and bob's JWT", mixed),
                 ("a wrong API key", headers(&[("x-api-key", "wrong")])?),
                 ("a wrong bearer", bearer("wrong")?),
                 ("an expired JWT", bearer(&expired_jwt)?),
