@@ -11,6 +11,7 @@ mod error;
 mod ids;
 mod jcs;
 mod message;
+mod nesting;
 mod requests;
 mod role;
 mod serde_util;
@@ -29,6 +30,7 @@ pub use error::{A2aError, ErrorKind};
 pub use ids::{ArtifactId, ContextId, MessageId, TaskId};
 pub use jcs::{CanonicalError, canonical_card, canonicalize};
 pub use message::{Artifact, Message, Metadata, Part, PartContent, Role, join_text};
+pub use nesting::{MAX_NESTING, TooDeep, check_nesting};
 pub use requests::{
     AuthenticationInfo, CancelTaskRequest, DEFAULT_PAGE_SIZE,
     DeleteTaskPushNotificationConfigRequest, GetExtendedAgentCardRequest,

@@ -454,7 +454,15 @@ fn parse(
 fn parse_mapping(yaml: &str) -> Result<Mapping, RoleErrorKind> {
     // The leading newline stands for the opening `---` line, so that the parser's line numbers,
     // in `location()` and in its message, are line numbers in the file.
-    let mut value = serde_yaml_ng::from_str::<Value>(&format!("\n{yaml}"))
+    let padded = format!("\n{yaml}");
+    crate::nesting::check_nesting(&padded, crate::nesting::MAX_NESTING).map_err(|deep| {
+        RoleErrorKind::Yaml {
+            message: deep.to_string(),
+            line: Some(deep.line),
+            column: Some(deep.column),
+        }
+    })?;
+    let mut value = serde_yaml_ng::from_str::<Value>(&padded)
         .and_then(|mut value| value.apply_merge().map(|()| value))
         .map_err(|err| RoleErrorKind::Yaml {
             message: err.to_string(),

@@ -18,3 +18,4 @@ mod server;
 mod skills;
 mod tasks;
 mod tools;
+mod user_file;

@@ -114,6 +114,8 @@ pub(crate) struct Runtime {
     pub(crate) skills: Arc<SkillCatalog>,
     /// The hook rules and what runs them.
     pub(crate) hooks: Arc<HookEngine>,
+    /// What was wrong in the hook files (the rules and files skipped).
+    pub(crate) hook_problems: Vec<crate::hooks::HookProblem>,
     /// The task store's file.
     pub(crate) database: PathBuf,
     /// The node's signing key (cards, JWTs to peers and webhooks).
@@ -208,7 +210,8 @@ impl Runtime {
         for problem in skills.problems() {
             warn!(path = %problem.path, "skill: {}", problem.message);
         }
-        let hooks = Arc::new(load_hooks(&config, &env, &ledger, &directory)?);
+        let (hooks, hook_problems) = load_hooks(&config, &env, &ledger, &directory)?;
+        let hooks = Arc::new(hooks);
         let model_tools = {
             let mut tools = ToolRegistry::builtin();
             tools.register(Arc::new(AgentTool {
@@ -288,6 +291,7 @@ impl Runtime {
             mcp,
             skills,
             hooks,
+            hook_problems,
             database,
             identity,
             default_role,
@@ -452,14 +456,14 @@ impl Runtime {
 }
 
 /// The hook rules of the user's and the project's files (project hooks only once trusted with
-/// `mew hooks trust`), each problem logged and skipped; `subagent` actions run the roles of
-/// `directory`.
+/// `mew hooks trust`), and the problems found, each logged and skipped; `subagent` actions run
+/// the roles of `directory`.
 fn load_hooks(
     config: &Config,
     env: &Arc<HashMap<String, String>>,
     ledger: &Path,
     directory: &Arc<Directory>,
-) -> anyhow::Result<HookEngine> {
+) -> anyhow::Result<(HookEngine, Vec<crate::hooks::HookProblem>)> {
     let trust = config
         .home_dir
         .as_deref()
@@ -486,9 +490,10 @@ fn load_hooks(
     };
     let subagents =
         crate::agent::hook_subagent::HookSubagents::new(directory.clone(), config.agent.max_depth);
-    Ok(HookEngine::new(loaded.rules, settings)
+    let engine = HookEngine::new(loaded.rules, settings)
         .context("cannot start the hook engine")?
-        .with_subagents(Arc::new(subagents)))
+        .with_subagents(Arc::new(subagents));
+    Ok((engine, loaded.problems))
 }
 
 /// How long MCP servers get to close their sessions when the node stops; then their process
@@ -611,6 +616,8 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         "url": base,
         "roles": published.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
         "problems": problems,
+        "hook_problems": runtime.hook_problems,
+        "skill_problems": runtime.skills.problems(),
         "peers": runtime.peers.status_json(),
     });
     let server_options = ServerOptions {

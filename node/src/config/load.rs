@@ -262,18 +262,23 @@ fn read_file_layer(
     required: bool,
     schema: &Value,
 ) -> Result<Option<(Value, String)>, ConfigError> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::user_file::read_text(path, crate::user_file::MAX_USER_FILE_BYTES) {
         Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound && !required => {
-            return Ok(None);
-        }
-        Err(source) => {
+        Err(crate::user_file::ReadError::NotFound) if !required => return Ok(None),
+        Err(error) => {
             return Err(ConfigError::Read {
                 path: path.to_owned(),
-                source,
+                source: error.into(),
             });
         }
     };
+    mew_cards::check_nesting(&text, mew_cards::MAX_NESTING).map_err(|deep| {
+        ConfigError::Syntax {
+            path: path.to_owned(),
+            line: Some(deep.line),
+            message: deep.to_string(),
+        }
+    })?;
     let value: Value = serde_yaml_ng::from_str(&text).map_err(|error| ConfigError::Syntax {
         path: path.to_owned(),
         line: error.location().map(|location| location.line()),
@@ -301,16 +306,21 @@ fn read_file_layer(
 /// becomes `mode`. Other keys are ignored. `defaultMode: dontAsk` is refused, because Claude
 /// Code's `dontAsk` refuses what is not pre-approved while Mew's approves what no rule refuses.
 fn read_claude_settings(path: &Path, schema: &Value) -> Result<Option<Value>, ConfigError> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::user_file::read_text(path, crate::user_file::MAX_USER_FILE_BYTES) {
         Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
+        Err(crate::user_file::ReadError::NotFound) => return Ok(None),
+        Err(error) => {
             return Err(ConfigError::Read {
                 path: path.to_owned(),
-                source,
+                source: error.into(),
             });
         }
     };
+    mew_cards::check_nesting(&text, mew_cards::MAX_NESTING).map_err(|deep| ConfigError::Json {
+        path: path.to_owned(),
+        line: Some(deep.line),
+        message: deep.to_string(),
+    })?;
     let json: serde_json::Value =
         serde_json::from_str(&text).map_err(|error| ConfigError::Json {
             path: path.to_owned(),

@@ -101,14 +101,18 @@ fn place(path: &Path, line: Option<usize>) -> String {
 /// `mcp_servers:` section; `None` if the file or the object is missing, or if the file cannot
 /// be read or parsed (then a problem is recorded in `sources`, naming the file and the line).
 pub(crate) fn read_mcp_json(path: &Path, sources: &mut McpSources) -> Option<Value> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::user_file::read_text(path, crate::user_file::MAX_USER_FILE_BYTES) {
         Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(crate::user_file::ReadError::NotFound) => return None,
         Err(error) => {
             sources.file_problem(path, None, format!("cannot be read: {error}"));
             return None;
         }
     };
+    if let Err(deep) = mew_cards::check_nesting(&text, mew_cards::MAX_NESTING) {
+        sources.file_problem(path, Some(deep.line), format!("invalid JSON: {deep}"));
+        return None;
+    }
     let json: serde_json::Value = match serde_json::from_str(&text) {
         Ok(json) => json,
         Err(error) => {

@@ -33,7 +33,7 @@ pub(crate) use self::{
     engine::{HookContext, HookEngine, HookSettings},
     event::{HookEvent, MAX_STOP_BLOCKS, Payload},
     output::{HookOutcome, PermissionDecision},
-    rules::{load, standard_files},
+    rules::{HookProblem, load, standard_files},
     trust::{TrustStore, default_trust_file, trust_project, untrust_project},
 };
 

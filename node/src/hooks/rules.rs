@@ -65,7 +65,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -243,11 +242,12 @@ impl HookRule {
 }
 
 /// A rule or file that was skipped, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct HookProblem {
     /// The file, for display.
     pub(crate) path: String,
     /// The rule, when the problem is with one rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) rule: Option<String>,
     /// What is wrong.
     pub(crate) message: String,
@@ -323,16 +323,17 @@ pub(crate) fn load(files: &[HookFile], trust: &TrustStore) -> LoadedHooks {
     let mut loaded = LoadedHooks::default();
     let mut names = HashSet::new();
     for file in files {
-        let text = match fs::read_to_string(&file.path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
-            Err(err) => {
-                loaded
-                    .problems
-                    .push(HookProblem::file(&file.path, format!("cannot read: {err}")));
-                continue;
-            }
-        };
+        let text =
+            match crate::user_file::read_text(&file.path, crate::user_file::MAX_USER_FILE_BYTES) {
+                Ok(text) => text,
+                Err(crate::user_file::ReadError::NotFound) => continue,
+                Err(err) => {
+                    loaded
+                        .problems
+                        .push(HookProblem::file(&file.path, format!("cannot read: {err}")));
+                    continue;
+                }
+            };
         let (rules, problems, report) = parse_file(&text, file, trust);
         loaded.problems.extend(problems);
         if let Some(report) = report {
@@ -471,6 +472,12 @@ struct RawAction {
 /// Compiles a `hooks.yaml` text: a mapping with a `hooks:` list. An empty file holds no hooks.
 pub(crate) fn parse_mew(text: &str, source: &Arc<RuleSource>) -> (Vec<HookRule>, Vec<HookProblem>) {
     let path = &source.path;
+    if let Err(deep) = mew_cards::check_nesting(text, mew_cards::MAX_NESTING) {
+        return (
+            Vec::new(),
+            vec![HookProblem::file(path, format!("invalid YAML: {deep}"))],
+        );
+    }
     let document: Yaml = match serde_yaml_ng::from_str(text) {
         Ok(document) => document,
         Err(err) => {
@@ -723,6 +730,8 @@ fn check_timeout(timeout: Duration) -> Result<Duration, String> {
 
 /// The `hooks` value of a settings file: `None` when it has none.
 pub(crate) fn settings_hooks(text: &str) -> Result<Option<Value>, String> {
+    mew_cards::check_nesting(text, mew_cards::MAX_NESTING)
+        .map_err(|deep| format!("invalid JSON: {deep}"))?;
     let document: Value =
         serde_json::from_str(text).map_err(|err| format!("invalid JSON: {err}"))?;
     let Value::Object(mut map) = document else {

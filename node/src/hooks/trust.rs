@@ -215,17 +215,18 @@ pub(crate) fn trust_project(
     let mut store = TrustStore::load(trust_file)?;
     let mut report = Vec::new();
     for file in project_files(project) {
-        let outcome = match fs::read_to_string(&file.path) {
-            Err(err) if err.kind() == io::ErrorKind::NotFound => FileTrust::NoHooks,
-            Err(err) => FileTrust::Broken {
-                message: format!("cannot read: {err}"),
-            },
-            Ok(text) => match content_hash(&text, file.format) {
-                Ok(Some(hash)) => FileTrust::Trusted { hash },
-                Ok(None) => FileTrust::NoHooks,
-                Err(message) => FileTrust::Broken { message },
-            },
-        };
+        let outcome =
+            match crate::user_file::read_text(&file.path, crate::user_file::MAX_USER_FILE_BYTES) {
+                Err(crate::user_file::ReadError::NotFound) => FileTrust::NoHooks,
+                Err(err) => FileTrust::Broken {
+                    message: format!("cannot read: {err}"),
+                },
+                Ok(text) => match content_hash(&text, file.format) {
+                    Ok(Some(hash)) => FileTrust::Trusted { hash },
+                    Ok(None) => FileTrust::NoHooks,
+                    Err(message) => FileTrust::Broken { message },
+                },
+            };
         match &outcome {
             FileTrust::Trusted { hash } => store.insert(&file.path, hash),
             FileTrust::NoHooks => {

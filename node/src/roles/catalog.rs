@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -37,7 +37,7 @@ const BUILTIN_ROLES: [(&str, &str); 3] = [
 
 /// Largest role file read, in bytes; a larger one is a problem, not a role.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
-const MAX_ROLE_FILE_BYTES: usize = 1024 * 1024;
+const MAX_ROLE_FILE_BYTES: u64 = crate::user_file::MAX_USER_FILE_BYTES;
 
 /// The directories roles are loaded from, besides the builtin ones. `None` skips a layer.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
@@ -283,14 +283,18 @@ impl Catalog {
                 )),
             }
         }
-        names.retain(|name| is_role_file_name(name));
+        // Directories (even one called `x.md`) hold no role; anything else that is not a
+        // regular file (a FIFO, a device) is reported when it is read.
+        names.retain(|name| {
+            is_role_file_name(name) && !fs::metadata(dir.join(name)).is_ok_and(|m| m.is_dir())
+        });
         names.sort();
         names
             .into_iter()
-            .filter_map(|name| {
+            .map(|name| {
                 let path = dir.join(name);
-                let text = read_role_file(&path).transpose()?;
-                Some((path.display().to_string(), text))
+                let text = read_role_file(&path);
+                (path.display().to_string(), text)
             })
             .collect()
     }
@@ -303,32 +307,16 @@ fn is_role_file_name(name: &OsStr) -> bool {
         && Path::new(name).extension().is_some_and(|ext| ext == "md")
 }
 
-/// Reads a role file: `Ok(None)` when it is not a regular file (nor a symlink to one), an error
-/// message when it cannot be read, is too large or is not UTF-8.
-#[cfg_attr(not(test), allow(dead_code))] // wired by the node
-fn read_role_file(path: &Path) -> Result<Option<String>, String> {
-    // Checked before opening: opening a FIFO would block.
-    let metadata = fs::metadata(path).map_err(|err| format!("cannot read the file: {err}"))?;
-    if !metadata.is_file() {
-        return Ok(None);
-    }
-    let too_large = || format!("the file is larger than {MAX_ROLE_FILE_BYTES} bytes");
-    if metadata.len() > MAX_ROLE_FILE_BYTES as u64 {
-        return Err(too_large());
-    }
-    let mut bytes = Vec::new();
-    fs::File::open(path)
-        .and_then(|file| {
-            file.take(MAX_ROLE_FILE_BYTES as u64 + 1)
-                .read_to_end(&mut bytes)
-        })
-        .map_err(|err| format!("cannot read the file: {err}"))?;
-    if bytes.len() > MAX_ROLE_FILE_BYTES {
-        return Err(too_large());
-    }
-    String::from_utf8(bytes)
-        .map(Some)
-        .map_err(|err| format!("the file is not UTF-8 text: {}", err.utf8_error()))
+/// Reads a role file; the message says what is wrong with one that cannot be read (a FIFO
+/// or device is reported, never opened).
+fn read_role_file(path: &Path) -> Result<String, String> {
+    crate::user_file::read_text(path, MAX_ROLE_FILE_BYTES).map_err(|err| match err {
+        // Listed a moment ago: a symlink that points nowhere.
+        crate::user_file::ReadError::NotFound => {
+            "cannot read the file: it is a link to nothing".to_owned()
+        }
+        err => err.to_string(),
+    })
 }
 
 /// `llm` or `command`: what serves the role.
@@ -758,6 +746,41 @@ mod tests {
         assert_eq!(catalog.problems(), &[]);
         let names: Vec<&str> = catalog.roles().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["Explore", "Plan", "general-purpose", "good"]);
+    }
+
+    #[test]
+    fn a_fifo_or_a_device_named_like_a_role_is_reported_and_never_opened() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        write(dir, "good.md", role("good", "yes"));
+        let fifo = dir.join("pipe.md");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("zero.md")).unwrap();
+        // Loading returns (opening the FIFO would block forever) and says what each one is.
+        let catalog = Catalog::load(&only(dir));
+        assert!(catalog.get("good").is_some());
+        let problems: Vec<(&str, &str)> = catalog
+            .problems()
+            .iter()
+            .map(|p| (p.path.as_str(), p.message.as_str()))
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                (display(&fifo).as_str(), "it is a FIFO, not a regular file"),
+                (
+                    display(&dir.join("zero.md")).as_str(),
+                    "it is a character device, not a regular file"
+                ),
+            ]
+        );
     }
 
     #[cfg(unix)]

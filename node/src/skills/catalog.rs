@@ -34,7 +34,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -47,7 +47,7 @@ use crate::roles::catalog::{Problem, Severity};
 pub(crate) const SKILL_FILE: &str = "SKILL.md";
 
 /// Largest `SKILL.md` read, in bytes; a larger one is a problem, not a skill.
-pub(crate) const MAX_SKILL_FILE_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_SKILL_FILE_BYTES: u64 = crate::user_file::MAX_USER_FILE_BYTES;
 
 /// How many times activation reads `SKILL.md` looking for two identical reads in a row.
 const STABLE_READ_ATTEMPTS: usize = 4;
@@ -282,9 +282,19 @@ impl Snapshot {
         let mut in_root: BTreeMap<String, PathBuf> = BTreeMap::new();
         for name in names {
             let dir = root.dir.join(&name);
-            // Follows symlinks: a link to a skill directory is the user's choice.
-            if !fs::metadata(&dir).is_ok_and(|meta| meta.is_dir()) {
-                continue;
+            // Follows symlinks: a link to a skill directory is the user's choice. Plain files
+            // beside the skills (a README) are not skills; a FIFO or a device is reported.
+            match fs::metadata(&dir) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(meta) => {
+                    if let Some(kind) = crate::user_file::special_kind(&meta.file_type())
+                        .filter(|_| !meta.is_file())
+                    {
+                        self.error(&dir, format!("it is {kind}, not a skill directory"));
+                    }
+                    continue;
+                }
+                Err(_) => continue,
             }
             let path = dir.join(SKILL_FILE);
             let text = match read_skill_file(&path) {
@@ -357,32 +367,14 @@ fn lookup_key(name: &str) -> String {
     name.strip_prefix('/').unwrap_or(name).to_lowercase()
 }
 
-/// Reads a `SKILL.md`: `Ok(None)` when there is none (or it is not a regular file), an error
-/// message when it cannot be read, is too large or is not UTF-8.
+/// Reads a `SKILL.md`: `Ok(None)` when there is none, an error message when it cannot be read
+/// (it is a FIFO or a device, too large, not UTF-8).
 fn read_skill_file(path: &Path) -> Result<Option<String>, String> {
-    // Checked before opening: opening a FIFO would block.
-    let metadata = match fs::metadata(path) {
-        Ok(metadata) => metadata,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(format!("cannot read the file: {err}")),
-    };
-    if !metadata.is_file() {
-        return Ok(None);
+    match crate::user_file::read_text(path, MAX_SKILL_FILE_BYTES) {
+        Ok(text) => Ok(Some(text)),
+        Err(crate::user_file::ReadError::NotFound) => Ok(None),
+        Err(err) => Err(err.to_string()),
     }
-    let too_large = || format!("the file is larger than {MAX_SKILL_FILE_BYTES} bytes");
-    if metadata.len() > MAX_SKILL_FILE_BYTES {
-        return Err(too_large());
-    }
-    let mut bytes = Vec::new();
-    fs::File::open(path)
-        .and_then(|file| file.take(MAX_SKILL_FILE_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|err| format!("cannot read the file: {err}"))?;
-    if bytes.len() as u64 > MAX_SKILL_FILE_BYTES {
-        return Err(too_large());
-    }
-    String::from_utf8(bytes)
-        .map(Some)
-        .map_err(|err| format!("the file is not UTF-8 text: {}", err.utf8_error()))
 }
 
 /// Reads `path` until two reads in a row agree, so that a file being rewritten in place is not
@@ -709,6 +701,49 @@ mod tests {
             problems[2]
                 .message
                 .starts_with("invalid YAML in frontmatter")
+        );
+    }
+
+    fn mkfifo(path: &Path) {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn fifos_and_devices_are_reported_and_never_opened() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        write_skill(&root, "good", &skill_text("good", "d", "b"));
+        let dir = root.join("piped");
+        fs::create_dir_all(&dir).unwrap();
+        mkfifo(&dir.join(SKILL_FILE));
+        mkfifo(&root.join("stray"));
+        fs::write(root.join("README.md"), "skills live here").unwrap();
+        let catalog = Catalog::load(vec![SkillRoot::new(&root, SkillSource::User)]);
+        assert_eq!(catalog.list().len(), 1);
+        let messages: Vec<(String, String)> = catalog
+            .problems()
+            .iter()
+            .map(|p| (p.path.clone(), p.message.clone()))
+            .collect();
+        assert_eq!(
+            messages,
+            [
+                (
+                    dir.join(SKILL_FILE).display().to_string(),
+                    "it is a FIFO, not a regular file".to_owned()
+                ),
+                (
+                    root.join("stray").display().to_string(),
+                    "it is a FIFO, not a skill directory".to_owned()
+                ),
+            ]
         );
     }
 

@@ -305,6 +305,10 @@ fn parse_mapping(yaml: &str, blank_lines: usize) -> Result<Mapping, ParseError> 
     // The YAML starts after the opening line; leading newlines keep the parser's line numbers
     // those of the file (the opening line, plus the blank lines skipped before it).
     let padded = format!("{}{yaml}", "\n".repeat(blank_lines + 1));
+    mew_cards::check_nesting(&padded, mew_cards::MAX_NESTING).map_err(|deep| ParseError::Yaml {
+        message: deep.to_string(),
+        line: Some(deep.line),
+    })?;
     let value = serde_yaml_ng::from_str::<Value>(&padded)
         .and_then(|mut value| value.apply_merge().map(|()| value))
         .map_err(|err| ParseError::Yaml {

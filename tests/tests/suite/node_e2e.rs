@@ -980,6 +980,124 @@ async fn broken_role_files_are_reported_and_skipped() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A FIFO at `path`, made without a shell.
+fn mkfifo(path: &Path) -> anyhow::Result<()> {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+        0,
+    )
+    .with_context(|| format!("mkfifo {}", path.display()))
+}
+
+#[tokio::test]
+async fn hostile_files_are_reported_not_waited_on() -> anyhow::Result<()> {
+    // Flow collections 200,000 deep: libyaml alone would take about a minute on these.
+    let deep = format!("{}{}", "[".repeat(200_000), "]".repeat(200_000));
+    let good = command_role("good", "sh -c 'echo fine'");
+    let mut node = MewNode::new()?;
+    node.write_role("good.md", &good)?;
+    node.write_role(
+        "deep.md",
+        &format!(
+            "---
+name: deep
+description: d
+tools: {deep}
+---
+body
+"
+        ),
+    )?;
+    mkfifo(&node.roles_dir().join("pipe.md"))?;
+    let skills = node.project_dir().join(".mew/skills");
+    std::fs::create_dir_all(skills.join("deep"))?;
+    std::fs::write(
+        skills.join("deep/SKILL.md"),
+        format!(
+            "---
+name: deep
+description: {deep}
+---
+body
+"
+        ),
+    )?;
+    std::fs::create_dir_all(skills.join("piped"))?;
+    mkfifo(&skills.join("piped/SKILL.md"))?;
+    let hooks = node.home_dir().join(".mew/hooks.yaml");
+    std::fs::create_dir_all(node.home_dir().join(".mew"))?;
+    std::fs::write(
+        &hooks,
+        format!(
+            "hooks: {deep}
+"
+        ),
+    )?;
+    std::fs::write(
+        node.project_dir().join(".mcp.json"),
+        format!("{{\"mcpServers\": {deep}}}"),
+    )?;
+    node.launch().await?;
+
+    let agent = node.agent("/agents/good", Binding::JsonRpc).await?;
+    ensure!(artifact_text(&send_text(&agent, "x").await?) == "fine");
+    let (_, report) = node.get_json("/status").await?;
+    let find = |key: &str, path: &Path| -> anyhow::Result<String> {
+        let path = path.display().to_string();
+        report[key]
+            .as_array()
+            .and_then(|items| items.iter().find(|p| p["path"] == path.as_str()))
+            .and_then(|p| p["message"].as_str())
+            .map(str::to_owned)
+            .with_context(|| format!("no {key} entry for {path} in {report}"))
+    };
+    let message = find("problems", &node.roles_dir().join("deep.md"))?;
+    ensure!(
+        message.contains("nested deeper than 64 levels at line 4"),
+        "{message}"
+    );
+    let message = find("problems", &node.roles_dir().join("pipe.md"))?;
+    ensure!(message.contains("FIFO"), "{message}");
+    let message = find("skill_problems", &skills.join("deep/SKILL.md"))?;
+    ensure!(
+        message.contains("nested deeper than 64 levels"),
+        "{message}"
+    );
+    let message = find("skill_problems", &skills.join("piped/SKILL.md"))?;
+    ensure!(message.contains("FIFO"), "{message}");
+    let message = find("hook_problems", &hooks)?;
+    ensure!(
+        message.contains("nested deeper than 64 levels"),
+        "{message}"
+    );
+    let output = node.output();
+    ensure!(
+        output.contains(".mcp.json") && output.contains("nested deeper than 64 levels"),
+        "the .mcp.json problem is not reported:\n{output}"
+    );
+
+    // A configuration file like that, or one that is a FIFO, stops the node with the reason.
+    node.stop().await?;
+    let config = node.project_dir().join(".mew/config.yaml");
+    std::fs::write(&config, format!("node: {deep}\n"))?;
+    let (code, _, stderr) = node.client(&["config", "show"]).await?;
+    ensure!(
+        code != 0 && stderr.contains("config.yaml") && stderr.contains("deeper than 64 levels"),
+        "config show: exit {code}\n{stderr}"
+    );
+    std::fs::remove_file(&config)?;
+    mkfifo(&config)?;
+    let (code, _, stderr) = node.client(&["config", "show"]).await?;
+    ensure!(
+        code != 0 && stderr.contains("config.yaml") && stderr.contains("FIFO"),
+        "config show: exit {code}\n{stderr}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn model_role_fails_without_a_model_provider() -> anyhow::Result<()> {
     let node = MewNode::start(&[]).await?;
