@@ -646,8 +646,9 @@ async fn input_required_task_continues_after_a_crash() -> anyhow::Result<()> {
         waiting == asked,
         "changed across the restart: {waiting:?} vs {asked:?}"
     );
-    // Watching a task that waits for input: its snapshot, then the stream ends.
-    let watched = bounded(
+    // Watching a task that waits for input: its snapshot first; the stream stays open
+    // until the task ends.
+    let mut watched = bounded(
         "SubscribeToTask",
         agent.subscribe_to_task(
             &ctx(),
@@ -658,10 +659,10 @@ async fn input_required_task_continues_after_a_crash() -> anyhow::Result<()> {
         ),
     )
     .await??;
-    let items = collect(watched).await?;
+    let first = bounded("the snapshot", watched.next()).await?;
     ensure!(
-        matches!(items.as_slice(), [StreamResponse::Task(t)] if *t == asked),
-        "subscribing to a task waiting for input gave {items:?}"
+        matches!(&first, Some(Ok(StreamResponse::Task(t))) if *t == asked),
+        "subscribing to a task waiting for input gave {first:?}"
     );
     // The other question is withdrawn: canceled, it takes no answer.
     let canceled = cancel(&agent, &dropped.id).await?;
@@ -686,6 +687,17 @@ async fn input_required_task_continues_after_a_crash() -> anyhow::Result<()> {
         history_texts(&done) == ["ask", "need input", "later"],
         "history {:?}",
         history_texts(&done)
+    );
+    // The subscription saw the answer through to the end.
+    let rest = collect(watched).await?;
+    let last = rest.iter().rev().find_map(|item| match item {
+        StreamResponse::StatusUpdate(u) => Some(u.status.state),
+        StreamResponse::Task(t) => Some(t.status.state),
+        _ => None,
+    });
+    ensure!(
+        last == Some(TaskState::Completed),
+        "the subscription ended with {last:?}: {rest:?}"
     );
     Ok(())
 }
