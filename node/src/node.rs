@@ -581,6 +581,13 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.node.listen_address())
         .await
         .with_context(|| format!("cannot listen on {}", config.node.listen_address()))?;
+    let open_files = crate::server::listen::raise_file_limit();
+    let connection_limits = crate::server::listen::ConnectionLimits::for_files(
+        open_files,
+        Some(config.limits.max_connections).filter(|n| *n > 0),
+        config.limits.header_timeout,
+        config.limits.idle_timeout,
+    );
     config.node.bound_to(listener.local_addr()?);
     let tls = match config.tls.server() {
         Some(server) => Some(
@@ -622,6 +629,8 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     });
     let server_options = ServerOptions {
         max_body_bytes: config.limits.max_body_bytes,
+        max_inflight_body_bytes: config.limits.max_inflight_body_bytes,
+        body_timeout: config.limits.body_timeout,
         ..ServerOptions::default()
     };
     let app = crate::server::app(
@@ -689,6 +698,10 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     }
     println!("mew: tasks in {}", database.display());
     println!(
+        "mew: at most {} connections at once (open-file limit {open_files})",
+        connection_limits.max_connections
+    );
+    println!(
         "mew: cards signed with key {} ({}; public at {}{})",
         runtime.identity.kid(),
         config
@@ -715,31 +728,22 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
             stopping.cancel();
         }
     };
-    let app = tower::ServiceExt::map_request(app, crate::server::strip_trailing_slash);
-    let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(app);
-    let server: std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match tls {
-        Some(tls) => {
-            let listener = crate::server::tls::TlsListener::new(listener, tls)?;
-            Box::pin(
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(signal)
-                    .into_future(),
-            )
+    let service = tower::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
+        let request = crate::server::strip_trailing_slash(request.map(axum::body::Body::new));
+        tower::ServiceExt::oneshot(app.clone(), request)
+    });
+    let tls = tls.map(|config| tokio_rustls::TlsAcceptor::from(Arc::new(config)));
+    let drain = CancellationToken::new();
+    tokio::spawn({
+        let drain = drain.clone();
+        async move {
+            signal.await;
+            drain.cancel();
         }
-        None => {
-            // Small SSE frames must leave at once: no Nagle delay waiting for an ACK.
-            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            Box::pin(
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(signal)
-                    .into_future(),
-            )
-        }
-    };
+    });
+    let server = crate::server::listen::serve(listener, tls, service, connection_limits, drain);
     tokio::select! {
-        served = server => served.context("the HTTP server failed")?,
+        () = server => {}
         () = async { stopping.cancelled().await; tokio::time::sleep(grace).await } => {
             warn!("connections still open after the shutdown grace period; closing them");
         }

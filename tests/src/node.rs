@@ -205,6 +205,8 @@ pub struct MewNode {
     env: Vec<(String, String)>,
     /// The port to listen on; 0 picks a free one.
     port: u16,
+    /// The open-file limit (soft and hard) the node runs under, if set.
+    file_limit: Option<u64>,
 }
 
 impl MewNode {
@@ -225,6 +227,7 @@ impl MewNode {
             url: String::new(),
             env: Vec::new(),
             port: 0,
+            file_limit: None,
         })
     }
 
@@ -260,6 +263,12 @@ impl MewNode {
         self.env.push((name.to_owned(), value.to_owned()));
     }
 
+    /// Runs the node under an open-file limit of `files` (soft and hard, as `ulimit -n` sets
+    /// it), from its next launch on.
+    pub fn set_file_limit(&mut self, files: u64) {
+        self.file_limit = Some(files);
+    }
+
     /// Makes the node listen on `port` (from its next launch on) instead of a free one.
     pub fn set_port(&mut self, port: u16) {
         self.port = port;
@@ -287,7 +296,17 @@ impl MewNode {
             .append(true)
             .open(self.log_path())
             .context("cannot open the node's log")?;
-        let mut cmd = command(&bin);
+        // Under a file limit, a shell sets it and becomes the node (`exec`: the same process).
+        let mut cmd = match self.file_limit {
+            Some(files) => {
+                let mut cmd = command("sh");
+                cmd.arg("-c")
+                    .arg(format!("ulimit -n {files} && exec \"$0\" \"$@\""))
+                    .arg(&bin);
+                cmd
+            }
+            None => command(&bin),
+        };
         cmd.env_clear()
             .env("HOME", self.home_dir())
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())

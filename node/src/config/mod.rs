@@ -190,6 +190,23 @@ pub struct LimitsConfig {
     pub event_buffer: usize,
     /// The largest request body accepted, in bytes (at least 1).
     pub max_body_bytes: usize,
+    /// Bytes of request bodies one role reads and parses at once (at least 1); more wait.
+    pub max_inflight_body_bytes: usize,
+    /// The time a client has to send a whole request body.
+    #[serde(serialize_with = "duration::serialize")]
+    pub body_timeout: Duration,
+    /// Connections served at once; 0: as many as the open-file limit leaves room for.
+    pub max_connections: usize,
+    /// The time a new connection has to send its first request's headers.
+    #[serde(serialize_with = "duration::serialize")]
+    pub header_timeout: Duration,
+    /// The time a kept-alive connection may wait for its next request.
+    #[serde(serialize_with = "duration::serialize")]
+    pub idle_timeout: Duration,
+    /// The history messages per task `ListTasks` returns when the caller asks for no number.
+    pub list_history: usize,
+    /// A `ListTasks` page ends early when its tasks pass this many bytes of JSON.
+    pub max_list_bytes: usize,
 }
 
 /// `roles:` — where role definitions are found.

@@ -100,6 +100,17 @@ pub(crate) struct LimitsSettings {
     pub(crate) task_timeout: Duration,
     pub(crate) event_buffer: NonZeroUsize,
     pub(crate) max_body_bytes: NonZeroUsize,
+    pub(crate) max_inflight_body_bytes: NonZeroUsize,
+    #[serde(with = "duration")]
+    pub(crate) body_timeout: Duration,
+    /// Zero means: as many as the open-file limit leaves room for.
+    pub(crate) max_connections: usize,
+    #[serde(with = "duration")]
+    pub(crate) header_timeout: Duration,
+    #[serde(with = "duration")]
+    pub(crate) idle_timeout: Duration,
+    pub(crate) list_history: usize,
+    pub(crate) max_list_bytes: NonZeroUsize,
 }
 
 impl Default for LimitsSettings {
@@ -110,6 +121,13 @@ impl Default for LimitsSettings {
             task_timeout: Duration::from_secs(30 * 60),
             event_buffer: nonzero(256),
             max_body_bytes: nonzero(10 * 1024 * 1024),
+            max_inflight_body_bytes: nonzero(32 * 1024 * 1024),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 0,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            list_history: 10,
+            max_list_bytes: nonzero(4 * 1024 * 1024),
         }
     }
 }

@@ -389,9 +389,7 @@ mod tests {
             client_ca_file: None,
         })
         .unwrap();
-        let listener = crate::server::tls::TlsListener::new(listener, tls).unwrap();
-        let app = webhook(hook);
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        crate::server::listen::spawn_for_test(listener, Some(tls), webhook(hook));
         url
     }
 

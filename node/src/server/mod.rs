@@ -3,6 +3,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod auth;
+pub(crate) mod listen;
 pub(crate) mod tls;
 
 use std::sync::Arc;

@@ -1,42 +1,24 @@
-//! HTTPS for `mew up`: a listener whose connections are TLS streams (rustls), with the
-//! certificate re-read when its files change and, optionally, client certificates required
-//! (mutual TLS).
-//!
-//! [`TlsListener`] accepts TCP connections in a task of its own and runs each handshake in a
-//! task of its own, so a slow or broken client never holds up the others; finished streams
-//! reach `axum::serve` through a bounded channel. A failed handshake is logged at debug and
-//! dropped.
+//! HTTPS for `mew up`: the rustls server configuration, with the certificate re-read when its
+//! files change and, optionally, client certificates required (mutual TLS). The accept loop
+//! (`super::listen`) runs each handshake in the connection's own task, so a slow or broken
+//! client never holds up the others.
 
 use std::fmt;
-use std::io;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::crypto::CryptoProvider;
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::{RootCertStore, ServerConfig};
-use tokio_rustls::server::TlsStream;
-use tokio_util::task::AbortOnDropHandle;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::config::ServerTls;
 use crate::config::tls::{certificates, private_key, read};
 
 /// How often, at most, the certificate's files are checked for changes.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
-
-/// How long a client gets to finish its handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Finished handshakes waiting for the server to take them.
-const READY_STREAMS: usize = 64;
 
 /// The rustls provider of the whole workspace (reqwest's too): aws-lc-rs.
 fn provider() -> Arc<CryptoProvider> {
@@ -183,92 +165,6 @@ fn certified_key(
     })
 }
 
-/// A listener for `axum::serve` whose connections are TLS streams.
-pub(crate) struct TlsListener {
-    local_addr: SocketAddr,
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    /// Accepts connections and runs handshakes; stops (with its handshakes) when dropped.
-    _accepting: AbortOnDropHandle<()>,
-}
-
-impl fmt::Debug for TlsListener {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsListener")
-            .field("local_addr", &self.local_addr)
-            .finish_non_exhaustive()
-    }
-}
-
-impl TlsListener {
-    /// Serves TLS with `config` on `tcp`'s connections (with `TCP_NODELAY` set). Must be
-    /// called within a tokio runtime.
-    pub(crate) fn new(tcp: TcpListener, config: ServerConfig) -> io::Result<Self> {
-        Self::with_timeout(tcp, config, HANDSHAKE_TIMEOUT)
-    }
-
-    fn with_timeout(
-        tcp: TcpListener,
-        config: ServerConfig,
-        handshake_timeout: Duration,
-    ) -> io::Result<Self> {
-        let local_addr = tcp.local_addr()?;
-        let (sender, ready) = mpsc::channel(READY_STREAMS);
-        let acceptor = TlsAcceptor::from(Arc::new(config));
-        let accepting = tokio::spawn(accept_loop(tcp, acceptor, sender, handshake_timeout));
-        Ok(Self {
-            local_addr,
-            ready,
-            _accepting: AbortOnDropHandle::new(accepting),
-        })
-    }
-}
-
-async fn accept_loop(
-    mut tcp: TcpListener,
-    acceptor: TlsAcceptor,
-    sender: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
-    handshake_timeout: Duration,
-) {
-    let mut handshakes = JoinSet::new();
-    loop {
-        let (stream, peer) = tokio::select! {
-            // axum's accept logs and retries errors.
-            accepted = axum::serve::Listener::accept(&mut tcp) => accepted,
-            () = sender.closed() => return,
-        };
-        while handshakes.try_join_next().is_some() {}
-        // Small SSE frames must leave at once: no Nagle delay waiting for an ACK.
-        let _ = stream.set_nodelay(true);
-        let (acceptor, sender) = (acceptor.clone(), sender.clone());
-        handshakes.spawn(async move {
-            match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
-                Ok(Ok(stream)) => {
-                    let _ = sender.send((stream, peer)).await;
-                }
-                Ok(Err(error)) => debug!(%peer, %error, "TLS handshake failed"),
-                Err(_) => debug!(%peer, "TLS handshake timed out"),
-            }
-        });
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(accepted) => accepted,
-            // The accepting task ended, which it does only when this listener is dropped.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(self.local_addr)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -276,7 +172,10 @@ mod tests {
     use std::fs::File;
     use std::time::UNIX_EPOCH;
 
+    use std::net::SocketAddr;
+
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
     use tokio_rustls::TlsConnector;
     use tokio_rustls::rustls::ClientConfig;
     use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
@@ -316,22 +215,12 @@ mod tests {
         }
     }
 
-    /// A TLS server that answers every connection with `ok\n`. A handshake may take a day:
-    /// a client that stalls one must not hold up the others.
+    /// An HTTPS server (the node's own accept loop) that answers every request with `ok\n`.
     async fn serve(config: ServerConfig) -> SocketAddr {
         let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let day = Duration::from_secs(24 * 60 * 60);
-        let mut listener = TlsListener::with_timeout(tcp, config, day).unwrap();
-        let address = axum::serve::Listener::local_addr(&listener).unwrap();
-        tokio::spawn(async move {
-            loop {
-                let (mut stream, _) = axum::serve::Listener::accept(&mut listener).await;
-                tokio::spawn(async move {
-                    let _ = stream.write_all(b"ok\n").await;
-                    let _ = stream.shutdown().await;
-                });
-            }
-        });
+        let address = tcp.local_addr().unwrap();
+        let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok\n" }));
+        crate::server::listen::spawn_for_test(tcp, Some(config), app);
         address
     }
 
@@ -360,19 +249,24 @@ mod tests {
         TlsConnector::from(Arc::new(config))
     }
 
-    /// Connects, and returns the server's certificate and what it said; an error if the
-    /// handshake or the read fails.
+    /// Connects, asks for `/`, and returns the server's certificate and the answer's body; an
+    /// error if the handshake or the exchange fails.
     async fn fetch(
         address: SocketAddr,
         connector: &TlsConnector,
-    ) -> io::Result<(CertificateDer<'static>, String)> {
+    ) -> std::io::Result<(CertificateDer<'static>, String)> {
         let tcp = TcpStream::connect(address).await?;
         let name = ServerName::try_from("127.0.0.1").unwrap();
         let mut stream = connector.connect(name, tcp).await?;
         let cert = stream.get_ref().1.peer_certificates().unwrap()[0].clone();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .await?;
         let mut text = String::new();
         stream.read_to_string(&mut text).await?;
-        Ok((cert, text))
+        // The body of the answer.
+        let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+        Ok((cert, body))
     }
 
     fn server_cert(certs: &Certs) -> CertificateDer<'static> {

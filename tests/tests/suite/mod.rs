@@ -9,6 +9,7 @@ mod node_auth;
 mod node_e2e;
 mod node_hooks;
 mod node_isolation;
+mod node_limits;
 mod node_mcp;
 mod node_peer_auth;
 mod node_push;

@@ -299,6 +299,52 @@ async fn proto_field_names_are_accepted_on_both_bindings() {
     assert_eq!(rest_reason(&twice), "INVALID_PARAMS");
 }
 
+/// A body that sends `first` and then never ends, as a client that stalls does.
+fn stalled_body(first: &'static [u8]) -> Body {
+    use futures_util::StreamExt as _;
+    let chunk = futures_util::stream::once(async move {
+        Ok::<_, std::io::Error>(bytes::Bytes::from_static(first))
+    });
+    Body::from_stream(chunk.chain(futures_util::stream::pending()))
+}
+
+/// A body that does not arrive within the body timeout is answered 408 with an A2A error, on
+/// both bindings, and gives its room in the router's budget back.
+#[tokio::test]
+async fn a_stalled_body_times_out() {
+    let options = ServerOptions {
+        max_inflight_body_bytes: 4096,
+        body_timeout: std::time::Duration::from_millis(200),
+        ..ServerOptions::default()
+    };
+    let app = router_with(Arc::new(EchoAgent::new("http://127.0.0.1:1")), options);
+    for path in ["/", "/message:send"] {
+        let stalled = Request::post(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::CONTENT_LENGTH, "4096")
+            .header("A2A-Version", "1.0")
+            .body(stalled_body(b"{\"jsonrpc\""))
+            .unwrap();
+        let answer = call_on(app.clone(), stalled).await;
+        assert_eq!(answer.status, StatusCode::REQUEST_TIMEOUT, "{}", answer.body);
+        let message = answer.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("did not arrive within"), "{}", answer.body);
+    }
+    // The whole budget is back: a request as large as it goes through.
+    let answer = call_on(
+        app,
+        rpc(json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": send_params()})
+            .to_string()),
+    )
+    .await;
+    assert_eq!(
+        answer.body["result"]["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{}",
+        answer.body
+    );
+}
+
 #[tokio::test]
 async fn rest_errors_use_http_statuses_and_error_info() {
     let answer = call(rest("POST", "/message:send", Some("{not json"))).await;

@@ -107,14 +107,14 @@ pub(crate) async fn handle(
         );
         return error_response(StatusCode::UNSUPPORTED_MEDIA_TYPE, &null, &error);
     }
-    let bytes = match read_body(body, shared.options.max_body_bytes).await {
-        Ok(bytes) => bytes,
+    let body = match read_body(&shared, &headers, body).await {
+        Ok(body) => body,
         Err(error) => {
             let (status, error) = error.into_a2a();
             return error_response(status, &null, &error);
         }
     };
-    let text = match std::str::from_utf8(&bytes) {
+    let text = match std::str::from_utf8(&body.bytes) {
         Ok(text) => text,
         Err(_) => {
             let error = A2aError::new(ErrorKind::ParseError, "the request body is not UTF-8");
@@ -135,14 +135,15 @@ pub(crate) async fn handle(
             return error_response(StatusCode::OK, &null, &error);
         }
     };
-    let id: &RawValue = match envelope.id {
+    // Owned: the answer names the id after the body is gone.
+    let owned_id: Box<RawValue> = match envelope.id {
         Some(id)
             if matches!(
                 id.get().as_bytes().first(),
                 Some(b'"' | b'-' | b'0'..=b'9' | b'n')
             ) =>
         {
-            id
+            id.to_owned()
         }
         _ => {
             let error = A2aError::new(
@@ -152,6 +153,7 @@ pub(crate) async fn handle(
             return error_response(StatusCode::OK, &null, &error);
         }
     };
+    let id: &RawValue = &owned_id;
     let method = match (envelope.jsonrpc, envelope.method.as_deref()) {
         (Some("2.0"), Some(method)) => method,
         (Some("2.0"), None) => {
@@ -173,13 +175,18 @@ pub(crate) async fn handle(
     let ctx = call_context(&headers, principal.map(|Extension(p)| p));
     let agent = &shared.agent;
     let raw = envelope.params;
+    // The request is parsed, then the body (and its room in the router's budget) goes:
+    // a blocking send may wait long for its task.
     macro_rules! call {
         ($method:ident) => {
             match params(raw) {
-                Ok(request) => agent
-                    .$method(&ctx, request)
-                    .await
-                    .map_err(crate::Error::into_a2a),
+                Ok(request) => {
+                    drop(body);
+                    agent
+                        .$method(&ctx, request)
+                        .await
+                        .map_err(crate::Error::into_a2a)
+                }
                 Err(error) => Err(error),
             }
         };

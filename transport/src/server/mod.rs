@@ -25,6 +25,13 @@ use crate::wire::{EXTENSIONS_HEADER, VERSION_HEADER};
 pub struct ServerOptions {
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// The most bytes of request bodies one router reads and parses at once: a request
+    /// reserves its `Content-Length` (or `max_body_bytes` when it sends none) until its body
+    /// is parsed, and waits for room (at most `body_timeout`) when others hold it.
+    pub max_inflight_body_bytes: usize,
+    /// The time a client has to send a whole request body (and to find room for it);
+    /// beyond it the request is answered 408 (503 when there was no room).
+    pub body_timeout: Duration,
     /// `Cache-Control: max-age` of the well-known card.
     pub card_max_age: Duration,
     /// Interval of SSE keep-alive comments on idle streams.
@@ -35,6 +42,8 @@ impl Default for ServerOptions {
     fn default() -> Self {
         Self {
             max_body_bytes: 10 * 1024 * 1024,
+            max_inflight_body_bytes: 32 * 1024 * 1024,
+            body_timeout: Duration::from_secs(60),
             card_max_age: Duration::from_secs(300),
             keep_alive: Duration::from_secs(15),
         }
@@ -47,7 +56,12 @@ pub(crate) struct Shared {
     pub(crate) agent: Arc<dyn AgentTransport>,
     pub(crate) options: Arc<ServerOptions>,
     pub(crate) card: Arc<card::CardCache>,
+    /// Room for request bodies being read and parsed, in KiB.
+    pub(crate) bodies: Arc<tokio::sync::Semaphore>,
 }
+
+/// Request bodies are budgeted in units of this many bytes.
+const BODY_UNIT: usize = 1024;
 
 /// Serves `agent` with default options: see [`router_with`].
 pub fn router(agent: Arc<dyn AgentTransport>) -> Router {
@@ -60,8 +74,12 @@ pub fn router(agent: Arc<dyn AgentTransport>) -> Router {
 ///
 /// The router is relative: nest it to serve an agent under a prefix.
 pub fn router_with(agent: Arc<dyn AgentTransport>, options: ServerOptions) -> Router {
+    let units = options.max_inflight_body_bytes.div_ceil(BODY_UNIT).max(1);
     let shared = Shared {
         agent,
+        bodies: Arc::new(tokio::sync::Semaphore::new(
+            units.min(tokio::sync::Semaphore::MAX_PERMITS),
+        )),
         options: Arc::new(options),
         card: Arc::new(card::CardCache::default()),
     };
@@ -143,11 +161,44 @@ pub(crate) fn content_type_is(headers: &HeaderMap, accepted: &[&str]) -> bool {
         .is_some_and(|media| accepted.contains(&media.as_str()))
 }
 
-/// Reads a whole body up to `limit` bytes.
-pub(crate) async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyError> {
-    match axum::body::to_bytes(body, limit).await {
-        Ok(bytes) => Ok(bytes),
-        Err(error) => {
+/// A request body read whole, holding its share of the router's body budget until it is
+/// dropped: drop it once the request is parsed.
+pub(crate) struct ReadBody {
+    pub(crate) bytes: Bytes,
+    _room: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// Reads a whole body of at most `max_body_bytes`, within `body_timeout`, after reserving
+/// room for it (its `Content-Length`, or the limit when it has none) in the router's budget.
+pub(crate) async fn read_body(
+    shared: &Shared,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<ReadBody, BodyError> {
+    let options = &shared.options;
+    let limit = options.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    if declared.is_some_and(|length| length > limit) {
+        return Err(BodyError::TooLarge(limit));
+    }
+    let reserve = declared
+        .unwrap_or(limit)
+        .min(options.max_inflight_body_bytes);
+    let units = u32::try_from(reserve.div_ceil(BODY_UNIT).max(1)).unwrap_or(u32::MAX);
+    // A zero timeout is none.
+    let deadline = (!options.body_timeout.is_zero())
+        .then(|| tokio::time::Instant::now() + options.body_timeout);
+    let room = within(deadline, shared.bodies.clone().acquire_many_owned(units))
+        .await
+        .map_err(|_| BodyError::Busy)?
+        .map_err(|_| BodyError::Busy)?;
+    match within(deadline, axum::body::to_bytes(body, limit)).await {
+        Err(_) => Err(BodyError::TooSlow(options.body_timeout)),
+        Ok(Ok(bytes)) => Ok(ReadBody { bytes, _room: room }),
+        Ok(Err(error)) => {
             let too_large = std::error::Error::source(&error)
                 .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
             Err(if too_large {
@@ -159,9 +210,24 @@ pub(crate) async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyErr
     }
 }
 
+/// Runs `future` until `deadline`, if there is one.
+async fn within<F: std::future::Future>(
+    deadline: Option<tokio::time::Instant>,
+    future: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await,
+        None => Ok(future.await),
+    }
+}
+
 /// Why a body could not be read.
 pub(crate) enum BodyError {
     TooLarge(usize),
+    /// It did not arrive whole within the body timeout.
+    TooSlow(Duration),
+    /// Other requests' bodies held the router's budget for the whole body timeout.
+    Busy,
     Broken,
 }
 
@@ -173,6 +239,23 @@ impl BodyError {
                 A2aError::new(
                     ErrorKind::InvalidRequest,
                     format!("the request body is larger than {limit} bytes"),
+                ),
+            ),
+            Self::TooSlow(limit) => (
+                StatusCode::REQUEST_TIMEOUT,
+                A2aError::new(
+                    ErrorKind::InvalidRequest,
+                    format!(
+                        "the request body did not arrive within {} s",
+                        limit.as_secs_f64()
+                    ),
+                ),
+            ),
+            Self::Busy => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                A2aError::new(
+                    ErrorKind::Internal,
+                    "the agent is reading as many request bodies as it takes at once; try again",
                 ),
             ),
             Self::Broken => (
@@ -242,4 +325,116 @@ fn end_after_last(
             Some((item, (stream, last)))
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use async_trait::async_trait;
+    use mew_cards::{
+        AgentCard, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse,
+        SendMessageRequest, SendMessageResponse, SubscribeToTaskRequest, Task,
+    };
+
+    use super::*;
+    use crate::Error;
+
+    /// An agent that is never called: these tests stop at the body.
+    struct Unused;
+
+    fn unused() -> Error {
+        Error::transport("not called")
+    }
+
+    #[async_trait]
+    impl AgentTransport for Unused {
+        async fn card(&self) -> Result<AgentCard, Error> {
+            Err(unused())
+        }
+        async fn send_message(
+            &self,
+            _: &CallContext,
+            _: SendMessageRequest,
+        ) -> Result<SendMessageResponse, Error> {
+            Err(unused())
+        }
+        async fn send_streaming_message(
+            &self,
+            _: &CallContext,
+            _: SendMessageRequest,
+        ) -> Result<EventStream, Error> {
+            Err(unused())
+        }
+        async fn get_task(&self, _: &CallContext, _: GetTaskRequest) -> Result<Task, Error> {
+            Err(unused())
+        }
+        async fn list_tasks(
+            &self,
+            _: &CallContext,
+            _: ListTasksRequest,
+        ) -> Result<ListTasksResponse, Error> {
+            Err(unused())
+        }
+        async fn cancel_task(&self, _: &CallContext, _: CancelTaskRequest) -> Result<Task, Error> {
+            Err(unused())
+        }
+        async fn subscribe_to_task(
+            &self,
+            _: &CallContext,
+            _: SubscribeToTaskRequest,
+        ) -> Result<EventStream, Error> {
+            Err(unused())
+        }
+    }
+
+    fn shared(options: ServerOptions) -> Shared {
+        let units = options.max_inflight_body_bytes.div_ceil(BODY_UNIT);
+        Shared {
+            agent: Arc::new(Unused),
+            bodies: Arc::new(tokio::sync::Semaphore::new(units)),
+            options: Arc::new(options),
+            card: Arc::new(card::CardCache::default()),
+        }
+    }
+
+    fn length(n: usize) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_LENGTH, n.to_string().parse().unwrap());
+        headers
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_waits_for_room_and_is_busy_when_none_comes() {
+        let shared = shared(ServerOptions {
+            max_inflight_body_bytes: 4096,
+            body_timeout: Duration::from_secs(5),
+            ..ServerOptions::default()
+        });
+        // Others hold three of the four KiB: a 2 KiB body does not fit, a 1 KiB one does.
+        let held = shared.bodies.clone().acquire_many_owned(3).await.unwrap();
+        let small = read_body(&shared, &length(1024), Body::from(vec![b' '; 1024])).await;
+        assert!(small.is_ok());
+        let large = read_body(&shared, &length(2048), Body::from(vec![b' '; 2048])).await;
+        let (status, error) = match large {
+            Err(error) => error.into_a2a(),
+            Ok(_) => panic!("a body beyond the room was read"),
+        };
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(error.message.contains("try again"), "{}", error.message);
+        // Once the room is given back, the same body is read.
+        drop(held);
+        let large = read_body(&shared, &length(2048), Body::from(vec![b' '; 2048])).await;
+        assert_eq!(large.map(|body| body.bytes.len()).ok(), Some(2048));
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_beyond_the_limit_is_refused_before_reading() {
+        let shared = shared(ServerOptions {
+            max_body_bytes: 100,
+            ..ServerOptions::default()
+        });
+        let outcome = read_body(&shared, &length(101), Body::empty()).await;
+        assert!(matches!(outcome, Err(BodyError::TooLarge(100))));
+    }
 }

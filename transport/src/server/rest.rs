@@ -114,15 +114,15 @@ async fn json_body<T: DeserializeOwned + Default>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<T, Rejection> {
-    let bytes = read_body(body, shared.options.max_body_bytes)
-        .await
-        .map_err(|e| {
-            let (status, error) = e.into_a2a();
-            Rejection {
-                status: Some(status),
-                error,
-            }
-        })?;
+    let body = read_body(shared, headers, body).await.map_err(|e| {
+        let (status, error) = e.into_a2a();
+        Rejection {
+            status: Some(status),
+            error,
+        }
+    })?;
+    // The body's room in the budget is given back when this returns, parsed.
+    let bytes = &body.bytes;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
@@ -136,7 +136,7 @@ async fn json_body<T: DeserializeOwned + Default>(
             error,
         });
     }
-    serde_json::from_slice(&bytes).map_err(|e| {
+    serde_json::from_slice(bytes).map_err(|e| {
         let kind = if e.is_syntax() || e.is_eof() {
             ErrorKind::ParseError
         } else {
