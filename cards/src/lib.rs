@@ -29,7 +29,7 @@ pub use card::{
 pub use error::{A2aError, ErrorKind};
 pub use ids::{ArtifactId, ContextId, MessageId, TaskId};
 pub use jcs::{CanonicalError, canonical_card, canonicalize};
-pub use message::{Artifact, Message, Metadata, Part, PartContent, Role, join_text};
+pub use message::{Artifact, MAX_PARTS, Message, Metadata, Part, PartContent, Role, join_text};
 pub use nesting::{MAX_NESTING, TooDeep, check_nesting};
 pub use requests::{
     AuthenticationInfo, CancelTaskRequest, DEFAULT_PAGE_SIZE,

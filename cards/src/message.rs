@@ -7,6 +7,45 @@ use serde_json::{Map, Value};
 use crate::ids::{ArtifactId, ContextId, MessageId, TaskId};
 use crate::serde_util::{empty_as_none, is_default, null_as_default, present_value, proto_enum};
 
+/// The most parts a message may have. Reading stops at the first part over it, so a request
+/// of many tiny parts costs no more than this many. (An artifact grows by the chunks its agent
+/// streams, and a stored task must read back: artifacts have no such bound.)
+pub const MAX_PARTS: usize = 1000;
+
+/// Reads a list of parts (`null` as none), refusing more than [`MAX_PARTS`] as soon as the
+/// list passes it.
+fn bounded_parts<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Part>, D::Error> {
+    struct Parts;
+    impl<'de> serde::de::Visitor<'de> for Parts {
+        type Value = Vec<Part>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "a list of at most {MAX_PARTS} parts")
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut parts = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+            while let Some(part) = seq.next_element()? {
+                if parts.len() == MAX_PARTS {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {MAX_PARTS} parts"
+                    )));
+                }
+                parts.push(part);
+            }
+            Ok(parts)
+        }
+    }
+    deserializer.deserialize_any(Parts)
+}
+
 /// A JSON object of free-form metadata (`google.protobuf.Struct`).
 pub type Metadata = Map<String, Value>;
 
@@ -218,10 +257,10 @@ pub struct Message {
         skip_serializing_if = "is_default"
     )]
     pub role: Role,
-    /// The content.
+    /// The content: at most [`MAX_PARTS`] parts.
     #[serde(
         default,
-        deserialize_with = "null_as_default",
+        deserialize_with = "bounded_parts",
         skip_serializing_if = "Vec::is_empty"
     )]
     pub parts: Vec<Part>,

@@ -508,3 +508,17 @@ fn apply_folds_artifact_updates() {
     task.apply(&StreamResponse::Task(snapshot.clone()));
     assert_eq!(task, snapshot);
 }
+
+#[test]
+fn a_message_holds_at_most_max_parts() {
+    use mew_cards::MAX_PARTS;
+    let parts = |n: usize| Value::Array(vec![json!({"text": ""}); n]);
+    let message = |n: usize| json!({"messageId": "m", "role": "ROLE_USER", "parts": parts(n)});
+    let full: Message = parse(message(MAX_PARTS));
+    assert_eq!(full.parts.len(), MAX_PARTS);
+    let error = reject::<Message>(message(MAX_PARTS + 1));
+    assert!(error.contains("more than 1000 parts"), "{error}");
+    // `null` is no parts, as before.
+    let none: Message = parse(json!({"messageId": "m", "role": "ROLE_USER", "parts": null}));
+    assert!(none.parts.is_empty());
+}

@@ -172,6 +172,8 @@ impl Runtime {
             max_queued: config.limits.max_queued_tasks,
             task_timeout: config.limits.task_timeout,
             event_buffer: config.limits.event_buffer,
+            list_history: config.limits.list_history,
+            max_list_bytes: config.limits.max_list_bytes,
         };
         let providers = Arc::new(
             Providers::from_config(&config, &env).context("cannot set up the model providers")?,

@@ -44,6 +44,11 @@ pub(crate) struct Limits {
     pub(crate) task_timeout: Option<Duration>,
     /// Events buffered per task for slow subscribers.
     pub(crate) event_buffer: usize,
+    /// History messages per task in `ListTasks` when the caller asks for no number.
+    pub(crate) list_history: usize,
+    /// A `ListTasks` page ends early once its tasks come to this many bytes of JSON (it always
+    /// holds one task).
+    pub(crate) max_list_bytes: usize,
 }
 
 impl Default for Limits {
@@ -53,6 +58,8 @@ impl Default for Limits {
             max_queued: 1024,
             task_timeout: Some(Duration::from_secs(30 * 60)),
             event_buffer: 256,
+            list_history: 10,
+            max_list_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -1068,21 +1075,35 @@ impl TaskManager {
         };
         let page = self.store.list(&query).await.map_err(store_error)?;
         let include_artifacts = request.include_artifacts.unwrap_or(false);
-        let tasks = page
-            .tasks
-            .into_iter()
-            .map(|stored| {
-                let mut task = stored.task;
-                task.truncate_history(request.history_length);
-                if !include_artifacts {
-                    task.artifacts.clear();
-                }
-                task
-            })
-            .collect();
+        // Unset: the node's default amount of history (the spec leaves it to the server).
+        let history_length = request
+            .history_length
+            .unwrap_or_else(|| i32::try_from(self.limits.list_history).unwrap_or(i32::MAX));
+        let mut next = page.next;
+        let mut tasks = Vec::with_capacity(page.tasks.len());
+        let mut bytes = 0usize;
+        let count = page.tasks.len();
+        for (i, stored) in page.tasks.into_iter().enumerate() {
+            let cursor = Cursor {
+                status_time: stored.status_time(),
+                id: stored.task.id.clone(),
+            };
+            let mut task = stored.task;
+            task.truncate_history(Some(history_length));
+            if !include_artifacts {
+                task.artifacts.clear();
+            }
+            bytes = bytes.saturating_add(json_size(&task));
+            tasks.push(task);
+            // A page of big tasks ends early; the next one starts after the last one kept.
+            if bytes >= self.limits.max_list_bytes && i + 1 < count {
+                next = Some(cursor);
+                break;
+            }
+        }
         Ok(ListTasksResponse {
             tasks,
-            next_page_token: page.next.map(|c| encode_token(&c)).unwrap_or_default(),
+            next_page_token: next.map(|c| encode_token(&c)).unwrap_or_default(),
             page_size,
             total_size: i32::try_from(page.total).unwrap_or(i32::MAX),
         })
@@ -1480,6 +1501,23 @@ fn validate_message(message: &Message) -> Result<(), Error> {
         ));
     }
     Ok(())
+}
+
+/// How many bytes `value` takes as JSON, counted without keeping them.
+fn json_size(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 fn encode_token(cursor: &Cursor) -> String {

@@ -735,6 +735,69 @@ async fn listing_pages_and_scopes() {
     );
 }
 
+#[tokio::test]
+async fn listing_bounds_history_by_default_and_pages_by_bytes() {
+    let f = fixture(Limits {
+        list_history: 2,
+        max_list_bytes: 3000,
+        ..Limits::default()
+    })
+    .await;
+    // Five tasks of 12 messages, each message some 1000 bytes of JSON.
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let mut stored = stored(TaskState::Completed, &format!("task {i}"));
+        for n in 0..11 {
+            let mut message = Message::user_text(format!("{n:04} {}", "x".repeat(900)));
+            message.task_id = Some(stored.task.id.clone());
+            stored.task.history.push(message);
+        }
+        stored.task.status.timestamp = Some(mew_cards::Timestamp::from_unix_nanos(
+            1_700_000_000_000_000_000 + i128::from(i),
+        ));
+        f.store.put(&stored).await.unwrap();
+        ids.push(stored.task.id.clone());
+    }
+    // Unasked, a task comes with its two newest messages; asked, with as many as asked.
+    let page = f
+        .manager
+        .list(&ListTasksRequest::default(), &Scope::default())
+        .await
+        .unwrap();
+    assert!(
+        page.tasks.iter().all(|t| t.history.len() == 2),
+        "{:?}",
+        page.tasks
+    );
+    assert_eq!(page.total_size, 5);
+    // Each task is ~2 kB with two messages: a page of 3 kB holds two of them, then points on.
+    assert_eq!(page.tasks.len(), 2);
+    assert!(!page.next_page_token.is_empty());
+    let mut seen: Vec<_> = page.tasks.iter().map(|t| t.id.clone()).collect();
+    let mut token = page.next_page_token;
+    while !token.is_empty() {
+        let request = ListTasksRequest {
+            page_token: token,
+            ..Default::default()
+        };
+        let page = f.manager.list(&request, &Scope::default()).await.unwrap();
+        assert!(!page.tasks.is_empty());
+        seen.extend(page.tasks.iter().map(|t| t.id.clone()));
+        token = page.next_page_token;
+    }
+    // Every task once, newest first, across the short pages.
+    ids.reverse();
+    assert_eq!(seen, ids);
+    // A task bigger than the page still comes, alone.
+    let request = ListTasksRequest {
+        history_length: Some(12),
+        ..Default::default()
+    };
+    let page = f.manager.list(&request, &Scope::default()).await.unwrap();
+    assert_eq!(page.tasks.len(), 1);
+    assert_eq!(page.tasks[0].history.len(), 12);
+}
+
 fn webhook(task: &mew_cards::TaskId, id: &str) -> mew_cards::TaskPushNotificationConfig {
     mew_cards::TaskPushNotificationConfig {
         id: id.to_owned(),

@@ -326,20 +326,26 @@ async fn a_stalled_body_times_out() {
             .body(stalled_body(b"{\"jsonrpc\""))
             .unwrap();
         let answer = call_on(app.clone(), stalled).await;
-        assert_eq!(answer.status, StatusCode::REQUEST_TIMEOUT, "{}", answer.body);
+        assert_eq!(
+            answer.status,
+            StatusCode::REQUEST_TIMEOUT,
+            "{}",
+            answer.body
+        );
         let message = answer.body["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains("did not arrive within"), "{}", answer.body);
     }
     // The whole budget is back: a request as large as it goes through.
     let answer = call_on(
         app,
-        rpc(json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": send_params()})
-            .to_string()),
+        rpc(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": send_params()})
+                .to_string(),
+        ),
     )
     .await;
     assert_eq!(
-        answer.body["result"]["task"]["status"]["state"],
-        "TASK_STATE_COMPLETED",
+        answer.body["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{}",
         answer.body
     );
