@@ -45,7 +45,9 @@
 //! - a request after the last step: HTTP 500 "script exhausted at request #N";
 //! - a request the real service would refuse (no `anthropic-version`, no `max_tokens`, a
 //!   `tool_use` without its `tool_result`, a tool call whose `arguments` is not a string, a tool
-//!   name the API does not allow, ...): HTTP 400 `invalid_request_error`; no step is used;
+//!   name the API does not allow, a Chat Completions message whose `content` is `null` or
+//!   missing, which llama.cpp's server refuses, ...): HTTP 400 `invalid_request_error`; no step
+//!   is used;
 //! - an unknown endpoint: HTTP 404.
 //!
 //! A wrong or missing key, when the server was started with one, is answered with HTTP 401 in the
@@ -1636,6 +1638,45 @@ fn check_openai(body: &Value) -> Result<(), String> {
     let mut pending: Vec<String> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         let role = message["role"].as_str().unwrap_or_default();
+        // As strict as the strictest server users run: OpenAI takes `content: null` (or no
+        // content) on an assistant message with tool calls, llama.cpp's server answers HTTP
+        // 500 to `null` and fails when it is left out. Every message has string content, or
+        // (user and system) a list of text and image parts.
+        match &message["content"] {
+            Value::String(_) => {}
+            Value::Array(parts) if matches!(role, "user" | "system" | "developer") => {
+                for (j, part) in parts.iter().enumerate() {
+                    let valid = match part["type"].as_str() {
+                        Some("text") => part["text"].is_string(),
+                        Some("image_url") => part["image_url"]["url"].is_string(),
+                        _ => false,
+                    };
+                    if !valid {
+                        return Err(format!(
+                            "Invalid 'messages[{i}].content[{j}]': expected a text or \
+                             image_url part"
+                        ));
+                    }
+                }
+            }
+            Value::Null if message.get("content").is_some() => {
+                return Err(format!(
+                    "Invalid type for 'messages[{i}].content': got null; this server takes \
+                     a string (llama.cpp's server answers HTTP 500 to null content)"
+                ));
+            }
+            Value::Null => {
+                return Err(format!(
+                    "Missing required parameter: 'messages[{i}].content' (llama.cpp's server \
+                     fails without it)"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "Invalid type for 'messages[{i}].content': expected a string"
+                ));
+            }
+        }
         if role != "tool" && !pending.is_empty() {
             return Err(format!(
                 "An assistant message with 'tool_calls' must be followed by tool messages \
@@ -2652,7 +2693,10 @@ mod tests {
         assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
         let mut next = openai_body("read", false);
         let messages = next["messages"].as_array_mut().unwrap();
-        messages.push(message.clone());
+        // Sent back with string content, as every server takes it.
+        let mut message = message.clone();
+        message["content"] = json!("");
+        messages.push(message);
         messages.push(json!({"role": "tool", "tool_call_id": "call_1", "content": "file body"}));
         let body: Value = post_openai(&model, "k", &next).await.json().await.unwrap();
         assert_eq!(body["choices"][0]["message"]["content"], "done");
@@ -2665,7 +2709,7 @@ mod tests {
         let mut body = openai_body("x", false);
         body["messages"] = json!([
             {"role": "user", "content": "read"},
-            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1",
              "type": "function", "function": {"name": "read_file", "arguments": {"a": 1}}}]},
             {"role": "tool", "tool_call_id": "call_1", "content": "x"},
         ]);
@@ -2680,6 +2724,39 @@ mod tests {
                 .contains("'messages[1].tool_calls[0].function.arguments': expected a string")
         );
         assert_eq!(model.failures().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn openai_content_must_be_present_and_not_null() {
+        let model = ScriptedModel::start(vec![Step::text("never")]).unwrap();
+        let call = json!([{"id": "call_1", "type": "function",
+                           "function": {"name": "read_file", "arguments": "{}"}}]);
+        for (assistant, says) in [
+            (
+                json!({"role": "assistant", "content": null, "tool_calls": call}),
+                "got null",
+            ),
+            (
+                json!({"role": "assistant", "tool_calls": call}),
+                "Missing required parameter",
+            ),
+        ] {
+            let mut body = openai_body("x", false);
+            body["messages"] = json!([
+                {"role": "user", "content": "read"},
+                assistant,
+                {"role": "tool", "tool_call_id": "call_1", "content": "x"},
+            ]);
+            let response = post_openai(&model, "k", &body).await;
+            assert_eq!(response.status(), 400);
+            let body: Value = response.json().await.unwrap();
+            let message = body["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains("'messages[1].content'") && message.contains(says),
+                "{message}"
+            );
+        }
+        assert_eq!(model.failures().len(), 2);
     }
 
     #[tokio::test]

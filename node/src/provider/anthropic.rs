@@ -313,10 +313,15 @@ impl Api for MessagesApi {
     fn error(&self, body: &str) -> ApiError {
         match serde_json::from_str::<ErrorBody>(body) {
             Ok(ErrorBody { error }) => api_error(error),
-            Err(_) => ApiError {
-                class: None,
-                message: body.to_owned(),
-            },
+            Err(_) => ApiError::raw(body),
+        }
+    }
+
+    fn no_endpoint_hint(&self, url: &str) -> String {
+        let base = url.trim_end_matches("/v1/messages");
+        match base.strip_suffix("/v1") {
+            Some(without) => format!("the Anthropic API adds /v1 itself: try base_url: {without}"),
+            None => format!("check the provider's base_url ({base})"),
         }
     }
 }
@@ -336,14 +341,14 @@ struct WireError {
 }
 
 fn api_error(error: WireError) -> ApiError {
-    ApiError {
-        class: error_class(&error.kind),
-        message: if error.kind.is_empty() {
+    ApiError::api(
+        error_class(&error.kind),
+        if error.kind.is_empty() {
             error.message
         } else {
             format!("{}: {}", error.kind, error.message)
         },
-    }
+    )
 }
 
 /// The class of an Anthropic error type (see the API's "Errors" page).
@@ -969,10 +974,10 @@ data: {\"type\": \"error\", \"error\": {\"type\": \"overloaded_error\", \"messag
         let (response, _) = parse(wire, 4096);
         assert_eq!(
             response.unwrap_err(),
-            StreamError::Remote(ApiError {
-                class: Some(ErrorClass::Retry),
-                message: "overloaded_error: Overloaded".into(),
-            })
+            StreamError::Remote(ApiError::api(
+                Some(ErrorClass::Retry),
+                "overloaded_error: Overloaded".into(),
+            ))
         );
     }
 
@@ -1002,10 +1007,7 @@ data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_d
         assert_eq!(error.message, "not_found_error: model: claude-x");
         assert_eq!(
             api.error("<html>bad gateway</html>"),
-            ApiError {
-                class: None,
-                message: "<html>bad gateway</html>".into()
-            }
+            ApiError::raw("<html>bad gateway</html>")
         );
         for (kind, class) in [
             ("authentication_error", ErrorClass::Auth),

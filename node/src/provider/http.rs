@@ -59,6 +59,8 @@ pub(crate) enum ErrorClass {
     BadRequest,
     /// Rate limited, overloaded or a transient server error: worth another attempt.
     Retry,
+    /// There is no such endpoint (a 404 that is not the API's): the base URL is wrong.
+    NoEndpoint,
     /// The service refuses for a reason time will not fix soon (e.g. quota exhausted).
     Unavailable,
 }
@@ -66,13 +68,19 @@ pub(crate) enum ErrorClass {
 impl ErrorClass {
     /// Classifies an error by the API's own error type or code when it is decisive, else by
     /// the HTTP status (`None` for an error event inside a stream, which has none).
-    pub(crate) fn classify(status: Option<StatusCode>, api: Option<ErrorClass>) -> ErrorClass {
+    /// `recognized` says whether the body was the API's error form.
+    pub(crate) fn classify(
+        status: Option<StatusCode>,
+        api: Option<ErrorClass>,
+        recognized: bool,
+    ) -> ErrorClass {
         if let Some(class) = api {
             return class;
         }
         match status.map(|status| status.as_u16()) {
             Some(401 | 403) => ErrorClass::Auth,
-            Some(404) => ErrorClass::UnknownModel,
+            Some(404) if recognized => ErrorClass::UnknownModel,
+            Some(404) => ErrorClass::NoEndpoint,
             Some(429 | 500 | 502 | 503 | 504 | 529) => ErrorClass::Retry,
             Some(400..=499) => ErrorClass::BadRequest,
             Some(_) | None => ErrorClass::Unavailable,
@@ -87,6 +95,29 @@ pub(crate) struct ApiError {
     pub(crate) class: Option<ErrorClass>,
     /// What the service said (or the raw body, when it is not the API's error form).
     pub(crate) message: String,
+    /// Whether the body was the API's error form: the service understood the request. A 404
+    /// in the API's form refuses the model; any other 404 means there is no such endpoint.
+    pub(crate) recognized: bool,
+}
+
+impl ApiError {
+    /// An error in the API's own form.
+    pub(crate) fn api(class: Option<ErrorClass>, message: String) -> Self {
+        Self {
+            class,
+            message,
+            recognized: true,
+        }
+    }
+
+    /// A body that is not the API's error form, kept as it is.
+    pub(crate) fn raw(body: &str) -> Self {
+        Self {
+            class: None,
+            message: body.to_owned(),
+            recognized: false,
+        }
+    }
 }
 
 /// Why a streamed answer could not be read.
@@ -120,6 +151,10 @@ pub(crate) trait Api: Sync {
 
     /// Reads an error answer's body.
     fn error(&self, body: &str) -> ApiError;
+
+    /// What to tell a user whose requests to `url` find no endpoint (HTTP 404 not in the
+    /// API's form): how the base URL should look.
+    fn no_endpoint_hint(&self, url: &str) -> String;
 }
 
 /// One prepared model call: where it goes and what it sends.
@@ -286,7 +321,8 @@ impl HttpClient {
             let retry_after = retry_after(response.headers());
             let body = self.error_body(response).await;
             let error = api.error(&body);
-            return Err(self.status_failure(Some(status), error, request.model, retry_after));
+            let hint = api.no_endpoint_hint(request.url);
+            return Err(self.status_failure(Some(status), error, request, &hint, retry_after));
         }
         let content_type = response
             .headers()
@@ -307,6 +343,8 @@ impl HttpClient {
         let mut body = response.bytes_stream();
         let mut deltas = Vec::new();
         let mut complete = false;
+        // What arrived, to say how far an answer that stopped short got.
+        let mut received = (0usize, 0usize);
         while !complete {
             let chunk = match tokio::time::timeout(self.settings.idle_timeout, body.next()).await {
                 Err(_elapsed) => {
@@ -316,13 +354,15 @@ impl HttpClient {
                 Ok(Some(Err(error))) => return Err(self.transport_failure(&error)),
                 Ok(Some(Ok(chunk))) => chunk,
             };
+            received.0 += chunk.len();
             let events = decoder
                 .push(&chunk)
                 .map_err(|error| self.protocol(error.to_string()))?;
             for event in events {
+                received.1 += 1;
                 let done = parser
                     .event(event, &mut deltas)
-                    .map_err(|error| self.stream_failure(error, request.model))?;
+                    .map_err(|error| self.stream_failure(error, request, received))?;
                 for delta in deltas.drain(..) {
                     *delivered = true;
                     on_delta(delta);
@@ -338,9 +378,10 @@ impl HttpClient {
                 .finish()
                 .map_err(|error| self.protocol(error.to_string()))?
         {
+            received.1 += 1;
             complete = parser
                 .event(event, &mut deltas)
-                .map_err(|error| self.stream_failure(error, request.model))?;
+                .map_err(|error| self.stream_failure(error, request, received))?;
             for delta in deltas.drain(..) {
                 *delivered = true;
                 on_delta(delta);
@@ -348,7 +389,7 @@ impl HttpClient {
         }
         parser
             .finish(complete)
-            .map_err(|error| self.stream_failure(error, request.model))
+            .map_err(|error| self.stream_failure(error, request, received))
     }
 
     /// Reads at most [`ERROR_BODY_LIMIT`] bytes of an error answer, as text.
@@ -370,50 +411,75 @@ impl HttpClient {
         &self,
         status: Option<StatusCode>,
         error: ApiError,
-        model: &str,
+        request: &HttpRequest<'_>,
+        hint: &str,
         retry_after: Option<Duration>,
     ) -> Failure {
+        let (model, url) = (request.model, request.url);
         let message = match (status, error.message.is_empty()) {
             (Some(status), true) => format!("HTTP {status}"),
             (Some(status), false) => format!("HTTP {status}: {}", error.message),
             (None, _) => error.message,
         };
         let provider = self.provider.clone();
-        Failure::Fatal(match ErrorClass::classify(status, error.class) {
-            ErrorClass::Retry => {
-                return Failure::Retryable {
-                    cause: RetryCause::Unavailable(message),
-                    retry_after,
-                };
-            }
-            ErrorClass::Auth => ProviderError::Auth {
-                provider,
-                message: format!("{message} ({})", self.key_hint),
+        Failure::Fatal(
+            match ErrorClass::classify(status, error.class, error.recognized) {
+                ErrorClass::Retry => {
+                    return Failure::Retryable {
+                        cause: RetryCause::Unavailable(message),
+                        retry_after,
+                    };
+                }
+                ErrorClass::Auth => ProviderError::Auth {
+                    provider,
+                    message: format!("{message} ({})", self.key_hint),
+                },
+                ErrorClass::UnknownModel => ProviderError::UnknownModel {
+                    provider,
+                    model: model.to_owned(),
+                    message,
+                },
+                ErrorClass::BadRequest => ProviderError::BadRequest { provider, message },
+                ErrorClass::NoEndpoint => ProviderError::NoEndpoint {
+                    provider,
+                    url: url.to_owned(),
+                    hint: hint.to_owned(),
+                },
+                ErrorClass::Unavailable => ProviderError::Unavailable {
+                    provider,
+                    attempts: 1,
+                    message,
+                },
             },
-            ErrorClass::UnknownModel => ProviderError::UnknownModel {
-                provider,
-                model: model.to_owned(),
-                message,
-            },
-            ErrorClass::BadRequest => ProviderError::BadRequest { provider, message },
-            ErrorClass::Unavailable => ProviderError::Unavailable {
-                provider,
-                attempts: 1,
-                message,
-            },
-        })
+        )
     }
 
-    fn stream_failure(&self, error: StreamError, model: &str) -> Failure {
+    /// A stream that could not be read, or stopped short after `received` (bytes, events).
+    fn stream_failure(
+        &self,
+        error: StreamError,
+        request: &HttpRequest<'_>,
+        received: (usize, usize),
+    ) -> Failure {
         match error {
             StreamError::Protocol(message) => self.protocol(message),
-            StreamError::Remote(error) => self.status_failure(None, error, model, None),
-            StreamError::Truncated => Failure::Retryable {
-                cause: RetryCause::Connect(
-                    "the stream ended before the answer was complete".to_owned(),
-                ),
-                retry_after: None,
-            },
+            StreamError::Remote(error) => self.status_failure(None, error, request, "", None),
+            // The server ended its answer itself (a broken connection is a transport failure):
+            // the same request would end the same way.
+            StreamError::Truncated => Failure::Fatal(ProviderError::Incomplete {
+                provider: self.provider.clone(),
+                url: request.url.to_owned(),
+                message: match received {
+                    (0, _) => "the answer was empty (HTTP 200 with no body)".to_owned(),
+                    (bytes, 0) => format!(
+                        "the answer held no event ({bytes} bytes that are not a server-sent event)"
+                    ),
+                    (bytes, events) => format!(
+                        "the answer stopped after {bytes} bytes ({events} events), before the \
+                         model finished"
+                    ),
+                },
+            }),
         }
     }
 
@@ -491,20 +557,30 @@ mod tests {
 
     #[test]
     fn statuses_and_api_codes_classify() {
-        let class = |status: u16| ErrorClass::classify(StatusCode::from_u16(status).ok(), None);
+        let class =
+            |status: u16| ErrorClass::classify(StatusCode::from_u16(status).ok(), None, true);
         assert_eq!(class(401), ErrorClass::Auth);
         assert_eq!(class(403), ErrorClass::Auth);
         assert_eq!(class(404), ErrorClass::UnknownModel);
+        // A 404 that is not the API's own error: the URL has no such endpoint.
+        assert_eq!(
+            ErrorClass::classify(StatusCode::from_u16(404).ok(), None, false),
+            ErrorClass::NoEndpoint
+        );
         assert_eq!(class(400), ErrorClass::BadRequest);
         assert_eq!(class(413), ErrorClass::BadRequest);
         for status in [429, 500, 502, 503, 504, 529] {
             assert_eq!(class(status), ErrorClass::Retry, "{status}");
         }
         assert_eq!(class(501), ErrorClass::Unavailable);
-        assert_eq!(ErrorClass::classify(None, None), ErrorClass::Unavailable);
+        assert_eq!(
+            ErrorClass::classify(None, None, true),
+            ErrorClass::Unavailable
+        );
         let quota = ErrorClass::classify(
             StatusCode::from_u16(429).ok(),
             Some(ErrorClass::Unavailable),
+            true,
         );
         assert_eq!(quota, ErrorClass::Unavailable);
     }

@@ -58,6 +58,22 @@ pub(crate) enum ProviderError {
         url: String,
         message: String,
     },
+    /// The URL has no such endpoint (an HTTP 404 that is not the API's own error): the base
+    /// URL is wrong.
+    #[error("{provider}: {url} answered 404 Not Found: there is no such endpoint; {hint}")]
+    NoEndpoint {
+        provider: String,
+        url: String,
+        hint: String,
+    },
+    /// The provider answered (HTTP 200) but the answer stopped before it was complete: the
+    /// same request would fail the same way, so it is not retried.
+    #[error("{provider}: {url} answered, but {message}")]
+    Incomplete {
+        provider: String,
+        url: String,
+        message: String,
+    },
     /// The provider answered something this client cannot read.
     #[error("{provider}: unreadable answer: {message}")]
     Protocol { provider: String, message: String },
@@ -76,6 +92,8 @@ impl ProviderError {
             Self::Auth { .. }
             | Self::UnknownModel { .. }
             | Self::BadRequest { .. }
+            | Self::NoEndpoint { .. }
+            | Self::Incomplete { .. }
             | Self::Protocol { .. }
             | Self::Canceled => false,
         }

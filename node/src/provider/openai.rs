@@ -153,8 +153,9 @@ enum Message<'a> {
         content: UserContent<'a>,
     },
     Assistant {
-        /// `null` when the message is only tool calls.
-        content: Option<String>,
+        /// Always a string, `""` when the message is only tool calls: OpenAI takes `null`
+        /// there, but llama.cpp's server refuses it (and fails when it is left out).
+        content: String,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall<'a>>,
     },
@@ -315,13 +316,8 @@ fn assistant_message(message: &ChatMessage) -> Message<'_> {
             }
         }
     }
-    let content = match (texts.is_empty(), tool_calls.is_empty()) {
-        (true, false) => None,
-        (true, true) => Some(String::new()),
-        (false, _) => Some(texts.join("\n\n")),
-    };
     Message::Assistant {
-        content,
+        content: texts.join("\n\n"),
         tool_calls,
     }
 }
@@ -387,10 +383,19 @@ impl Api for ChatApi {
                     message: Some(_), ..
                 },
             )) => api_error(error),
-            Ok(ErrorBody::Flat(_)) | Err(_) => ApiError {
-                class: None,
-                message: body.to_owned(),
-            },
+            Ok(ErrorBody::Flat(_)) | Err(_) => ApiError::raw(body),
+        }
+    }
+
+    fn no_endpoint_hint(&self, url: &str) -> String {
+        let base = url.trim_end_matches("/chat/completions");
+        if base.ends_with("/v1") {
+            format!("check the provider's base_url ({base})")
+        } else {
+            format!(
+                "OpenAI-compatible servers (Ollama, vLLM, llama.cpp, LM Studio) serve the API \
+                 under /v1: try base_url: {base}/v1"
+            )
         }
     }
 }
@@ -421,10 +426,7 @@ enum WireError {
 
 fn api_error(error: WireError) -> ApiError {
     match error {
-        WireError::Text(message) => ApiError {
-            class: None,
-            message,
-        },
+        WireError::Text(message) => ApiError::api(None, message),
         WireError::Object {
             message,
             kind,
@@ -437,13 +439,13 @@ fn api_error(error: WireError) -> ApiError {
                 .or_else(|| kind.as_deref().and_then(error_class));
             let label = code.or(kind);
             let message = message.unwrap_or_default();
-            ApiError {
+            ApiError::api(
                 class,
-                message: match label {
+                match label {
                     Some(label) => format!("{label}: {message}"),
                     None => message,
                 },
-            }
+            )
         }
     }
 }
@@ -801,7 +803,7 @@ mod tests {
                 {"role": "tool", "tool_call_id": "call_2", "content":
                     "captured\n[image image/png, 1234 bytes base64, not shown: this provider takes no images in tool results]"},
                 {"role": "user", "content": "Go on."},
-                {"role": "assistant", "content": null, "tool_calls": [
+                {"role": "assistant", "content": "", "tool_calls": [
                     {"id": "call_3", "type": "function",
                      "function": {"name": "Read", "arguments": "{\"_invalid_arguments\":\"{\\\"pa\"}"}}
                 ]}
@@ -1030,10 +1032,10 @@ data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_r
         let wire = "data: {\"error\":{\"message\":\"Rate limit reached\",\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}\n\n";
         assert_eq!(
             parse(wire, 4096).0.unwrap_err(),
-            StreamError::Remote(ApiError {
-                class: Some(ErrorClass::Retry),
-                message: "rate_limit_exceeded: Rate limit reached".into(),
-            })
+            StreamError::Remote(ApiError::api(
+                Some(ErrorClass::Retry),
+                "rate_limit_exceeded: Rate limit reached".into(),
+            ))
         );
     }
 
@@ -1059,20 +1061,8 @@ data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_r
         let vllm = api.error(
             r#"{"object":"error","message":"bad","type":"BadRequestError","param":null,"code":400}"#,
         );
-        assert_eq!(
-            vllm,
-            ApiError {
-                class: None,
-                message: "BadRequestError: bad".into()
-            }
-        );
+        assert_eq!(vllm, ApiError::api(None, "BadRequestError: bad".into()));
         let html = api.error("<html>502</html>");
-        assert_eq!(
-            html,
-            ApiError {
-                class: None,
-                message: "<html>502</html>".into()
-            }
-        );
+        assert_eq!(html, ApiError::raw("<html>502</html>"));
     }
 }

@@ -650,8 +650,10 @@ async fn a_stream_cut_short_after_a_delta_is_not_retried() {
         .await;
         let provider = provider(kind, &base, Some("k"), settings());
         let (response, deltas) = call(provider.as_ref(), &request()).await;
+        let bytes = start.len() + delta.len();
         assert!(
-            matches!(response, Err(ProviderError::Connect { ref message, .. }) if message.contains("delivered")),
+            matches!(&response, Err(ProviderError::Incomplete { message, .. })
+                if message.contains(&format!("stopped after {bytes} bytes"))),
             "{kind:?}: {response:?}"
         );
         assert_eq!(deltas, [Delta::Text("partial".into())]);
@@ -671,8 +673,8 @@ async fn a_stream_broken_before_any_delta_is_retried() {
             },
             Replay {
                 status: 200,
-                chunks: vec![start],
-                breaks: false,
+                chunks: vec![],
+                breaks: true,
             },
             Replay {
                 status: 200,
@@ -692,6 +694,77 @@ async fn a_stream_broken_before_any_delta_is_retried() {
         assert_eq!(deltas, [Delta::Text("partial".into())]);
         assert_eq!(count.load(Ordering::SeqCst), 3, "{kind:?}");
     }
+}
+
+/// A server that answers 200 and then ends its answer short (llama.cpp's does, for some
+/// requests) was reached: the error says what arrived, names the URL, and the call is not
+/// tried again, since the same request ends the same way.
+#[tokio::test]
+async fn an_empty_or_short_answer_is_reported_as_such_and_not_retried() {
+    for kind in KINDS {
+        let (start, _, _) = pieces(kind);
+        for (chunks, says) in [
+            (vec![], "the answer was empty".to_owned()),
+            (
+                vec!["not an event stream at all"],
+                "held no event".to_owned(),
+            ),
+            (vec![start], format!("stopped after {} bytes", start.len())),
+        ] {
+            let (base, count) = replay_server(vec![Replay {
+                status: 200,
+                chunks,
+                breaks: false,
+            }])
+            .await;
+            let provider = provider(kind, &base, Some("k"), settings());
+            let (response, _) = call(provider.as_ref(), &request()).await;
+            let error = response.unwrap_err();
+            let text = error.to_string();
+            assert!(
+                matches!(error, ProviderError::Incomplete { .. })
+                    && text.contains(&says)
+                    && text.contains(&base),
+                "{kind:?}: {text}"
+            );
+            assert!(!error.is_retryable());
+            assert_eq!(count.load(Ordering::SeqCst), 1, "{kind:?}: {text}");
+        }
+    }
+}
+
+/// A 404 that is not the API's own error means the URL is wrong, not the model: the error
+/// names the URL and, for OpenAI-compatible servers, suggests the `/v1` the base URL lacks.
+#[tokio::test]
+async fn a_404_from_a_wrong_path_names_the_url_and_suggests_v1() {
+    let (base, count) = replay_server(vec![Replay {
+        status: 404,
+        chunks: vec!["404 page not found"],
+        breaks: false,
+    }])
+    .await;
+    // Configured without /v1, as users do.
+    let setup = ProviderSetup {
+        name: "local".into(),
+        base_url: base.clone(),
+        api_key: None,
+        key_source: KeySource::Unset {
+            config_key: "providers.local.api_key_env".into(),
+        },
+        models: BTreeMap::new(),
+        http: settings(),
+    };
+    let provider = OpenAiProvider::new(setup).unwrap();
+    let (response, _) = call(&provider, &request()).await;
+    let error = response.unwrap_err();
+    let text = error.to_string();
+    assert!(
+        matches!(error, ProviderError::NoEndpoint { .. })
+            && text.contains(&format!("{base}/chat/completions"))
+            && text.contains(&format!("try base_url: {base}/v1")),
+        "{text}"
+    );
+    assert_eq!(count.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
