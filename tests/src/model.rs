@@ -218,6 +218,10 @@ pub struct Reply {
     /// Token counts; `{input: 10, output: 5}` when not given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// Report no usage, even when the request asks for it, as some OpenAI-compatible local
+    /// servers do (Chat Completions only: every Anthropic answer has its usage).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_usage: bool,
     /// Stream deltas per text and per tool input (2 when not given).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chunks: Option<usize>,
@@ -516,6 +520,12 @@ impl Step {
     /// Sets the token counts.
     pub fn with_usage(mut self, usage: Usage) -> Self {
         self.reply.usage = Some(usage);
+        self
+    }
+
+    /// Reports no usage (see [`Reply::no_usage`]).
+    pub fn without_usage(mut self) -> Self {
+        self.reply.no_usage = true;
         self
     }
 
@@ -1072,7 +1082,7 @@ async fn model_call(shared: &Shared, api: Api, headers: &HeaderMap, body: &Bytes
                 (Api::OpenAi, true) => sse_response(
                     api,
                     n,
-                    openai_chunks(&reply, n, &model, created, include_usage),
+                    openai_chunks(&reply, n, &model, created, include_usage && !reply.no_usage),
                 ),
             }
         }

@@ -93,6 +93,22 @@ pub(crate) struct WindowUse {
     pub(crate) messages: usize,
     /// Times the conversation was compacted.
     pub(crate) compactions: u64,
+    /// Whether the system prompt and tool definitions alone reach the threshold, which no
+    /// compaction can get under: found and said once, then compaction is off for the session.
+    pub(crate) too_small: bool,
+}
+
+/// What [`compact_if_needed`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Compaction {
+    /// Nothing: the next request fits, or there is nothing to summarize.
+    Skipped,
+    /// The older part was summarized.
+    Compacted,
+    /// The request's fixed part (`fixed` tokens: system prompt and tools) alone reaches the
+    /// `threshold`: the model's context window is too small for this role's tools. Reported
+    /// once per session; compaction is off after it.
+    WindowTooSmall { fixed: u64, threshold: u64 },
 }
 
 /// Records the usage of a model call whose answer is the conversation's last message.
@@ -107,6 +123,12 @@ pub(crate) fn estimate(settings: &AgentSettings, tools: &[ToolSpec], session: &S
     if session.window.tokens > 0 && measured > 0 && measured <= session.messages.len() {
         return session.window.tokens + messages_tokens(&session.messages[measured..]);
     }
+    fixed_tokens(settings, tools) + messages_tokens(&session.messages)
+}
+
+/// The estimated size of what every request holds whatever the conversation: the system
+/// prompt and the tool definitions.
+fn fixed_tokens(settings: &AgentSettings, tools: &[ToolSpec]) -> u64 {
     let tools: u64 = tools
         .iter()
         .map(|spec| {
@@ -115,7 +137,7 @@ pub(crate) fn estimate(settings: &AgentSettings, tools: &[ToolSpec], session: &S
                 + json_tokens(&spec.input_schema)
         })
         .sum();
-    text_tokens(&settings.system) + tools + messages_tokens(&session.messages)
+    text_tokens(&settings.system) + tools
 }
 
 /// The size, in tokens, at which the conversation is compacted; 0 turns compaction off.
@@ -147,18 +169,25 @@ pub(crate) async fn compact_if_needed(
     session: &mut Session,
     cancel: &CancellationToken,
     hooks: Option<&RunHooks>,
-) -> Result<bool, AgentError> {
+) -> Result<Compaction, AgentError> {
     let threshold = threshold(settings);
-    if threshold == 0 {
-        return Ok(false);
+    if threshold == 0 || session.window.too_small {
+        return Ok(Compaction::Skipped);
     }
     let before = estimate(settings, tools, session);
     if before < threshold {
-        return Ok(false);
+        return Ok(Compaction::Skipped);
+    }
+    // Summarizing shrinks only the conversation: when the rest alone reaches the threshold,
+    // every turn would compact again without ever getting under it.
+    let fixed = fixed_tokens(settings, tools);
+    if fixed >= threshold {
+        session.window.too_small = true;
+        return Ok(Compaction::WindowTooSmall { fixed, threshold });
     }
     let keep_budget = (threshold as f64 * KEEP_SHARE) as u64;
     let Some(cut) = cut(&session.messages, keep_budget) else {
-        return Ok(false);
+        return Ok(Compaction::Skipped);
     };
     let mut guidance = Vec::new();
     if let Some(hooks) = hooks {
@@ -198,7 +227,10 @@ pub(crate) async fn compact_if_needed(
         Err(ProviderError::Canceled) => return Err(AgentError::Canceled),
         Err(error) => return Err(AgentError::Provider(error)),
     };
-    session.usage += response.usage;
+    match response.usage {
+        Some(usage) => session.usage += usage,
+        None => session.unreported_calls += 1,
+    }
     let summary: String = response
         .content
         .iter()
@@ -232,6 +264,7 @@ pub(crate) async fn compact_if_needed(
     }
     session.window = WindowUse {
         compactions: session.window.compactions + 1,
+        too_small: session.window.too_small,
         ..WindowUse::default()
     };
     let after = estimate(settings, tools, session);
@@ -249,7 +282,7 @@ pub(crate) async fn compact_if_needed(
             .await;
         log_ignored_stop("PostCompact", &outcome);
     }
-    Ok(true)
+    Ok(Compaction::Compacted)
 }
 
 /// Logs a `continue: false` from a compaction hook, which stops nothing here. Hook errors (a
@@ -580,6 +613,54 @@ mod tests {
         // The estimate before the second call: the first call's 610 tokens and the result since.
         assert_eq!(s.window.tokens, 705);
         assert_eq!(s.window.messages, 4);
+    }
+
+    /// Records warnings.
+    #[derive(Default)]
+    struct Warnings(std::sync::Mutex<Vec<String>>);
+
+    impl Observer for Warnings {
+        fn text(&self, _: &str) {}
+        fn tool_started(&self, _: &str, _: &str, _: &Value) {}
+        fn tool_finished(&self, _: &str, _: &str, _: &ToolOutput) {}
+        fn warning(&self, text: &str) {
+            self.0.lock().unwrap().push(text.to_owned());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_window_too_small_for_the_tools_is_said_once_and_never_compacted() {
+        // Every call comes back over the threshold; a system prompt of about 900 tokens alone
+        // is past it, so no summary could help: three turns, no summary request.
+        let model = ScriptedModel::start(vec![
+            echo("c1").with_usage(Tokens::new(950, 10)),
+            echo("c2")
+                .expect_tool_results(["c1"])
+                .with_usage(Tokens::new(960, 10)),
+            Step::text("done")
+                .expect_tool_results(["c2"])
+                .with_usage(Tokens::new(970, 5)),
+        ])
+        .unwrap();
+        let mut agent = agent(&model);
+        agent.settings.system = "x".repeat(3600);
+        let mut s = session("task");
+        let warnings = Warnings::default();
+        let outcome = agent
+            .run(&mut s, Resume::Fresh, "", &warnings)
+            .await
+            .unwrap();
+        assert_eq!(outcome, Outcome::Answered("done".into()));
+        model.assert_done();
+        assert_eq!(s.window.compactions, 0);
+        assert!(s.window.too_small);
+        let warnings = warnings.0.lock().unwrap();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("context window (1000 tokens) is too small"),
+            "{}",
+            warnings[0]
+        );
     }
 
     #[tokio::test]

@@ -163,8 +163,9 @@ pub(crate) struct ModelResponse {
     pub(crate) content: Vec<Block>,
     /// Why it stopped.
     pub(crate) stop: StopReason,
-    /// Tokens used.
-    pub(crate) usage: Usage,
+    /// Tokens used, as the service reported them; `None` when it reported none (some local
+    /// servers send no usage), which is not the same as zero.
+    pub(crate) usage: Option<Usage>,
 }
 
 /// Progress while a model answers.

@@ -122,6 +122,8 @@ pub(crate) trait Observer: Send + Sync {
     fn tool_started(&self, id: &str, name: &str, input: &Value);
     /// A tool call ended.
     fn tool_finished(&self, id: &str, name: &str, output: &ToolOutput);
+    /// Something the user should know about the run that is not part of the answer.
+    fn warning(&self, _text: &str) {}
 }
 
 /// The state a run carries: the conversation and what it cost.
@@ -135,6 +137,9 @@ pub(crate) struct Session {
     pub(crate) tool_calls: u64,
     /// Model calls made so far.
     pub(crate) model_calls: u64,
+    /// Model calls whose service reported no usage: their tokens are unknown, not zero.
+    #[serde(default)]
+    pub(crate) unreported_calls: u64,
     /// How full the context window is, and how often it was compacted.
     #[serde(default)]
     pub(crate) window: super::compact::WindowUse,
@@ -245,7 +250,7 @@ impl Agent {
                     push_text(session, notice);
                 }
             }
-            if let Err(error) = super::compact::compact_if_needed(
+            match super::compact::compact_if_needed(
                 self.provider.as_ref(),
                 &self.settings,
                 &self.tools.specs(),
@@ -255,11 +260,27 @@ impl Agent {
             )
             .await
             {
-                if let AgentError::Provider(provider_error) = &error {
-                    self.notify("stream_error", &provider_error.to_string())
-                        .await;
+                Ok(super::compact::Compaction::WindowTooSmall { fixed, threshold }) => {
+                    let text = format!(
+                        "the model's context window ({} tokens) is too small for this role's \
+                         tools: the system prompt and tool definitions alone come to about \
+                         {fixed} tokens, past the compaction threshold of {threshold}; the \
+                         conversation is not compacted (give the role fewer tools, or set \
+                         agent.context_window to the model's real window)",
+                        self.settings.context_window
+                    );
+                    tracing::warn!("{text}");
+                    observer.warning(&text);
+                    self.notify("context_window", &text).await;
                 }
-                return Err(error);
+                Ok(_) => {}
+                Err(error) => {
+                    if let AgentError::Provider(provider_error) = &error {
+                        self.notify("stream_error", &provider_error.to_string())
+                            .await;
+                    }
+                    return Err(error);
+                }
             }
             if let Some(hooks) = &self.context.hooks {
                 let outcome = hooks
@@ -290,7 +311,10 @@ impl Agent {
                 }
             };
             session.model_calls += 1;
-            session.usage += response.usage;
+            match response.usage {
+                Some(usage) => session.usage += usage,
+                None => session.unreported_calls += 1,
+            }
             let assistant = ChatMessage {
                 speaker: Speaker::Assistant,
                 content: response.content,
@@ -301,7 +325,10 @@ impl Agent {
                 .collect();
             let text = assistant.text();
             session.messages.push(assistant);
-            super::compact::record_usage(session, response.usage);
+            if let Some(usage) = response.usage {
+                // Without a report, the next request's size is estimated from the text.
+                super::compact::record_usage(session, usage);
+            }
             if calls.is_empty() {
                 if response.stop == StopReason::MaxTokens && text.is_empty() {
                     return Err(AgentError::Provider(ProviderError::Protocol {

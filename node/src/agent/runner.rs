@@ -110,14 +110,19 @@ pub(crate) const PERMISSION_ASK: &str = "permission";
 /// A task's own usage as its metadata shows it (`metadata.mew.usage`); `mew tasks tree`
 /// adds the children's to it.
 fn usage_json(session: &Session) -> Value {
-    json!({
+    let mut usage = json!({
         "inputTokens": session.usage.input,
         "outputTokens": session.usage.output,
         "cacheReadTokens": session.usage.cache_read,
         "cacheWriteTokens": session.usage.cache_write,
         "modelCalls": session.model_calls,
         "toolCalls": session.tool_calls,
-    })
+    });
+    // Calls whose service reported no usage: the token counts leave them out.
+    if session.unreported_calls > 0 {
+        usage["unreportedModelCalls"] = json!(session.unreported_calls);
+    }
+    usage
 }
 
 impl ModelExecutor {
@@ -228,6 +233,7 @@ fn conversation_of(history: &[Message]) -> Vec<ChatMessage> {
 /// What the loop reports, queued for the task.
 enum Report {
     Text(String),
+    Warning(String),
     Tool {
         phase: &'static str,
         id: String,
@@ -245,6 +251,10 @@ struct Reporter {
 impl Observer for Reporter {
     fn text(&self, delta: &str) {
         let _ = self.queue.send(Report::Text(delta.to_owned()));
+    }
+
+    fn warning(&self, text: &str) {
+        let _ = self.queue.send(Report::Warning(text.to_owned()));
     }
 
     fn tool_started(&self, id: &str, name: &str, input: &Value) {
@@ -279,6 +289,7 @@ async fn forward(mut queue: mpsc::UnboundedReceiver<Report>, sink: Arc<dyn Event
         while let Some(report) = next {
             match report {
                 Report::Text(delta) => text.push_str(&delta),
+                Report::Warning(warning) => notes.push(json!({ "mew": { "warning": warning } })),
                 Report::Tool { phase, id, name, detail } => {
                     notes.push(json!({ "mew": { "tool": { "phase": phase, "id": id, "name": name, "detail": detail } } }))
                 }

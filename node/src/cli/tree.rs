@@ -55,6 +55,13 @@ pub(crate) struct Usage {
     pub(crate) cache_write_tokens: u64,
     pub(crate) model_calls: u64,
     pub(crate) tool_calls: u64,
+    /// Model calls whose service reported no usage: the token counts leave them out.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) unreported_model_calls: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -70,16 +77,33 @@ impl Usage {
             .saturating_add(other.cache_write_tokens);
         self.model_calls = self.model_calls.saturating_add(other.model_calls);
         self.tool_calls = self.tool_calls.saturating_add(other.tool_calls);
+        self.unreported_model_calls = self
+            .unreported_model_calls
+            .saturating_add(other.unreported_model_calls);
     }
 
     /// One line: `1,200 in / 340 out tokens (cache: 50 read, 10 written); 3 model calls, 5
     /// tool calls` (the cache part only when not 0).
     pub(crate) fn summary(&self) -> String {
-        let mut text = format!(
-            "{} in / {} out tokens",
-            thousands(self.input_tokens),
-            thousands(self.output_tokens)
-        );
+        // Tokens a service did not report are unknown, not zero: say so.
+        let unreported = self.unreported_model_calls;
+        let mut text = if unreported > 0 && unreported >= self.model_calls {
+            "tokens not reported by the server".to_owned()
+        } else {
+            format!(
+                "{} in / {} out tokens",
+                thousands(self.input_tokens),
+                thousands(self.output_tokens)
+            )
+        };
+        if unreported > 0 && unreported < self.model_calls {
+            let _ = write!(
+                text,
+                " (and {} model {} whose tokens the server did not report)",
+                thousands(unreported),
+                plural(unreported, "call", "calls"),
+            );
+        }
         let mut cache = Vec::new();
         if self.cache_read_tokens > 0 {
             cache.push(format!("{} read", thousands(self.cache_read_tokens)));
@@ -873,6 +897,31 @@ mod tests {
             }
         );
         assert_eq!(own_usage(&task("b", TaskState::Completed, json!({}))), None);
+        // A server that reported no usage: unknown, never shown as zero.
+        let silent = Usage {
+            model_calls: 2,
+            unreported_model_calls: 2,
+            ..Usage::default()
+        };
+        assert_eq!(
+            silent.summary(),
+            "tokens not reported by the server; 2 model calls, 0 tool calls"
+        );
+        let mixed = Usage {
+            input_tokens: 10,
+            output_tokens: 2,
+            model_calls: 3,
+            unreported_model_calls: 1,
+            ..Usage::default()
+        };
+        assert_eq!(
+            mixed.summary(),
+            "10 in / 2 out tokens (and 1 model call whose tokens the server did not report); \
+             3 model calls, 0 tool calls"
+        );
+        let read: Usage =
+            serde_json::from_value(json!({"modelCalls": 1, "unreportedModelCalls": 1})).unwrap();
+        assert_eq!(read.unreported_model_calls, 1);
         assert_eq!(thousands(0), "0");
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1_234_567), "1,234,567");

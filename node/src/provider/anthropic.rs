@@ -608,7 +608,8 @@ impl StreamParser for MessagesParser {
         Ok(ModelResponse {
             content,
             stop,
-            usage: self.usage,
+            // Every Messages answer reports its usage (in `message_start`).
+            usage: Some(self.usage),
         })
     }
 }
@@ -835,12 +836,12 @@ data: {\"type\":\"message_stop\"}\n\
                         text: "Hello, world".into()
                     }],
                     stop: StopReason::EndTurn,
-                    usage: Usage {
+                    usage: Some(Usage {
                         input: 25,
                         output: 15,
                         cache_read: 2000,
                         cache_write: 100
-                    },
+                    }),
                 }
             );
             assert_eq!(
@@ -938,7 +939,7 @@ data: {"type":"message_stop"}
         );
         assert_eq!(response.stop, StopReason::ToolUse);
         assert_eq!(
-            response.usage,
+            response.usage.unwrap(),
             Usage {
                 input: 50,
                 output: 89,

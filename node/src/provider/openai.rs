@@ -682,7 +682,7 @@ impl StreamParser for ChatParser {
         Ok(ModelResponse {
             content,
             stop,
-            usage: self.usage.unwrap_or_default(),
+            usage: self.usage,
         })
     }
 }
@@ -901,12 +901,12 @@ data: [DONE]
                         text: "Hello, world".into()
                     }],
                     stop: StopReason::EndTurn,
-                    usage: Usage {
+                    usage: Some(Usage {
                         input: 52,
                         output: 12,
                         cache_read: 2048,
                         cache_write: 0
-                    },
+                    }),
                 }
             );
             assert_eq!(
@@ -960,7 +960,7 @@ data: [DONE]
         );
         assert_eq!(response.stop, StopReason::ToolUse);
         assert_eq!(
-            response.usage,
+            response.usage.unwrap(),
             Usage {
                 input: 80,
                 output: 30,

@@ -127,7 +127,7 @@ async fn streams_text_with_deltas_and_usage() {
                 cache_write: 0,
             },
         };
-        assert_eq!(response.usage, expected, "{kind:?}");
+        assert_eq!(response.usage, Some(expected), "{kind:?}");
         assert_eq!(deltas.len(), 3, "{kind:?}: {deltas:?}");
         let streamed: String = deltas
             .iter()
@@ -160,6 +160,17 @@ async fn streams_text_with_deltas_and_usage() {
         assert_eq!(sent.tool_names(), ["Read"]);
         model.assert_done();
     }
+}
+
+/// A server that sends no usage (some local ones ignore `stream_options`): the answer says
+/// the usage is unknown, never zero.
+#[tokio::test]
+async fn a_server_that_reports_no_usage_gives_none() {
+    let model = ScriptedModel::start(vec![Step::text("no counts").without_usage()]).unwrap();
+    let provider = provider(Kind::OpenAi, model.base_url(), Some("k"), settings());
+    let (response, _) = call(provider.as_ref(), &request()).await;
+    assert_eq!(response.unwrap().usage, None);
+    model.assert_done();
 }
 
 #[tokio::test]
@@ -786,11 +797,11 @@ async fn an_overloaded_error_event_before_any_delta_is_retried() {
     let response = response.unwrap();
     assert_eq!(
         response.usage,
-        Usage {
+        Some(Usage {
             input: 3,
             output: 2,
             ..Usage::default()
-        }
+        })
     );
     assert_eq!(count.load(Ordering::SeqCst), 2);
 }

@@ -46,8 +46,8 @@ pub(crate) struct Limits {
     pub(crate) event_buffer: usize,
     /// History messages per task in `ListTasks` when the caller asks for no number.
     pub(crate) list_history: usize,
-    /// A `ListTasks` page ends early once its tasks come to this many bytes of JSON (it always
-    /// holds one task).
+    /// A `ListTasks` page ends early once the tasks read for it come to this many bytes of
+    /// stored JSON (it always holds one task).
     pub(crate) max_list_bytes: usize,
 }
 
@@ -1072,6 +1072,7 @@ impl TaskManager {
             status_after: request.status_timestamp_after,
             after,
             limit: usize::try_from(page_size).unwrap_or(DEFAULT_PAGE_SIZE as usize),
+            max_bytes: Some(self.limits.max_list_bytes),
         };
         let page = self.store.list(&query).await.map_err(store_error)?;
         let include_artifacts = request.include_artifacts.unwrap_or(false);
@@ -1079,31 +1080,21 @@ impl TaskManager {
         let history_length = request
             .history_length
             .unwrap_or_else(|| i32::try_from(self.limits.list_history).unwrap_or(i32::MAX));
-        let mut next = page.next;
-        let mut tasks = Vec::with_capacity(page.tasks.len());
-        let mut bytes = 0usize;
-        let count = page.tasks.len();
-        for (i, stored) in page.tasks.into_iter().enumerate() {
-            let cursor = Cursor {
-                status_time: stored.status_time(),
-                id: stored.task.id.clone(),
-            };
-            let mut task = stored.task;
-            task.truncate_history(Some(history_length));
-            if !include_artifacts {
-                task.artifacts.clear();
-            }
-            bytes = bytes.saturating_add(json_size(&task));
-            tasks.push(task);
-            // A page of big tasks ends early; the next one starts after the last one kept.
-            if bytes >= self.limits.max_list_bytes && i + 1 < count {
-                next = Some(cursor);
-                break;
-            }
-        }
+        let tasks = page
+            .tasks
+            .into_iter()
+            .map(|stored| {
+                let mut task = stored.task;
+                task.truncate_history(Some(history_length));
+                if !include_artifacts {
+                    task.artifacts.clear();
+                }
+                task
+            })
+            .collect();
         Ok(ListTasksResponse {
             tasks,
-            next_page_token: next.map(|c| encode_token(&c)).unwrap_or_default(),
+            next_page_token: page.next.map(|c| encode_token(&c)).unwrap_or_default(),
             page_size,
             total_size: i32::try_from(page.total).unwrap_or(i32::MAX),
         })
@@ -1501,23 +1492,6 @@ fn validate_message(message: &Message) -> Result<(), Error> {
         ));
     }
     Ok(())
-}
-
-/// How many bytes `value` takes as JSON, counted without keeping them.
-fn json_size(value: &impl serde::Serialize) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 fn encode_token(cursor: &Cursor) -> String {

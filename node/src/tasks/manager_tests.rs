@@ -739,7 +739,7 @@ async fn listing_pages_and_scopes() {
 async fn listing_bounds_history_by_default_and_pages_by_bytes() {
     let f = fixture(Limits {
         list_history: 2,
-        max_list_bytes: 3000,
+        max_list_bytes: 20_000,
         ..Limits::default()
     })
     .await;
@@ -770,7 +770,7 @@ async fn listing_bounds_history_by_default_and_pages_by_bytes() {
         page.tasks
     );
     assert_eq!(page.total_size, 5);
-    // Each task is ~2 kB with two messages: a page of 3 kB holds two of them, then points on.
+    // Each task is stored as ~12 kB of JSON: a page of 20 kB reads two of them, then points on.
     assert_eq!(page.tasks.len(), 2);
     assert!(!page.next_page_token.is_empty());
     let mut seen: Vec<_> = page.tasks.iter().map(|t| t.id.clone()).collect();
@@ -788,14 +788,34 @@ async fn listing_bounds_history_by_default_and_pages_by_bytes() {
     // Every task once, newest first, across the short pages.
     ids.reverse();
     assert_eq!(seen, ids);
-    // A task bigger than the page still comes, alone.
+    // Asked for, the whole history comes.
     let request = ListTasksRequest {
         history_length: Some(12),
         ..Default::default()
     };
     let page = f.manager.list(&request, &Scope::default()).await.unwrap();
-    assert_eq!(page.tasks.len(), 1);
     assert_eq!(page.tasks[0].history.len(), 12);
+    // A task bigger than a page still comes, alone.
+    let g = fixture(Limits {
+        max_list_bytes: 1,
+        ..Limits::default()
+    })
+    .await;
+    g.store
+        .put(&stored(TaskState::Completed, "one"))
+        .await
+        .unwrap();
+    g.store
+        .put(&stored(TaskState::Completed, "two"))
+        .await
+        .unwrap();
+    let page = g
+        .manager
+        .list(&ListTasksRequest::default(), &Scope::default())
+        .await
+        .unwrap();
+    assert_eq!(page.tasks.len(), 1);
+    assert!(!page.next_page_token.is_empty());
 }
 
 fn webhook(task: &mew_cards::TaskId, id: &str) -> mew_cards::TaskPushNotificationConfig {

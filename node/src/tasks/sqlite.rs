@@ -726,6 +726,7 @@ struct Listing {
     filter_args: Vec<SqlValue>,
     page_args: Vec<SqlValue>,
     limit: usize,
+    max_bytes: Option<usize>,
 }
 
 impl Listing {
@@ -773,6 +774,7 @@ impl Listing {
             filter_args: args,
             page_args,
             limit: query.limit,
+            max_bytes: query.max_bytes,
         }
     }
 
@@ -789,12 +791,14 @@ impl Listing {
         let mut tasks: Vec<StoredTask> = Vec::with_capacity(self.limit.min(MAX_BATCH));
         let mut last_time: i64 = 0;
         let mut next = None;
+        let mut bytes = 0usize;
         let mut stmt = tx.prepare_cached(&self.page_sql).map_err(fail)?;
         let mut rows = stmt
             .query(params_from_iter(&self.page_args))
             .map_err(fail)?;
         while let Some(row) = rows.next().map_err(fail)? {
-            if tasks.len() == self.limit {
+            let full = self.max_bytes.is_some_and(|max| bytes >= max);
+            if tasks.len() == self.limit || full {
                 // The extra row: a next page follows, after the last task kept.
                 next = tasks.last().map(|task| Cursor {
                     status_time: Timestamp::from_unix_nanos(i128::from(last_time)),
@@ -803,6 +807,12 @@ impl Listing {
                 break;
             }
             last_time = row.get(5).map_err(fail)?;
+            bytes = bytes.saturating_add(
+                row.get_ref(6)
+                    .map_err(fail)?
+                    .as_bytes()
+                    .map_or(0, <[u8]>::len),
+            );
             tasks.push(decode(row)?);
         }
         Ok(TaskPage {

@@ -53,6 +53,10 @@ pub struct TaskQuery {
     pub after: Option<Cursor>,
     /// At most this many tasks.
     pub limit: usize,
+    /// End the page early, after the task whose stored JSON brings the page to this many
+    /// bytes (a page always holds a task): a listing of big tasks costs no more than this,
+    /// whatever the page size (`None`: no such bound).
+    pub max_bytes: Option<usize>,
 }
 
 /// One page of a listing.

@@ -1040,3 +1040,44 @@ async fn the_task_tree_crosses_nodes_and_rolls_usage_up() -> anyhow::Result<()> 
     b_model.assert_done();
     Ok(())
 }
+
+#[tokio::test]
+async fn usage_a_server_does_not_report_is_unknown_not_zero() -> anyhow::Result<()> {
+    // Some OpenAI-compatible servers ignore `stream_options.include_usage`.
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("call_1", "read_file", json!({"file_path": "a.txt"})).without_usage(),
+        Step::text("It says hello.")
+            .expect_tool_results(["call_1"])
+            .without_usage(),
+    ])?;
+    let node = node(
+        &model,
+        "openai",
+        &[("reader.md", &role("reader", "tools: [read_file]\n"))],
+    )
+    .await?;
+    std::fs::write(node.project_dir().join("a.txt"), "hello\n")?;
+    let task = send(&node, "reader", Message::user_text("what does a.txt say?")).await?;
+    ensure!(task.status.state == TaskState::Completed, "{task:?}");
+    let task = task_on(&node, &task.id).await?;
+    let usage = task
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("mew"))
+        .and_then(|mew| mew.get("usage"))
+        .cloned()
+        .context("no usage recorded")?;
+    ensure!(
+        usage["modelCalls"] == 2 && usage["unreportedModelCalls"] == 2,
+        "usage {usage}"
+    );
+    let (code, stdout, stderr) = node
+        .client(&["tasks", "tree", task.id.as_str(), "--node", node.url()])
+        .await?;
+    ensure!(
+        code == 0 && stdout.contains("tokens not reported by the server"),
+        "tasks tree: exit {code}\n{stdout}\n{stderr}"
+    );
+    model.assert_done();
+    Ok(())
+}
