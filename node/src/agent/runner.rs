@@ -5,9 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use mew_cards::{
-    Artifact, ArtifactId, Message, Part, PartContent, PermissionMode, Role, TaskState, Timestamp,
-};
+use mew_cards::{ArtifactId, Message, PartContent, PermissionMode, Role, TaskState, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -278,10 +276,22 @@ impl Observer for Reporter {
     }
 }
 
-/// Drains reports into the sink, merging text that arrived together.
+/// Drains reports into the sink, merging text that arrived together. The text goes out as
+/// chunks of one `response` artifact, each sent when the next report arrives, so that the
+/// last one, sent when the run is over, says `lastChunk` (an empty last chunk when the run
+/// ended with notes after its text).
 async fn forward(mut queue: mpsc::UnboundedReceiver<Report>, sink: Arc<dyn EventSink>) {
     let artifact_id = ArtifactId::generate();
     let mut started = false;
+    let mut held: Option<String> = None;
+    let send = |text: String, started: bool, last: bool| {
+        let (sink, artifact_id) = (sink.clone(), artifact_id.clone());
+        async move {
+            sink.text(artifact_id, "response", text, (started, last))
+                .await
+                .is_ok()
+        }
+    };
     while let Some(report) = queue.recv().await {
         let mut text = String::new();
         let mut notes = Vec::new();
@@ -296,14 +306,20 @@ async fn forward(mut queue: mpsc::UnboundedReceiver<Report>, sink: Arc<dyn Event
             }
             next = queue.try_recv().ok();
         }
+        // Text held back goes out before what came after it; the newest is held in turn.
+        if let Some(previous) = held.take() {
+            if !send(previous, started, false).await {
+                return;
+            }
+            started = true;
+        }
         if !text.is_empty() {
-            let artifact = Artifact {
-                artifact_id: artifact_id.clone(),
-                name: "response".to_owned(),
-                parts: vec![Part::text(text)],
-                ..Artifact::default()
-            };
-            if sink.artifact(artifact, started, false).await.is_err() {
+            held = Some(text);
+        }
+        if !notes.is_empty()
+            && let Some(previous) = held.take()
+        {
+            if !send(previous, started, false).await {
                 return;
             }
             started = true;
@@ -313,6 +329,16 @@ async fn forward(mut queue: mpsc::UnboundedReceiver<Report>, sink: Arc<dyn Event
                 return;
             }
         }
+    }
+    // The run is over: its last chunk says so.
+    match held {
+        Some(text) => {
+            let _ = send(text, started, true).await;
+        }
+        None if started => {
+            let _ = send(String::new(), true, true).await;
+        }
+        None => {}
     }
 }
 
@@ -358,6 +384,10 @@ impl Executor for ModelExecutor {
             background: role.background,
             disallowed: role.disallowed_tools.clone(),
             allowed: role.tools.clone(),
+            read_only: crate::tools::registry::is_read_only(
+                role.permission_mode,
+                &role.disallowed_tools,
+            ),
         });
         if let Some(fork) = fork.as_ref().filter(|f| !f.allowed_tools.is_empty()) {
             // A fork skill's allowed-tools is a hard filter.

@@ -272,6 +272,11 @@ impl Tool for InstallSkill {
         Category::Exec
     }
 
+    /// It writes the skill's files into a skills directory.
+    fn writes(&self) -> bool {
+        true
+    }
+
     async fn call(&self, input: Value, _ctx: &ToolContext) -> ToolOutput {
         let input: InstallInput = match serde_json::from_value(input) {
             Ok(input) => input,

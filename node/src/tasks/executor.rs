@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use mew_cards::{Artifact, ContextId, Message, RoleDefinition, TaskId, TaskState};
+use mew_cards::{
+    Artifact, ArtifactId, ContextId, Message, Part, RoleDefinition, TaskId, TaskState,
+};
 use tokio_util::sync::CancellationToken;
 
 /// One turn of a task: from an incoming message to a terminal or interrupted state.
@@ -55,6 +57,25 @@ pub trait EventSink: Send + Sync {
         append: bool,
         last_chunk: bool,
     ) -> Result<(), SinkClosed>;
+
+    /// Streams a piece of the text of artifact `artifact_id` (`append` after the first piece,
+    /// `last_chunk` on the last): subscribers get each piece as a chunk, while the stored
+    /// artifact keeps the text whole, in one part, rather than one part per piece.
+    async fn text(
+        &self,
+        artifact_id: ArtifactId,
+        name: &str,
+        text: String,
+        (append, last_chunk): (bool, bool),
+    ) -> Result<(), SinkClosed> {
+        let artifact = Artifact {
+            artifact_id,
+            name: name.to_owned(),
+            parts: vec![Part::text(text)],
+            ..Artifact::default()
+        };
+        self.artifact(artifact, append, last_chunk).await
+    }
 
     /// Answers with a direct agent message; the task completes with it.
     async fn message(&self, message: Message) -> Result<(), SinkClosed>;

@@ -1199,9 +1199,32 @@ async fn record(
     state: &mut LiveState,
     event: StreamResponse,
 ) -> Result<(), StoreError> {
+    record_as(store, push_wake, state, event, Stored::AsSent).await
+}
+
+/// How an event changes the stored snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stored {
+    /// As A2A applies it.
+    AsSent,
+    /// A piece of streamed text: joined to the text its artifact ends with.
+    JoiningText,
+}
+
+/// [`record`], applying `event` to the snapshot as `stored` says.
+async fn record_as(
+    store: &dyn TaskStore,
+    push_wake: &Notify,
+    state: &mut LiveState,
+    event: StreamResponse,
+    stored: Stored,
+) -> Result<(), StoreError> {
     let previous = state.stored.task.clone();
     state.apply_annotations();
     state.stored.task.apply(&event);
+    if let (Stored::JoiningText, StreamResponse::ArtifactUpdate(update)) = (stored, &event) {
+        join_last_text(&mut state.stored.task, &update.artifact.artifact_id);
+    }
     // The event's push notifications are enqueued in the same transaction as the change.
     let written = if state.push.is_empty() {
         store.put(&state.stored).await
@@ -1229,6 +1252,28 @@ async fn record(
         event,
     });
     Ok(())
+}
+
+/// Joins the last two parts of artifact `id` when both are plain text.
+fn join_last_text(task: &mut Task, id: &ArtifactId) {
+    let Some(artifact) = task.artifacts.iter_mut().find(|a| a.artifact_id == *id) else {
+        return;
+    };
+    let plain = |part: &mew_cards::Part| {
+        part.metadata.is_none() && part.filename.is_empty() && part.media_type.is_empty()
+    };
+    let count = artifact.parts.len();
+    if count < 2 || !plain(&artifact.parts[count - 1]) || !plain(&artifact.parts[count - 2]) {
+        return;
+    }
+    if let Some(last) = artifact.parts.pop() {
+        match (&mut artifact.parts[count - 2].content, last.content) {
+            (mew_cards::PartContent::Text(text), mew_cards::PartContent::Text(more)) => {
+                text.push_str(&more);
+            }
+            (_, content) => artifact.parts.push(mew_cards::Part { content, ..last }),
+        }
+    }
 }
 
 /// The outbox rows of `event`: one per push config.
@@ -1262,6 +1307,14 @@ impl Sink {
         &self,
         make: impl FnOnce(&Task) -> Option<StreamResponse>,
     ) -> Result<(), SinkClosed> {
+        self.record_as(make, Stored::AsSent).await
+    }
+
+    async fn record_as(
+        &self,
+        make: impl FnOnce(&Task) -> Option<StreamResponse>,
+        stored: Stored,
+    ) -> Result<(), SinkClosed> {
         let mut state = self.live.state.lock().await;
         if state.turn != self.turn || !state.busy || self.live.cancel.is_cancelled() {
             return Err(SinkClosed);
@@ -1269,12 +1322,18 @@ impl Sink {
         let Some(event) = make(&state.stored.task) else {
             return Ok(());
         };
-        record(self.store.as_ref(), &self.push_wake, &mut state, event)
-            .await
-            .map_err(|e| {
-                warn!(error = %e, "cannot persist an event; the task stops");
-                SinkClosed
-            })
+        record_as(
+            self.store.as_ref(),
+            &self.push_wake,
+            &mut state,
+            event,
+            stored,
+        )
+        .await
+        .map_err(|e| {
+            warn!(error = %e, "cannot persist an event; the task stops");
+            SinkClosed
+        })
     }
 }
 
@@ -1319,6 +1378,35 @@ impl EventSink for Sink {
                 metadata: None,
             }))
         })
+        .await
+    }
+
+    async fn text(
+        &self,
+        artifact_id: ArtifactId,
+        name: &str,
+        text: String,
+        (append, last_chunk): (bool, bool),
+    ) -> Result<(), SinkClosed> {
+        let artifact = Artifact {
+            artifact_id,
+            name: name.to_owned(),
+            parts: vec![mew_cards::Part::text(text)],
+            ..Artifact::default()
+        };
+        self.record_as(
+            |task| {
+                Some(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                    task_id: task.id.clone(),
+                    context_id: task.context_id.clone(),
+                    artifact,
+                    append,
+                    last_chunk,
+                    metadata: None,
+                }))
+            },
+            Stored::JoiningText,
+        )
         .await
     }
 

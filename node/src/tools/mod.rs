@@ -134,6 +134,11 @@ pub(crate) trait Tool: Send + Sync {
     fn input_schema(&self) -> Value;
     /// What it does to the world.
     fn category(&self) -> Category;
+    /// Whether it writes files (a read-only role is given no such tool): every edit tool,
+    /// and tools of other categories that write too.
+    fn writes(&self) -> bool {
+        self.category() == Category::Edit
+    }
     /// Runs the tool. Errors are answers with `is_error`, never panics.
     async fn call(&self, input: Value, ctx: &ToolContext) -> ToolOutput;
 

@@ -94,6 +94,20 @@ pub(crate) struct FilterLayers {
     pub(crate) disallowed: Vec<String>,
     /// The role's `tools` allowlist: when not empty, only these are kept.
     pub(crate) allowed: Vec<String>,
+    /// True for a read-only role ([`is_read_only`]): no tool that writes ([`Tool::writes`]).
+    pub(crate) read_only: bool,
+}
+
+/// Whether a role with this permission mode and these `disallowedTools` is read-only: in
+/// `plan` mode, or refusing both of the built-in tools that write files. Such a role is given
+/// no other tool that writes either.
+pub(crate) fn is_read_only(mode: mew_cards::PermissionMode, disallowed: &[String]) -> bool {
+    mode == mew_cards::PermissionMode::Plan
+        || ["write_file", "edit_file"].iter().all(|tool| {
+            disallowed
+                .iter()
+                .any(|name| canonical_name(name.trim()) == *tool)
+        })
 }
 
 /// One entry of an allow or deny list, resolved.
@@ -225,6 +239,7 @@ impl ToolRegistry {
             .filter(|(name, _)| !layers.background || async_allowed(name))
             .filter(|(name, _)| !listed(&disallowed, name))
             .filter(|(name, _)| allowed.is_empty() || listed(&allowed, name))
+            .filter(|(_, tool)| !layers.read_only || !tool.writes())
             .map(|(name, tool)| (name.clone(), Arc::clone(tool)))
             .collect();
         ToolRegistry { tools }
@@ -483,6 +498,7 @@ mod tests {
                 "mcp__*",
                 "LoadSkill",
             ]),
+            read_only: false,
         };
         assert_eq!(
             names(&full().filter(&layers)),
@@ -493,6 +509,34 @@ mod tests {
                 "mcp__github__list_issues",
                 "read_file",
             ]
+        );
+    }
+
+    #[test]
+    fn a_read_only_role_gets_no_tool_that_writes() {
+        use mew_cards::PermissionMode;
+        assert!(is_read_only(PermissionMode::Plan, &[]));
+        assert!(is_read_only(
+            PermissionMode::Default,
+            &strings(&["Write", "edit_file"])
+        ));
+        assert!(!is_read_only(
+            PermissionMode::Default,
+            &strings(&["write_file"])
+        ));
+        let layers = FilterLayers {
+            read_only: true,
+            ..Default::default()
+        };
+        let filtered = ToolRegistry::builtin().filter(&layers);
+        let kept = names(&filtered);
+        assert!(
+            !kept.contains(&"write_file") && !kept.contains(&"edit_file"),
+            "{kept:?}"
+        );
+        assert!(
+            kept.contains(&"read_file") && kept.contains(&"bash"),
+            "{kept:?}"
         );
     }
 

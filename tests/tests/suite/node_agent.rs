@@ -299,6 +299,27 @@ async fn the_answer_streams_as_artifact_chunks_with_tool_progress() -> anyhow::R
         text.contains("Found the needle in hay.txt."),
         "artifact text {text:?}"
     );
+    // The last chunk says it is the last; the stored task holds the text whole, in one part.
+    let last = events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            StreamResponse::ArtifactUpdate(update) => Some(update),
+            _ => None,
+        })
+        .context("no artifact update")?;
+    ensure!(last.last_chunk, "the last artifact update: {last:?}");
+    ensure!(chunks >= 2, "{chunks} chunks: the answer did not stream");
+    let stored = task_on(&node, &task.id).await?;
+    let parts: Vec<&str> = stored
+        .artifacts
+        .iter()
+        .flat_map(|a| a.parts.iter().filter_map(|p| p.as_text()))
+        .collect();
+    ensure!(
+        parts == ["Searching.Found the needle in hay.txt."],
+        "stored parts {parts:?}"
+    );
     model.assert_done();
     Ok(())
 }
@@ -1077,6 +1098,34 @@ async fn usage_a_server_does_not_report_is_unknown_not_zero() -> anyhow::Result<
     ensure!(
         code == 0 && stdout.contains("tokens not reported by the server"),
         "tasks tree: exit {code}\n{stdout}\n{stderr}"
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_read_only_explore_role_is_offered_no_tool_that_writes() -> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        Step::text("Found it.")
+            .expect_tools_include(["read_file", "grep", "glob"])
+            .expect_tools_exclude(["write_file", "edit_file", "InstallSkill"]),
+        // A role that may write gets them all: the check above can fail.
+        Step::text("Wrote it.").expect_tools_include(["write_file", "edit_file", "InstallSkill"]),
+    ])?;
+    let node = node(&model, "openai", &[]).await?;
+    let explored = send(&node, "Explore", Message::user_text("where is main?")).await?;
+    ensure!(
+        explored.status.state == TaskState::Completed,
+        "{:?}: {}",
+        explored.status.state,
+        status_text(&explored)
+    );
+    let general = send(&node, "general-purpose", Message::user_text("write it")).await?;
+    ensure!(
+        general.status.state == TaskState::Completed,
+        "{:?}: {}",
+        general.status.state,
+        status_text(&general)
     );
     model.assert_done();
     Ok(())
