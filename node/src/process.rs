@@ -5,10 +5,13 @@
 //! the caller holds (the node reads its environment once, at start-up). Each child leads a new
 //! process group, so [`ProcessGroup`] can signal it together with everything it started.
 //!
-//! The process ledger outlives the node: [`ProcessGroup::record`] writes one small file per
-//! running group into a directory under the data directory (see [`ledger_dir`]), and the group's
-//! drop removes it. A node killed with SIGKILL cannot clean up, so the next one calls
-//! [`reap_orphans`] at start-up and kills the groups its predecessor left running.
+//! The process ledger outlives the node: [`ProcessGroup::spawn_recorded`] writes one small file
+//! per running group into a directory under the data directory (see [`ledger_dir`]), and the
+//! group's drop removes it. A node killed with SIGKILL cannot clean up, so the next one calls
+//! [`reap_orphans`] at start-up and kills the groups its predecessor left running. The ledger
+//! knows a group before it exists: a pending entry, written before the spawn, names a token
+//! the child carries in its environment ([`LEDGER_TOKEN_VAR`]), so a node killed between the
+//! spawn and the entry of the group's id still leaves a trace the next one follows.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -23,6 +26,12 @@ use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, kill_process_group, waitid};
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
+
+/// The variable a recorded child carries its pending ledger entry's token in.
+pub(crate) const LEDGER_TOKEN_VAR: &str = "MEW_LEDGER_TOKEN";
+
+/// The prefix of a pending ledger entry's file name; the token follows.
+const PENDING_PREFIX: &str = "pending-";
 
 /// Variables a child gets by default, when the node's environment has them.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the task manager
@@ -106,6 +115,34 @@ impl ProcessGroup {
             alive: true,
             ledger: None,
         })
+    }
+
+    /// [`Self::spawn`], recorded in the process ledger `dir` as running `task`'s turn of
+    /// `role` ([`Self::record`]) from before the child exists: a pending entry is written
+    /// first and the child gets its token in [`LEDGER_TOKEN_VAR`], so whenever the node dies,
+    /// the next start finds the group. The pending entry goes once the group's own is written.
+    pub(crate) fn spawn_recorded(
+        command: &mut Command,
+        dir: &Path,
+        task: &str,
+        role: &str,
+    ) -> Result<Self, SpawnError> {
+        let token = uuid::Uuid::now_v7().simple().to_string();
+        let pending = PendingRecord::write(
+            dir,
+            &PendingEntry {
+                token: token.clone(),
+                task: task.to_owned(),
+                role: role.to_owned(),
+            },
+        )?;
+        command.env(LEDGER_TOKEN_VAR, &token);
+        let mut group = Self::spawn(command).map_err(SpawnError::Spawn)?;
+        // A group the ledger does not know could outlive a crash of the node: failing here
+        // drops (kills) it.
+        group.record(dir, task, role)?;
+        drop(pending);
+        Ok(group)
     }
 
     /// Records the group in the process ledger `dir` as running `task`'s turn of `role`: a file
@@ -274,6 +311,60 @@ pub(crate) enum LedgerError {
     },
 }
 
+/// Why [`ProcessGroup::spawn_recorded`] failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SpawnError {
+    /// The program could not be started.
+    #[error("{0}")]
+    Spawn(io::Error),
+    /// The ledger could not record it (the child, if any, is killed).
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// A group about to be spawned, as the ledger knows it until its id is known: the token its
+/// leader carries in [`LEDGER_TOKEN_VAR`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PendingEntry {
+    token: String,
+    task: String,
+    role: String,
+}
+
+/// A pending ledger file; dropping it removes the file.
+#[derive(Debug)]
+struct PendingRecord {
+    path: PathBuf,
+}
+
+impl PendingRecord {
+    fn write(dir: &Path, entry: &PendingEntry) -> Result<Self, LedgerError> {
+        let path = dir.join(format!("{PENDING_PREFIX}{}", entry.token));
+        let json = serde_json::to_vec(entry).map_err(|err| LedgerError::Write {
+            path: path.clone(),
+            source: io::Error::other(err),
+        })?;
+        fs::create_dir_all(dir).map_err(|source| LedgerError::Write {
+            path: dir.to_owned(),
+            source,
+        })?;
+        // Written whole before the child can exist: a reader finds it whole or not at all
+        // (a half-written one is garbage the next start removes).
+        if let Err(source) = fs::write(&path, json) {
+            remove_quietly(&path);
+            return Err(LedgerError::Write { path, source });
+        }
+        Ok(Self { path })
+    }
+}
+
+impl Drop for PendingRecord {
+    fn drop(&mut self) {
+        remove_entry(&self.path);
+    }
+}
+
 /// A ledger file; dropping it removes the file.
 #[derive(Debug)]
 struct LedgerRecord {
@@ -405,6 +496,21 @@ pub(crate) fn reap_orphans(dir: &Path) -> Vec<Reaped> {
             );
             continue;
         }
+        let pending = path
+            .file_name()
+            .and_then(OsStr::to_str)
+            .is_some_and(|name| name.starts_with(PENDING_PREFIX));
+        if pending {
+            match read_pending(&path) {
+                Ok(entry) => reaped.extend(reap_pending(&entry)),
+                Err(reason) => tracing::warn!(
+                    path = %path.display(),
+                    "removed a file of the process ledger that is not a pending entry: {reason}"
+                ),
+            }
+            remove_entry(&path);
+            continue;
+        }
         match read_entry(&path) {
             Ok(entry) => reaped.extend(reap(entry)),
             Err(reason) => tracing::warn!(
@@ -437,6 +543,79 @@ fn read_entry(path: &Path) -> Result<LedgerEntry, String> {
         ));
     }
     Ok(entry)
+}
+
+/// The pending entry at `path`, or why it is none.
+fn read_pending(path: &Path) -> Result<PendingEntry, String> {
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|file| file.take(MAX_ENTRY_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|err| format!("cannot read it: {err}"))?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_ENTRY_BYTES {
+        return Err(format!("it is larger than {MAX_ENTRY_BYTES} bytes"));
+    }
+    let entry: PendingEntry = serde_json::from_slice(&bytes)
+        .map_err(|err| format!("it is not a pending entry: {err}"))?;
+    let name = path.file_name().and_then(OsStr::to_str).unwrap_or_default();
+    if name != format!("{PENDING_PREFIX}{}", entry.token) || entry.token.is_empty() {
+        return Err("its name does not match the token it records".to_owned());
+    }
+    Ok(entry)
+}
+
+/// Kills the groups of the processes that carry the pending `entry`'s token in their
+/// environment: a group spawned by a node that died before it recorded the group's id.
+fn reap_pending(entry: &PendingEntry) -> Vec<Reaped> {
+    let needle = format!("{LEDGER_TOKEN_VAR}={}", entry.token);
+    let Ok(processes) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut groups: Vec<u32> = Vec::new();
+    for process in processes.filter_map(Result::ok) {
+        let Some(pid) = process
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // Another user's processes cannot be read, and cannot be ours.
+        let Ok(environ) = fs::read(process.path().join("environ")) else {
+            continue;
+        };
+        if environ
+            .split(|b| *b == 0)
+            .any(|var| var == needle.as_bytes())
+            && let Ok(pgid) = rustix::process::getpgid(Pid::from_raw(pid.cast_signed()))
+        {
+            let pgid = pgid.as_raw_nonzero().get().unsigned_abs();
+            if !groups.contains(&pgid) {
+                groups.push(pgid);
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .filter_map(|pgid| {
+            let group = i32::try_from(pgid).ok().and_then(Pid::from_raw)?;
+            match kill_process_group(group, Signal::KILL) {
+                Ok(()) => Some(Reaped {
+                    pgid,
+                    task: entry.task.clone(),
+                    role: entry.role.clone(),
+                }),
+                Err(err) => {
+                    if err != Errno::SRCH {
+                        tracing::warn!(
+                            pgid,
+                            "cannot kill a command a previous run left running: {err}"
+                        );
+                    }
+                    None
+                }
+            }
+        })
+        .collect()
 }
 
 /// Kills the group of `entry` if its leader still runs with the recorded start time.
@@ -719,6 +898,63 @@ mod tests {
         );
         assert_eq!(ledger_files(ledger.path()), Vec::<String>::new());
         // Nothing else signals the group before it is dropped.
+        assert_eq!(ended_by(&mut group).await, Some(9));
+    }
+
+    #[tokio::test]
+    async fn a_recorded_group_is_pending_before_it_exists_and_reaped_from_that_alone() {
+        let ledger = tempfile::tempdir().unwrap();
+        // The child checks, first thing, that the ledger knows it.
+        let script = format!(
+            "if [ -e '{d}'/pending-$MEW_LEDGER_TOKEN ] || [ -e '{d}'/$$ ]; then echo known; \
+             else echo unknown; fi; exec sleep 1000",
+            d = ledger.path().display()
+        );
+        let mut group =
+            ProcessGroup::spawn_recorded(&mut sh(&script), ledger.path(), "task-1", "tester")
+                .unwrap();
+        let mut out = BufReader::new(group.child_mut().stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).await.unwrap();
+        assert_eq!(line, "known\n");
+        // Once spawned, only the group's own entry is left.
+        assert_eq!(ledger_files(ledger.path()), [group.id().to_string()]);
+
+        // A node that died between the spawn and the entry of the group's id leaves only the
+        // pending entry: the next start finds the group by its token and kills it.
+        let token = "0123456789abcdef";
+        let pending = PendingEntry {
+            token: token.to_owned(),
+            task: "task-2".to_owned(),
+            role: "tester".to_owned(),
+        };
+        fs::write(
+            ledger.path().join(format!("pending-{token}")),
+            serde_json::to_vec(&pending).unwrap(),
+        )
+        .unwrap();
+        let mut orphan = sh("exec sleep 1000");
+        orphan.env(LEDGER_TOKEN_VAR, token);
+        let mut orphan = ProcessGroup::spawn(&mut orphan).unwrap();
+        let mut reaped = reap_orphans(ledger.path());
+        reaped.sort_by_key(|r| r.task.clone());
+        assert_eq!(
+            reaped,
+            [
+                Reaped {
+                    pgid: group.id(),
+                    task: "task-1".to_owned(),
+                    role: "tester".to_owned(),
+                },
+                Reaped {
+                    pgid: orphan.id(),
+                    task: "task-2".to_owned(),
+                    role: "tester".to_owned(),
+                },
+            ]
+        );
+        assert_eq!(ledger_files(ledger.path()), Vec::<String>::new());
+        assert_eq!(ended_by(&mut orphan).await, Some(9));
         assert_eq!(ended_by(&mut group).await, Some(9));
     }
 

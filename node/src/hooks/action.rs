@@ -478,7 +478,25 @@ async fn run_shell(
     );
     cmd.env("MEW_PROJECT_DIR", ctx.project_dir)
         .env("CLAUDE_PROJECT_DIR", ctx.project_dir);
-    let mut group = match ProcessGroup::spawn(&mut cmd) {
+    // Recorded in the ledger before it exists, so a crash of the node cannot leave it unknown;
+    // a ledger that cannot be written costs the hook its record, not its run.
+    let spawned = match ctx.ledger {
+        Some((dir, session, hook)) => {
+            match ProcessGroup::spawn_recorded(&mut cmd, dir, session, &format!("hook {hook}")) {
+                Err(crate::process::SpawnError::Ledger(err)) => {
+                    tracing::warn!(
+                        hook,
+                        "hook process not recorded in the process ledger: {err}"
+                    );
+                    ProcessGroup::spawn(&mut cmd)
+                }
+                Err(crate::process::SpawnError::Spawn(err)) => Err(err),
+                Ok(group) => Ok(group),
+            }
+        }
+        None => ProcessGroup::spawn(&mut cmd),
+    };
+    let mut group = match spawned {
         Ok(group) => group,
         Err(err) => {
             return ActionResult::Failed(format!(
@@ -487,14 +505,6 @@ async fn run_shell(
             ));
         }
     };
-    if let Some((dir, session, hook)) = ctx.ledger
-        && let Err(err) = group.record(dir, session, &format!("hook {hook}"))
-    {
-        tracing::warn!(
-            hook,
-            "hook process not recorded in the process ledger: {err}"
-        );
-    }
     let mut input = payload.to_string().into_bytes();
     input.push(b'\n');
     let stdin = group.child_mut().stdin.take();

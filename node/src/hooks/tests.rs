@@ -320,10 +320,18 @@ async fn hook_processes_are_in_the_process_ledger_while_they_run() {
     let mut settings = settings(dir.path());
     settings.ledger_dir = Some(ledger.clone());
     let engine = engine_with(
+        // From its first command the hook is in the ledger: pending under its token, or under
+        // its group id (written before the pending entry goes, so checked second). Then it
+        // waits for its own entry, and shows it.
         json!([shell(
             "show",
             "UserPromptSubmit",
-            &format!("echo $$; cat '{}'/$$", ledger.display())
+            &format!(
+                "d='{}'; if [ -e \"$d/pending-$MEW_LEDGER_TOKEN\" ] || [ -e \"$d/$$\" ]; \
+                 then :; else echo unrecorded; exit 1; fi; \
+                 while [ ! -e \"$d/$$\" ]; do sleep 0.01; done; echo $$; cat \"$d/$$\"",
+                ledger.display()
+            )
         )]),
         settings,
     );
