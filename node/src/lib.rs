@@ -4,6 +4,7 @@ mod agent;
 mod bench;
 pub mod cli;
 pub mod config;
+mod conversation;
 mod hooks;
 mod identity;
 mod mcp;

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::conversation::ChatMessage;
+use crate::conversation::ChatMessage;
 use crate::tasks::executor::EventSink;
 
 /// The metadata key (under `mew`) of a task's list of children.

@@ -44,8 +44,8 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::conversation::{Block, ChatMessage, ModelRequest, ResultPart, Speaker, ToolSpec, Usage};
 use super::engine::{AgentError, AgentSettings, Session};
+use crate::conversation::{Block, ChatMessage, ModelRequest, ResultPart, Speaker, ToolSpec, Usage};
 use crate::hooks::{HookOutcome, Payload, RunHooks};
 use crate::provider::{Provider, ProviderError};
 

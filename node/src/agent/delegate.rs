@@ -29,7 +29,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::children::{ChildLink, Children, Notifier, notice};
-use super::conversation::{Block, ChatMessage, Speaker};
+use crate::conversation::{Block, ChatMessage, Speaker};
 use crate::hooks::{Payload, RunHooks};
 use crate::peers::Peers;
 use crate::tools::{Category, Tool, ToolContext, ToolOutput};

@@ -19,7 +19,7 @@ use mew_cards::PermissionMode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::conversation::{
+use crate::conversation::{
     Block, ChatMessage, Delta, ModelRequest, ResultPart, Speaker, StopReason, Usage,
 };
 use crate::hooks::{HookOutcome, MAX_STOP_BLOCKS, Payload, PermissionDecision};

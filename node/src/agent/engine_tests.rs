@@ -11,11 +11,11 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
-use super::conversation::{Block, ChatMessage, Speaker};
 use super::engine::{
     Agent, AgentError, AgentSettings, Observer, Outcome, Resume, Session, close_dangling_calls,
 };
 use crate::config::PermissionsConfig;
+use crate::conversation::{Block, ChatMessage, Speaker};
 use crate::permission::PermissionEngine;
 use crate::provider::openai::OpenAiProvider;
 use crate::provider::{HttpSettings, KeySource, Provider, ProviderSetup};

@@ -1,8 +1,7 @@
-//! The agent runtime: the conversation, the loop that drives a model through tool calls, and the runner of model-driven roles.
+//! The agent runtime: the loop that drives a model through tool calls, and the runner of model-driven roles.
 
 pub(crate) mod children;
 pub(crate) mod compact;
-pub(crate) mod conversation;
 pub(crate) mod delegate;
 pub(crate) mod engine;
 pub(crate) mod hook_subagent;

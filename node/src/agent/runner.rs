@@ -11,13 +11,13 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::children::Children;
-use super::conversation::{Block, ChatMessage, Speaker};
 use super::delegate::Directory;
 use super::engine::{
     Agent, AgentError, AgentSettings, Observer, Outcome, PendingCall, Resume, Session,
 };
 use super::skill_tools::{SkillFork, SkillState, run_skill};
 use crate::config::AgentConfig;
+use crate::conversation::{Block, ChatMessage, Speaker};
 use crate::permission::PermissionEngine;
 use crate::provider::Providers;
 use crate::skills::catalog::Catalog;

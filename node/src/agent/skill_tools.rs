@@ -16,9 +16,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::conversation::{Block, ChatMessage, Speaker};
 use super::delegate::{Directory, fork_for_skill};
 use super::engine::{Session, close_dangling_calls};
+use crate::conversation::{Block, ChatMessage, Speaker};
 use crate::skills::catalog::Catalog;
 use crate::skills::install::{InstallOptions, InstallScope, install, install_root};
 use crate::skills::parse::{ForkContext, SkillMode};

@@ -17,7 +17,7 @@
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::Value;
 
-use crate::agent::conversation::ResultPart;
+use crate::conversation::ResultPart;
 use crate::tools::ToolOutput;
 
 /// The output the model sees for `result`.

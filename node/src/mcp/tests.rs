@@ -14,8 +14,8 @@ use tempfile::TempDir;
 use tokio::sync::Barrier;
 
 use super::*;
-use crate::agent::conversation::ResultPart;
 use crate::config::mcp::{McpServerConfig, McpTransport};
+use crate::conversation::ResultPart;
 use crate::tools::{Category, ToolContext, ToolOutput, test_support};
 
 /// How long anything a test waits for may take before the test fails: a liveness bound for a

@@ -20,8 +20,8 @@ use mew_tests::process::{ChildProcess, command, workspace_root};
 use rustix::process::{Pid, Signal, kill_process};
 use serde_json::{Value, json};
 
-use crate::agent::conversation::ResultPart;
 use crate::config::mcp::{McpServerConfig, McpTransport};
+use crate::conversation::ResultPart;
 use crate::mcp::{McpContext, McpManager, ServerState, ServerStatus};
 use crate::tools::test_support::context;
 use crate::tools::{Category, Tool, ToolContext, ToolOutput};

@@ -8,7 +8,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 
 use super::ProviderError;
 use super::sse::{SseDecoder, SseEvent};
-use crate::agent::conversation::{Delta, ModelResponse};
+use crate::conversation::{Delta, ModelResponse};
 
 /// The longest a retry waits, whatever the attempt number.
 pub(crate) const BACKOFF_CAP: Duration = Duration::from_secs(30);

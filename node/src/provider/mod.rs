@@ -19,7 +19,7 @@ use std::fmt;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::agent::conversation::{Delta, ModelRequest, ModelResponse};
+use crate::conversation::{Delta, ModelRequest, ModelResponse};
 
 pub(crate) use http::HttpSettings;
 #[cfg_attr(not(test), allow(unused_imports))] // wired by the agent runtime

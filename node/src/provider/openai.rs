@@ -22,7 +22,7 @@ use serde_json::Value;
 use super::http::{Api, ApiError, ErrorClass, HttpClient, HttpRequest, StreamError, StreamParser};
 use super::sse::SseEvent;
 use super::{Provider, ProviderConfigError, ProviderError, ProviderSetup, invalid_arguments};
-use crate::agent::conversation::{
+use crate::conversation::{
     Block, ChatMessage, Delta, ModelRequest, ModelResponse, ResultPart, Speaker, StopReason,
     ToolSpec, Usage,
 };

@@ -19,11 +19,11 @@ use super::{
     HttpSettings, KeySource, Provider, ProviderConfigError, ProviderDescription, ProviderError,
     ProviderSetup, Providers, resolve_alias,
 };
-use crate::agent::conversation::{
+use crate::config::{Config, Sources};
+use crate::conversation::{
     Block, ChatMessage, Delta, ModelRequest, ModelResponse, ResultPart, Speaker, StopReason,
     ToolSpec, Usage,
 };
-use crate::config::{Config, Sources};
 
 /// The two APIs, each test runs against both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

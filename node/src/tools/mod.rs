@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::conversation::{ResultPart, ToolSpec};
+use crate::conversation::{ResultPart, ToolSpec};
 
 /// What a tool does to the world, for the permission engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

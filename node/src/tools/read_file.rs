@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::files::{self, SNIFF_LEN};
 use super::{Category, Tool, ToolContext, ToolOutput, parse_input, run_blocking};
-use crate::agent::conversation::ResultPart;
+use crate::conversation::ResultPart;
 
 /// Lines shown when the call gives no `limit`.
 const DEFAULT_LIMIT: usize = 2000;

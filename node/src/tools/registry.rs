@@ -36,7 +36,7 @@ use super::glob::Glob;
 use super::grep::Grep;
 use super::read_file::ReadFile;
 use super::write_file::WriteFile;
-use crate::agent::conversation::ToolSpec;
+use crate::conversation::ToolSpec;
 
 /// Claude Code's tool names (and the seed's spellings) and the Mew tools they mean.
 pub(crate) const ALIASES: &[(&str, &str)] = &[
