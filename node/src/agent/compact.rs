@@ -516,9 +516,7 @@ mod tests {
                 cancel: CancellationToken::new(),
                 task_id: None,
                 depth: 0,
-                children: None,
-                skills: None,
-                hooks: None,
+                scope: None,
             },
         }
     }

@@ -264,7 +264,7 @@ pub(crate) fn call_for(children: Option<&Children>) -> CallContext {
 /// Runs a delegation: waits for a place, starts the child, records it, and
 /// either follows it to its end or leaves it running in the background.
 async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
-    if let Some(hooks) = &ctx.hooks {
+    if let Some(hooks) = super::scope::hooks(ctx) {
         let (Start::Send(request) | Start::Fork(_, request, _)) = &d.start;
         let parent = ctx.task_id.as_ref().map_or("", |task| task.as_str());
         let outcome = hooks
@@ -282,7 +282,7 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
             ));
         }
     }
-    let children = ctx.children.clone();
+    let children = super::scope::children(ctx).cloned();
     // A child on this node belongs to the principal of its parent; a remote agent sees only
     // the credentials this node presents to it.
     let call = call_for(children.as_deref());
@@ -312,7 +312,7 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
         () = ctx.cancel.cancelled() => return ToolOutput::error("canceled"),
     };
     d.link.task_id = child.id.to_string();
-    if let Some(hooks) = &ctx.hooks {
+    if let Some(hooks) = super::scope::hooks(ctx) {
         let _ = hooks
             .dispatch(Payload::subagent_start(&d.link.task_id, &d.link.agent))
             .await;
@@ -329,7 +329,7 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
         .await
         {
             Followed::Ended => {
-                subagent_stop(ctx.hooks.as_deref(), &d.link, &child).await;
+                subagent_stop(super::scope::hooks(ctx).map(Arc::as_ref), &d.link, &child).await;
                 answer_of(&child, &d.link.agent)
             }
             Followed::Canceled => ToolOutput::error("canceled"),
@@ -347,7 +347,7 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
             d.agent,
             d.link,
             (children, notifier),
-            (ctx.cancel.clone(), ctx.hooks.clone()),
+            (ctx.cancel.clone(), super::scope::hooks(ctx).cloned()),
             permit,
         );
         return answer;
@@ -366,7 +366,7 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
     .await;
     match followed {
         Ok(Followed::Ended) => {
-            subagent_stop(ctx.hooks.as_deref(), &d.link, &child).await;
+            subagent_stop(super::scope::hooks(ctx).map(Arc::as_ref), &d.link, &child).await;
             answer_of(&child, &d.link.agent)
         }
         Ok(Followed::Canceled) => ToolOutput::error("canceled"),
@@ -383,7 +383,7 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
                 d.agent,
                 d.link,
                 (children, notifier),
-                (ctx.cancel.clone(), ctx.hooks.clone()),
+                (ctx.cancel.clone(), super::scope::hooks(ctx).cloned()),
                 permit,
             );
             answer
@@ -513,7 +513,7 @@ struct AgentInput {
 impl AgentTool {
     /// The start of a fork: the parent's conversation, its dangling calls closed, and the task.
     fn fork(&self, ctx: &ToolContext, input: &AgentInput) -> Result<(Resolved, Start), String> {
-        let children = ctx.children.as_ref().ok_or("a fork needs a parent task")?;
+        let children = super::scope::children(ctx).ok_or("a fork needs a parent task")?;
         let role = self
             .directory
             .local(&children.role)
@@ -730,7 +730,7 @@ async fn pass_reply(
     task: &str,
     reply: &str,
 ) -> ToolOutput {
-    let Some(children) = ctx.children.as_ref() else {
+    let Some(children) = super::scope::children(ctx) else {
         return ToolOutput::error("replies reach delegated tasks only inside a task");
     };
     let link = match find_child(children, task).await {
@@ -811,7 +811,7 @@ impl Tool for SendMessageTool {
             Ok(input) => input,
             Err(e) => return ToolOutput::error(format!("invalid input for SendMessage: {e}")),
         };
-        let Some(children) = ctx.children.as_ref() else {
+        let Some(children) = super::scope::children(ctx) else {
             return ToolOutput::error("SendMessage works only inside a task");
         };
         let link = match find_child(children, input.to.trim()).await {

@@ -245,7 +245,7 @@ impl Agent {
             if session.model_calls >= u64::from(self.settings.max_turns) {
                 return Err(AgentError::MaxTurns(self.settings.max_turns));
             }
-            if let Some(children) = &self.context.children {
+            if let Some(children) = super::scope::children(&self.context) {
                 for notice in children.take_notices().await {
                     push_text(session, notice);
                 }
@@ -256,7 +256,7 @@ impl Agent {
                 &self.tools.specs(),
                 session,
                 &self.context.cancel,
-                self.context.hooks.as_deref(),
+                super::scope::hooks(&self.context).map(Arc::as_ref),
             )
             .await
             {
@@ -282,7 +282,7 @@ impl Agent {
                     return Err(error);
                 }
             }
-            if let Some(hooks) = &self.context.hooks {
+            if let Some(hooks) = super::scope::hooks(&self.context) {
                 let outcome = hooks
                     .dispatch(Payload::pre_user_message(session.model_calls + 1))
                     .await;
@@ -338,7 +338,7 @@ impl Agent {
                 }
                 // Background children report before the run ends: their notices are the
                 // model's next input.
-                if let Some(children) = &self.context.children
+                if let Some(children) = super::scope::children(&self.context)
                     && let Some(notice) = children.next_notice(&self.context.cancel).await
                 {
                     push_text(session, notice);
@@ -348,7 +348,7 @@ impl Agent {
                     return Err(AgentError::Canceled);
                 }
                 // A stop hook may refuse the stop: its reason is the model's next input.
-                if let Some(hooks) = &self.context.hooks {
+                if let Some(hooks) = super::scope::hooks(&self.context) {
                     let outcome = hooks
                         .dispatch(Payload::stop(session.model_calls, stop_blocks > 0, &text))
                         .await;
@@ -393,7 +393,7 @@ impl Agent {
     fn request(&self, session: &Session, environment: &str) -> ModelRequest {
         let mut messages = session.messages.clone();
         // Active skills ride in the environment, so the system prompt stays the same.
-        let skills = self.context.skills.as_ref().and_then(|s| s.block());
+        let skills = super::scope::skills(&self.context).and_then(|s| s.block());
         let environment = match skills {
             Some(block) if environment.is_empty() => block,
             Some(block) => format!("{environment}\n\n{block}"),
@@ -458,7 +458,7 @@ impl Agent {
                 (id, name, input)
             })
             .collect();
-        if let Some(children) = &self.context.children
+        if let Some(children) = super::scope::children(&self.context)
             && calls
                 .iter()
                 .any(|(_, name, input)| is_fork(name, input) || name == "LoadSkill")
@@ -572,7 +572,7 @@ impl Agent {
         calls: &[(String, String, Value)],
         known: Vec<(String, HookOutcome)>,
     ) -> Vec<HookOutcome> {
-        let Some(hooks) = &self.context.hooks else {
+        let Some(hooks) = super::scope::hooks(&self.context) else {
             return vec![HookOutcome::default(); calls.len()];
         };
         let known = &known;
@@ -599,7 +599,7 @@ impl Agent {
         input: &Value,
         output: &mut ToolOutput,
     ) -> Option<String> {
-        let hooks = self.context.hooks.as_ref()?;
+        let hooks = super::scope::hooks(&self.context)?;
         let outcome = hooks
             .dispatch(Payload::post_tool_use(
                 name,
@@ -621,7 +621,7 @@ impl Agent {
 
     /// Dispatches a `Notification` (information only: its outcome is not used).
     async fn notify(&self, kind: &str, detail: &str) {
-        if let Some(hooks) = &self.context.hooks {
+        if let Some(hooks) = super::scope::hooks(&self.context) {
             let _ = hooks.dispatch(Payload::notification(kind, detail)).await;
         }
     }

@@ -120,9 +120,7 @@ fn agent(model: &ScriptedModel, tools: ToolRegistry, unknown_tool_limit: u32) ->
             cancel: CancellationToken::new(),
             task_id: None,
             depth: 0,
-            children: None,
-            skills: None,
-            hooks: None,
+            scope: None,
         },
     }
 }
@@ -393,7 +391,11 @@ fn hooked_agent(
     let mut tools = ToolRegistry::new();
     tools.register(Arc::new(Recorder(order.clone())));
     let mut agent = agent(model, tools, 3);
-    agent.context.hooks = Some(run_hooks(dir, rules));
+    agent.context.scope = crate::agent::scope::RunScope {
+        hooks: Some(run_hooks(dir, rules)),
+        ..Default::default()
+    }
+    .into_context();
     (agent, order)
 }
 

@@ -6,6 +6,7 @@ pub(crate) mod delegate;
 pub(crate) mod engine;
 pub(crate) mod hook_subagent;
 pub(crate) mod runner;
+pub(crate) mod scope;
 pub(crate) mod skill_tools;
 pub(crate) mod task_tools;
 

@@ -447,28 +447,31 @@ impl Executor for ModelExecutor {
                 cancel: turn.cancel.clone(),
                 task_id: Some(turn.task_id.clone()),
                 depth: turn.depth,
-                children: Some(children.clone()),
-                skills: skills.clone(),
-                hooks: self.hooks.as_ref().and_then(|engine| {
-                    let ctx = crate::hooks::HookContext::new(
-                        turn.context_id.as_str(),
-                        self.project_dir.clone(),
-                    )
-                    .ok()?
-                    .with_mode(mode.as_str())
-                    .with_cancel(turn.cancel.clone());
-                    Some(Arc::new(crate::hooks::RunHooks {
-                        engine: engine.clone(),
-                        ctx,
-                    }))
-                }),
+                scope: super::scope::RunScope {
+                    children: Some(children.clone()),
+                    skills: skills.clone(),
+                    hooks: self.hooks.as_ref().and_then(|engine| {
+                        let ctx = crate::hooks::HookContext::new(
+                            turn.context_id.as_str(),
+                            self.project_dir.clone(),
+                        )
+                        .ok()?
+                        .with_mode(mode.as_str())
+                        .with_cancel(turn.cancel.clone());
+                        Some(Arc::new(crate::hooks::RunHooks {
+                            engine: engine.clone(),
+                            ctx,
+                        }))
+                    }),
+                }
+                .into_context(),
             },
         };
 
         // `/name args` naming a skill: an inline skill is activated and its instructions are
         // the message; a fork skill runs and its answer is the task's.
         let mut message_blocks = blocks_of(&turn.message);
-        let hooks = agent.context.hooks.clone();
+        let hooks = super::scope::hooks(&agent.context).cloned();
         let approval = turn.resumed && state.pending.is_some();
         // Context the SessionStart and UserPromptSubmit hooks add to the user's message.
         let mut hook_context = Vec::new();
@@ -511,7 +514,7 @@ impl Executor for ModelExecutor {
             if state.session.messages.is_empty() {
                 state.session.messages = conversation_of(&turn.history);
             }
-            if let Some(children) = &agent.context.children {
+            if let Some(children) = super::scope::children(&agent.context) {
                 children.set_fork_source(state.session.messages.clone());
             }
             let output = run_skill(directory, &agent.context, &name, &args).await;

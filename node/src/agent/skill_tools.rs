@@ -79,7 +79,7 @@ pub(crate) async fn run_skill(
     name: &str,
     args: &str,
 ) -> ToolOutput {
-    let Some(skills) = ctx.skills.as_ref() else {
+    let Some(skills) = super::scope::skills(ctx) else {
         return ToolOutput::error("skills are not available here");
     };
     let catalog = skills.catalog.clone();
@@ -105,7 +105,7 @@ pub(crate) async fn run_skill(
             ))
         }
         SkillMode::Fork => {
-            let Some(children) = ctx.children.as_ref() else {
+            let Some(children) = super::scope::children(ctx) else {
                 return ToolOutput::error(format!(
                     "skill {} runs in a child agent, which needs a task",
                     skill.name()

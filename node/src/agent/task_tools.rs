@@ -19,8 +19,7 @@ use super::delegate::{Directory, call_for, fetch_child, find_child};
 use crate::tools::{Category, Tool, ToolContext, ToolOutput};
 
 fn children_of(ctx: &ToolContext) -> Result<&Arc<Children>, ToolOutput> {
-    ctx.children
-        .as_ref()
+    super::scope::children(ctx)
         .ok_or_else(|| ToolOutput::error("this tool works only inside a task"))
 }
 

@@ -41,7 +41,7 @@ pub(crate) enum Category {
 }
 
 /// Where and for whom a tool runs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct ToolContext {
     /// The working directory; relative paths resolve against it.
     pub(crate) cwd: PathBuf,
@@ -53,13 +53,20 @@ pub(crate) struct ToolContext {
     pub(crate) task_id: Option<mew_cards::TaskId>,
     /// How deep that task is in a delegation chain (0: started by a user).
     pub(crate) depth: u32,
-    /// The task's children, for the tools that delegate and manage delegated tasks
-    /// (`None` outside a task).
-    pub(crate) children: Option<Arc<crate::agent::children::Children>>,
-    /// The skill catalog and the task's active skills (`None` where skills are off).
-    pub(crate) skills: Option<Arc<crate::agent::skill_tools::SkillState>>,
-    /// The hooks of the run (`None` where hooks are off).
-    pub(crate) hooks: Option<Arc<crate::hooks::RunHooks>>,
+    /// What the agent that runs the tools hands its own tools (delegation, skills, hooks),
+    /// of a type this module does not know: the built-in tools never look at it.
+    pub(crate) scope: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("cwd", &self.cwd)
+            .field("task_id", &self.task_id)
+            .field("depth", &self.depth)
+            .field("scope", &self.scope.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// A tool's answer, sent back to the model.
@@ -181,9 +188,7 @@ pub(crate) mod test_support {
             cancel: CancellationToken::new(),
             task_id: None,
             depth: 0,
-            children: None,
-            skills: None,
-            hooks: None,
+            scope: None,
         }
     }
 }
