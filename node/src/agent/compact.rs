@@ -41,10 +41,9 @@
 
 use std::borrow::Cow;
 
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::engine::{AgentError, AgentSettings, Session};
+use super::session::{AgentError, AgentSettings, Session, WindowUse};
 use crate::conversation::{Block, ChatMessage, ModelRequest, ResultPart, Speaker, ToolSpec, Usage};
 use crate::hooks::{HookOutcome, Payload, RunHooks};
 use crate::provider::{Provider, ProviderError};
@@ -81,22 +80,6 @@ const TRIGGER: &str = "auto";
 
 /// Introduces the guidance `PreCompact` hooks added to the summary instruction.
 const GUIDANCE_HEADER: &str = "\n\nAdditional guidance for this summary:";
-
-/// How full the context window is, as far as the last model call tells.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct WindowUse {
-    /// Tokens of the last model call, as the provider reported them: its whole request (input,
-    /// cache reads and cache writes) and its answer. 0 when nothing was measured.
-    pub(crate) tokens: u64,
-    /// How many messages, from the first, those tokens cover (the request's and the answer).
-    pub(crate) messages: usize,
-    /// Times the conversation was compacted.
-    pub(crate) compactions: u64,
-    /// Whether the system prompt and tool definitions alone reach the threshold, which no
-    /// compaction can get under: found and said once, then compaction is off for the session.
-    pub(crate) too_small: bool,
-}
 
 /// What [`compact_if_needed`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -518,11 +518,11 @@ impl AgentTool {
             .directory
             .local(&children.role)
             .ok_or_else(|| format!("cannot fork: role {:?} is not served here", children.role))?;
-        let mut session = super::engine::Session {
+        let mut session = super::session::Session {
             messages: children.fork_source(),
             ..Default::default()
         };
-        super::engine::close_dangling_calls(&mut session);
+        super::session::close_dangling_calls(&mut session);
         if !matches!(session.messages.first(), Some(m) if m.speaker == Speaker::User) {
             session.messages.insert(
                 0,

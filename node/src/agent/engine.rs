@@ -11,16 +11,14 @@
 //! When the next request would near the context window, the older part of the
 //! conversation is first replaced by a summary the model writes (`compact.rs`).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures_util::future::join_all;
-use mew_cards::PermissionMode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::conversation::{
-    Block, ChatMessage, Delta, ModelRequest, ResultPart, Speaker, StopReason, Usage,
+    Block, ChatMessage, Delta, ModelRequest, ResultPart, Speaker, StopReason,
 };
 use crate::hooks::{HookOutcome, MAX_STOP_BLOCKS, Payload, PermissionDecision};
 use crate::permission::{Decision, PermissionEngine};
@@ -28,27 +26,9 @@ use crate::provider::{Provider, ProviderError};
 use crate::tools::registry::ToolRegistry;
 use crate::tools::{Category, ToolContext, ToolOutput};
 
-/// How one agent runs.
-#[derive(Clone, Debug)]
-pub(crate) struct AgentSettings {
-    /// The system prompt; never changes during a run.
-    pub(crate) system: String,
-    /// The concrete model id.
-    pub(crate) model: String,
-    /// Model calls allowed in one run.
-    pub(crate) max_turns: u32,
-    /// Output tokens per model call.
-    pub(crate) max_tokens: u32,
-    /// The model's context window, in tokens.
-    pub(crate) context_window: u64,
-    /// The share of the context window at which the conversation is compacted.
-    pub(crate) compact_at: f64,
-    /// Consecutive answers that call only unknown tools before the run stops
-    /// (3 for a main agent, 2 for a child).
-    pub(crate) unknown_tool_limit: u32,
-    /// The permission mode.
-    pub(crate) mode: PermissionMode,
-}
+use super::session::{
+    AgentError, AgentSettings, Session, answered_ids, close_dangling_calls, push_text,
+};
 
 /// A tool call waiting for the user's approval, kept with the conversation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -94,26 +74,6 @@ pub(crate) enum Resume {
     },
 }
 
-/// Why a run failed.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum AgentError {
-    /// The model service failed.
-    #[error(transparent)]
-    Provider(#[from] ProviderError),
-    /// The model used all its turns.
-    #[error("the agent reached its limit of {0} model calls without finishing")]
-    MaxTurns(u32),
-    /// The model kept calling tools that do not exist.
-    #[error("the model called unknown tools {0} times in a row ({1}); stopping")]
-    UnknownTools(u32, String),
-    /// The run was canceled.
-    #[error("canceled")]
-    Canceled,
-    /// A hook answered `continue: false`.
-    #[error("stopped by a hook: {0}")]
-    HookStopped(String),
-}
-
 /// What the loop reports while it runs.
 pub(crate) trait Observer: Send + Sync {
     /// More answer text.
@@ -124,25 +84,6 @@ pub(crate) trait Observer: Send + Sync {
     fn tool_finished(&self, id: &str, name: &str, output: &ToolOutput);
     /// Something the user should know about the run that is not part of the answer.
     fn warning(&self, _text: &str) {}
-}
-
-/// The state a run carries: the conversation and what it cost.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Session {
-    /// The conversation, oldest first.
-    pub(crate) messages: Vec<ChatMessage>,
-    /// Tokens used so far.
-    pub(crate) usage: Usage,
-    /// Tool calls made so far.
-    pub(crate) tool_calls: u64,
-    /// Model calls made so far.
-    pub(crate) model_calls: u64,
-    /// Model calls whose service reported no usage: their tokens are unknown, not zero.
-    #[serde(default)]
-    pub(crate) unreported_calls: u64,
-    /// How full the context window is, and how often it was compacted.
-    #[serde(default)]
-    pub(crate) window: super::compact::WindowUse,
 }
 
 /// One agent: a model, its tools and its permissions.
@@ -757,64 +698,4 @@ fn is_fork(name: &str, input: &Value) -> bool {
             .get("subagent_type")
             .and_then(Value::as_str)
             .is_none_or(|t| t.trim().is_empty())
-}
-
-/// Adds text to the conversation's last message if it is the user's, else as a new user message.
-pub(crate) fn push_text(session: &mut Session, text: String) {
-    let block = Block::Text { text };
-    match session.messages.last_mut() {
-        Some(last) if last.speaker == Speaker::User => last.content.push(block),
-        _ => session.messages.push(ChatMessage {
-            speaker: Speaker::User,
-            content: vec![block],
-        }),
-    }
-}
-
-fn answered_ids(session: &Session) -> HashSet<String> {
-    session
-        .messages
-        .iter()
-        .flat_map(|m| m.content.iter())
-        .filter_map(|b| match b {
-            Block::ToolResult { id, .. } => Some(id.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Gives every tool call without a result a placeholder error result.
-pub(crate) fn close_dangling_calls(session: &mut Session) {
-    let answered = answered_ids(session);
-    let mut fixed = Vec::with_capacity(session.messages.len());
-    let messages = std::mem::take(&mut session.messages);
-    let mut iter = messages.into_iter().peekable();
-    while let Some(message) = iter.next() {
-        let dangling: Vec<String> = message
-            .tool_uses()
-            .map(|(id, _, _)| id.to_owned())
-            .filter(|id| !answered.contains(id))
-            .collect();
-        fixed.push(message);
-        if dangling.is_empty() {
-            continue;
-        }
-        let placeholder = |id: String| Block::ToolResult {
-            id,
-            content: vec![ResultPart::Text {
-                text: "[not run: the conversation moved on]".to_owned(),
-            }],
-            is_error: true,
-        };
-        match iter.peek_mut() {
-            Some(next) if next.speaker == Speaker::User => {
-                next.content.extend(dangling.into_iter().map(placeholder));
-            }
-            _ => fixed.push(ChatMessage {
-                speaker: Speaker::User,
-                content: dangling.into_iter().map(placeholder).collect(),
-            }),
-        }
-    }
-    session.messages = fixed;
 }

@@ -11,9 +11,8 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
-use super::engine::{
-    Agent, AgentError, AgentSettings, Observer, Outcome, Resume, Session, close_dangling_calls,
-};
+use super::engine::{Agent, Observer, Outcome, Resume};
+use super::session::{AgentError, AgentSettings, Session, close_dangling_calls};
 use crate::config::PermissionsConfig;
 use crate::conversation::{Block, ChatMessage, Speaker};
 use crate::permission::PermissionEngine;

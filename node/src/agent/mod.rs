@@ -7,6 +7,7 @@ pub(crate) mod engine;
 pub(crate) mod hook_subagent;
 pub(crate) mod runner;
 pub(crate) mod scope;
+pub(crate) mod session;
 pub(crate) mod skill_tools;
 pub(crate) mod task_tools;
 

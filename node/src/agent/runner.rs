@@ -12,9 +12,8 @@ use tokio::sync::mpsc;
 
 use super::children::Children;
 use super::delegate::Directory;
-use super::engine::{
-    Agent, AgentError, AgentSettings, Observer, Outcome, PendingCall, Resume, Session,
-};
+use super::engine::{Agent, Observer, Outcome, PendingCall, Resume};
+use super::session::{AgentError, AgentSettings, Session};
 use super::skill_tools::{SkillFork, SkillState, run_skill};
 use crate::config::AgentConfig;
 use crate::conversation::{Block, ChatMessage, Speaker};
@@ -652,7 +651,7 @@ impl Executor for ModelExecutor {
             }
             Err(AgentError::Canceled) => Err(ExecError("canceled".to_owned())),
             Err(error) => {
-                super::engine::close_dangling_calls(&mut state.session);
+                super::session::close_dangling_calls(&mut state.session);
                 let _ = sink
                     .save_private(serde_json::to_value(&state).unwrap_or(Value::Null))
                     .await;

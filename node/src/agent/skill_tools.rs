@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::delegate::{Directory, fork_for_skill};
-use super::engine::{Session, close_dangling_calls};
+use super::session::{Session, close_dangling_calls};
 use crate::conversation::{Block, ChatMessage, Speaker};
 use crate::skills::catalog::Catalog;
 use crate::skills::install::{InstallOptions, InstallScope, install, install_root};
