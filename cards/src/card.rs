@@ -2,10 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use crate::message::Metadata;
-use crate::serde_util::{is_default, null_as_default};
+use crate::serde_util::proto_message;
 use crate::task::oneof;
 
 /// The protocol version Mew speaks, as written in cards and headers.
@@ -24,135 +22,63 @@ pub mod binding {
     pub const GRPC: &str = "GRPC";
 }
 
-/// A self-describing manifest of an agent.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentCard {
-    /// Human-readable name.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub name: String,
-    /// What the agent does.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub description: String,
-    /// Where and how to reach the agent, preferred first.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    #[serde(alias = "supported_interfaces")]
-    pub supported_interfaces: Vec<AgentInterface>,
-    /// Who provides the agent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider: Option<AgentProvider>,
-    /// The agent's own version.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub version: String,
-    /// Documentation for humans.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[serde(alias = "documentation_url")]
-    pub documentation_url: Option<String>,
-    /// Optional protocol features the agent supports.
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub capabilities: AgentCapabilities,
-    /// Authentication schemes by name.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "BTreeMap::is_empty"
-    )]
-    #[serde(alias = "security_schemes")]
-    pub security_schemes: BTreeMap<String, SecurityScheme>,
-    /// Which schemes a caller must satisfy (any one entry).
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    #[serde(alias = "security_requirements")]
-    pub security_requirements: Vec<SecurityRequirement>,
-    /// Media types accepted by default.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    #[serde(alias = "default_input_modes")]
-    pub default_input_modes: Vec<String>,
-    /// Media types produced by default.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    #[serde(alias = "default_output_modes")]
-    pub default_output_modes: Vec<String>,
-    /// What the agent is good at.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub skills: Vec<AgentSkill>,
-    /// JWS signatures over the card.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub signatures: Vec<AgentCardSignature>,
-    /// An icon for the agent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[serde(alias = "icon_url")]
-    pub icon_url: Option<String>,
+proto_message! {
+    /// A self-describing manifest of an agent.
+    #[derive(Clone, Debug, Default, PartialEq)]
+    pub struct AgentCard {
+        /// Human-readable name.
+        pub name: String,
+        /// What the agent does.
+        pub description: String,
+        /// Where and how to reach the agent, preferred first.
+        #[serde(alias = "supported_interfaces")]
+        pub supported_interfaces: Vec<AgentInterface>,
+        /// Who provides the agent.
+        pub provider: Option<AgentProvider>,
+        /// The agent's own version.
+        pub version: String,
+        /// Documentation for humans.
+        #[serde(alias = "documentation_url")]
+        pub documentation_url: Option<String>,
+        /// Optional protocol features the agent supports.
+        pub capabilities: AgentCapabilities as always,
+        /// Authentication schemes by name.
+        #[serde(alias = "security_schemes")]
+        pub security_schemes: BTreeMap<String, SecurityScheme>,
+        /// Which schemes a caller must satisfy (any one entry).
+        #[serde(alias = "security_requirements")]
+        pub security_requirements: Vec<SecurityRequirement>,
+        /// Media types accepted by default.
+        #[serde(alias = "default_input_modes")]
+        pub default_input_modes: Vec<String>,
+        /// Media types produced by default.
+        #[serde(alias = "default_output_modes")]
+        pub default_output_modes: Vec<String>,
+        /// What the agent is good at.
+        pub skills: Vec<AgentSkill>,
+        /// JWS signatures over the card.
+        pub signatures: Vec<AgentCardSignature>,
+        /// An icon for the agent.
+        #[serde(alias = "icon_url")]
+        pub icon_url: Option<String>,
+    }
 }
 
-/// One way to reach an agent.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentInterface {
-    /// Absolute URL of the interface.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub url: String,
-    /// `JSONRPC`, `HTTP+JSON` or `GRPC` (open-ended).
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    #[serde(alias = "protocol_binding")]
-    pub protocol_binding: String,
-    /// Tenant to put in requests to this interface.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub tenant: String,
-    /// The A2A version this interface speaks, e.g. `1.0`.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    #[serde(alias = "protocol_version")]
-    pub protocol_version: String,
+proto_message! {
+    /// One way to reach an agent.
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    pub struct AgentInterface {
+        /// Absolute URL of the interface.
+        pub url: String,
+        /// `JSONRPC`, `HTTP+JSON` or `GRPC` (open-ended).
+        #[serde(alias = "protocol_binding")]
+        pub protocol_binding: String,
+        /// Tenant to put in requests to this interface.
+        pub tenant: String,
+        /// The A2A version this interface speaks, e.g. `1.0`.
+        #[serde(alias = "protocol_version")]
+        pub protocol_version: String,
+    }
 }
 
 impl AgentInterface {
@@ -167,190 +93,104 @@ impl AgentInterface {
     }
 }
 
-/// The organisation behind an agent.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentProvider {
-    /// The provider's website.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub url: String,
-    /// The provider's name.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub organization: String,
+proto_message! {
+    /// The organisation behind an agent.
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    pub struct AgentProvider {
+        /// The provider's website.
+        pub url: String,
+        /// The provider's name.
+        pub organization: String,
+    }
 }
 
-/// Optional protocol features.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentCapabilities {
-    /// Streaming sends and subscriptions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub streaming: Option<bool>,
-    /// Push notifications to webhooks.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[serde(alias = "push_notifications")]
-    pub push_notifications: Option<bool>,
-    /// Protocol extensions.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub extensions: Vec<AgentExtension>,
-    /// An extended card for authenticated callers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[serde(alias = "extended_agent_card")]
-    pub extended_agent_card: Option<bool>,
+proto_message! {
+    /// Optional protocol features.
+    #[derive(Clone, Debug, Default, PartialEq)]
+    pub struct AgentCapabilities {
+        /// Streaming sends and subscriptions.
+        pub streaming: Option<bool>,
+        /// Push notifications to webhooks.
+        #[serde(alias = "push_notifications")]
+        pub push_notifications: Option<bool>,
+        /// Protocol extensions.
+        pub extensions: Vec<AgentExtension>,
+        /// An extended card for authenticated callers.
+        #[serde(alias = "extended_agent_card")]
+        pub extended_agent_card: Option<bool>,
+    }
 }
 
-/// A protocol extension the agent supports.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentExtension {
-    /// The extension's URI.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub uri: String,
-    /// How the agent uses it.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub description: String,
-    /// Clients must understand it.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    pub required: bool,
-    /// Extension-specific settings.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub params: Option<Metadata>,
+proto_message! {
+    /// A protocol extension the agent supports.
+    #[derive(Clone, Debug, Default, PartialEq)]
+    pub struct AgentExtension {
+        /// The extension's URI.
+        pub uri: String,
+        /// How the agent uses it.
+        pub description: String,
+        /// Clients must understand it.
+        pub required: bool,
+        /// Extension-specific settings.
+        pub params: Option<Metadata>,
+    }
 }
 
-/// Something an agent can do.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentSkill {
-    /// Unique within the card.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub id: String,
-    /// Human-readable name.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub name: String,
-    /// What the skill does.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub description: String,
-    /// Keywords.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub tags: Vec<String>,
-    /// Example prompts.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub examples: Vec<String>,
-    /// Accepted media types, overriding the card's defaults.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    #[serde(alias = "input_modes")]
-    pub input_modes: Vec<String>,
-    /// Produced media types, overriding the card's defaults.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    #[serde(alias = "output_modes")]
-    pub output_modes: Vec<String>,
-    /// Security needed for this skill.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    #[serde(alias = "security_requirements")]
-    pub security_requirements: Vec<SecurityRequirement>,
+proto_message! {
+    /// Something an agent can do.
+    #[derive(Clone, Debug, Default, PartialEq)]
+    pub struct AgentSkill {
+        /// Unique within the card.
+        pub id: String,
+        /// Human-readable name.
+        pub name: String,
+        /// What the skill does.
+        pub description: String,
+        /// Keywords.
+        pub tags: Vec<String>,
+        /// Example prompts.
+        pub examples: Vec<String>,
+        /// Accepted media types, overriding the card's defaults.
+        #[serde(alias = "input_modes")]
+        pub input_modes: Vec<String>,
+        /// Produced media types, overriding the card's defaults.
+        #[serde(alias = "output_modes")]
+        pub output_modes: Vec<String>,
+        /// Security needed for this skill.
+        #[serde(alias = "security_requirements")]
+        pub security_requirements: Vec<SecurityRequirement>,
+    }
 }
 
-/// A JWS (RFC 7515, JSON serialization) over the card.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentCardSignature {
-    /// The base64url protected header.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub protected: String,
-    /// The base64url signature.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub signature: String,
-    /// The unprotected header.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub header: Option<Metadata>,
+proto_message! {
+    /// A JWS (RFC 7515, JSON serialization) over the card.
+    #[derive(Clone, Debug, Default, PartialEq)]
+    pub struct AgentCardSignature {
+        /// The base64url protected header.
+        pub protected: String,
+        /// The base64url signature.
+        pub signature: String,
+        /// The unprotected header.
+        pub header: Option<Metadata>,
+    }
 }
 
-/// A list of strings (proto `StringList`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StringList {
-    /// The strings.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub list: Vec<String>,
+proto_message! {
+    /// A list of strings (proto `StringList`).
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    pub struct StringList {
+        /// The strings.
+        pub list: Vec<String>,
+    }
 }
 
-/// Scheme names mapped to the scopes they need; all must be satisfied.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SecurityRequirement {
-    /// Scheme name to required scopes.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "BTreeMap::is_empty"
-    )]
-    pub schemes: BTreeMap<String, StringList>,
+proto_message! {
+    /// Scheme names mapped to the scopes they need; all must be satisfied.
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    pub struct SecurityRequirement {
+        /// Scheme name to required scopes.
+        pub schemes: BTreeMap<String, StringList>,
+    }
 }
 
 oneof! {
@@ -369,116 +209,66 @@ oneof! {
     }
 }
 
-/// An API key scheme.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ApiKeySecurityScheme {
-    /// For humans.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub description: String,
-    /// `header`, `query` or `cookie`.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub location: String,
-    /// The header, parameter or cookie name.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub name: String,
+proto_message! {
+    /// An API key scheme.
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    pub struct ApiKeySecurityScheme {
+        /// For humans.
+        pub description: String,
+        /// `header`, `query` or `cookie`.
+        pub location: String,
+        /// The header, parameter or cookie name.
+        pub name: String,
+    }
 }
 
-/// An HTTP authentication scheme.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HttpAuthSecurityScheme {
-    /// For humans.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub description: String,
-    /// The scheme name, e.g. `Bearer`.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub scheme: String,
-    /// A hint such as `JWT`.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    #[serde(alias = "bearer_format")]
-    pub bearer_format: String,
+proto_message! {
+    /// An HTTP authentication scheme.
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    pub struct HttpAuthSecurityScheme {
+        /// For humans.
+        pub description: String,
+        /// The scheme name, e.g. `Bearer`.
+        pub scheme: String,
+        /// A hint such as `JWT`.
+        #[serde(alias = "bearer_format")]
+        pub bearer_format: String,
+    }
 }
 
-/// An OAuth 2.0 scheme.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OAuth2SecurityScheme {
-    /// For humans.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub description: String,
-    /// The supported flow.
-    pub flows: OAuthFlows,
-    /// RFC 8414 metadata URL.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    #[serde(alias = "oauth2_metadata_url")]
-    pub oauth2_metadata_url: String,
+proto_message! {
+    /// An OAuth 2.0 scheme.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct OAuth2SecurityScheme {
+        /// For humans.
+        pub description: String,
+        /// The supported flow.
+        pub flows: OAuthFlows as required,
+        /// RFC 8414 metadata URL.
+        #[serde(alias = "oauth2_metadata_url")]
+        pub oauth2_metadata_url: String,
+    }
 }
 
-/// An OpenID Connect scheme.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OpenIdConnectSecurityScheme {
-    /// For humans.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub description: String,
-    /// The discovery URL.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    #[serde(alias = "open_id_connect_url")]
-    pub open_id_connect_url: String,
+proto_message! {
+    /// An OpenID Connect scheme.
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    pub struct OpenIdConnectSecurityScheme {
+        /// For humans.
+        pub description: String,
+        /// The discovery URL.
+        #[serde(alias = "open_id_connect_url")]
+        pub open_id_connect_url: String,
+    }
 }
 
-/// A mutual TLS scheme.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MutualTlsSecurityScheme {
-    /// For humans.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub description: String,
+proto_message! {
+    /// A mutual TLS scheme.
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    pub struct MutualTlsSecurityScheme {
+        /// For humans.
+        pub description: String,
+    }
 }
 
 oneof! {
@@ -497,55 +287,26 @@ oneof! {
     }
 }
 
-/// The settings of one OAuth 2.0 flow; each flow kind uses the fields it defines.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OAuthFlow {
-    /// Authorization endpoint (authorization code, implicit).
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    #[serde(alias = "authorization_url")]
-    pub authorization_url: String,
-    /// Device authorization endpoint (device code).
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    #[serde(alias = "device_authorization_url")]
-    pub device_authorization_url: String,
-    /// Token endpoint.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    #[serde(alias = "token_url")]
-    pub token_url: String,
-    /// Refresh endpoint.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    #[serde(alias = "refresh_url")]
-    pub refresh_url: String,
-    /// Scope name to description.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "BTreeMap::is_empty"
-    )]
-    pub scopes: BTreeMap<String, String>,
-    /// PKCE is required (authorization code).
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    #[serde(alias = "pkce_required")]
-    pub pkce_required: bool,
+proto_message! {
+    /// The settings of one OAuth 2.0 flow; each flow kind uses the fields it defines.
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    pub struct OAuthFlow {
+        /// Authorization endpoint (authorization code, implicit).
+        #[serde(alias = "authorization_url")]
+        pub authorization_url: String,
+        /// Device authorization endpoint (device code).
+        #[serde(alias = "device_authorization_url")]
+        pub device_authorization_url: String,
+        /// Token endpoint.
+        #[serde(alias = "token_url")]
+        pub token_url: String,
+        /// Refresh endpoint.
+        #[serde(alias = "refresh_url")]
+        pub refresh_url: String,
+        /// Scope name to description.
+        pub scopes: BTreeMap<String, String>,
+        /// PKCE is required (authorization code).
+        #[serde(alias = "pkce_required")]
+        pub pkce_required: bool,
+    }
 }

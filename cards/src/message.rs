@@ -5,7 +5,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::ids::{ArtifactId, ContextId, MessageId, TaskId};
-use crate::serde_util::{empty_as_none, is_default, null_as_default, present_value, proto_enum};
+use crate::serde_util::{empty_as_none, null_as_default, present_value, proto_enum, proto_message};
 
 /// The most parts a message may have. Reading stops at the first part over it, so a request
 /// of many tiny parts costs no more than this many. (An artifact grows by the chunks its agent
@@ -222,66 +222,31 @@ impl<'de> Deserialize<'de> for Part {
     }
 }
 
-/// One unit of communication between a client and an agent.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Message {
-    /// Set by the message's author.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    #[serde(alias = "message_id")]
-    pub message_id: MessageId,
-    /// The conversation this message belongs to.
-    #[serde(
-        default,
-        deserialize_with = "empty_as_none",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[serde(alias = "context_id")]
-    pub context_id: Option<ContextId>,
-    /// The task this message belongs to.
-    #[serde(
-        default,
-        deserialize_with = "empty_as_none",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[serde(alias = "task_id")]
-    pub task_id: Option<TaskId>,
-    /// Who sent it.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    pub role: Role,
-    /// The content: at most [`MAX_PARTS`] parts.
-    #[serde(
-        default,
-        deserialize_with = "bounded_parts",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub parts: Vec<Part>,
-    /// Free-form metadata.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Metadata>,
-    /// URIs of the extensions present in this message.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub extensions: Vec<String>,
-    /// Tasks this message refers to for context.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    #[serde(alias = "reference_task_ids")]
-    pub reference_task_ids: Vec<TaskId>,
+proto_message! {
+    /// One unit of communication between a client and an agent.
+    #[derive(Clone, Debug, Default, PartialEq)]
+    pub struct Message {
+        /// Set by the message's author.
+        #[serde(alias = "message_id")]
+        pub message_id: MessageId,
+        /// The conversation this message belongs to.
+        #[serde(alias = "context_id")]
+        pub context_id: Option<ContextId> as read("empty_as_none"),
+        /// The task this message belongs to.
+        #[serde(alias = "task_id")]
+        pub task_id: Option<TaskId> as read("empty_as_none"),
+        /// Who sent it.
+        pub role: Role,
+        /// The content: at most [`MAX_PARTS`] parts.
+        pub parts: Vec<Part> as read("bounded_parts"),
+        /// Free-form metadata.
+        pub metadata: Option<Metadata>,
+        /// URIs of the extensions present in this message.
+        pub extensions: Vec<String>,
+        /// Tasks this message refers to for context.
+        #[serde(alias = "reference_task_ids")]
+        pub reference_task_ids: Vec<TaskId>,
+    }
 }
 
 impl Message {
@@ -323,49 +288,24 @@ pub fn join_text(parts: &[Part]) -> String {
     out
 }
 
-/// An output of a task.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Artifact {
-    /// Unique within its task.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    #[serde(alias = "artifact_id")]
-    pub artifact_id: ArtifactId,
-    /// A human-readable name.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub name: String,
-    /// A human-readable description.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub description: String,
-    /// The content.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub parts: Vec<Part>,
-    /// Free-form metadata.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Metadata>,
-    /// URIs of the extensions that contributed to this artifact.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    pub extensions: Vec<String>,
+proto_message! {
+    /// An output of a task.
+    #[derive(Clone, Debug, Default, PartialEq)]
+    pub struct Artifact {
+        /// Unique within its task.
+        #[serde(alias = "artifact_id")]
+        pub artifact_id: ArtifactId,
+        /// A human-readable name.
+        pub name: String,
+        /// A human-readable description.
+        pub description: String,
+        /// The content.
+        pub parts: Vec<Part>,
+        /// Free-form metadata.
+        pub metadata: Option<Metadata>,
+        /// URIs of the extensions that contributed to this artifact.
+        pub extensions: Vec<String>,
+    }
 }
 
 impl Artifact {

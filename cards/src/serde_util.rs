@@ -116,10 +116,12 @@ macro_rules! proto_enum {
 
 pub(crate) use proto_enum;
 
-/// Reads an optional int32 given as a JSON number or a decimal string, as ProtoJSON allows.
-pub(crate) fn lenient_i32<'de, D>(deserializer: D) -> Result<Option<i32>, D::Error>
+/// Reads an int32 given as a JSON number or a decimal string, as ProtoJSON allows; `null` reads
+/// as the default (`None` or `0`).
+pub(crate) fn lenient_i32<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
+    T: From<i32> + Default,
 {
     use serde::de::Error;
     #[derive(Deserialize)]
@@ -129,7 +131,7 @@ where
         Text(String),
     }
     let value = match Option::<Int>::deserialize(deserializer)? {
-        None => return Ok(None),
+        None => return Ok(T::default()),
         Some(Int::Number(n)) => n,
         Some(Int::Text(text)) => text
             .trim()
@@ -137,6 +139,132 @@ where
             .map_err(|_| D::Error::custom(format!("expected an integer, found {text:?}")))?,
     };
     i32::try_from(value)
-        .map(Some)
+        .map(T::from)
         .map_err(|_| D::Error::custom(format!("{value} is out of range for int32")))
 }
+
+/// Whether a field declares the alias ProtoJSON parsers accept: its proto (snake_case) name,
+/// exactly when the name has an underscore (otherwise it equals the JSON name).
+pub(crate) const fn proto_alias_ok(field: &str, aliases: &[&str]) -> bool {
+    let field = field.as_bytes();
+    let mut snake = false;
+    let mut i = 0;
+    while i < field.len() {
+        snake |= field[i] == b'_';
+        i += 1;
+    }
+    match aliases {
+        [] => !snake,
+        [alias] => {
+            let alias = alias.as_bytes();
+            let mut same = snake && alias.len() == field.len();
+            let mut i = 0;
+            while same && i < field.len() {
+                same = alias[i] == field[i];
+                i += 1;
+            }
+            same
+        }
+        _ => false,
+    }
+}
+
+/// Declares a ProtoJSON message struct and applies the field conventions, so that no field can
+/// miss one: JSON names in camelCase, an absent or `null` field reads as its default, and a field
+/// that holds its default is left out of the output. An `i32` or `Option<i32>` field also reads a
+/// decimal string.
+///
+/// A field's only attributes are its doc comment and, when its name has an underscore,
+/// `#[serde(alias = "its_name")]` (ProtoJSON parsers accept the proto name); the build fails if
+/// that alias is missing or wrong. After the type, a field may say how it differs:
+/// - `as always`: written even when it holds its default (a set message field, or one the spec
+///   makes required in answers);
+/// - `as required`: neither defaulted nor omitted, so an absent or `null` value is an error;
+/// - `as read("f")`: read with `f` instead (still omitted when default).
+macro_rules! proto_message {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident { $($fields:tt)* }
+    ) => {
+        $crate::serde_util::proto_message!(@field [$name $(#[$meta])*] [] [] $($fields)*);
+    };
+    // Each field passes three steps: its docs, alias and name; its reader, by type; its kind.
+    (@field $head:tt $done:tt $checks:tt
+        $(#[doc = $doc:literal])* $(#[serde(alias = $alias:literal)])?
+        pub $field:ident : $($rest:tt)*
+    ) => {
+        $crate::serde_util::proto_message!(@type $head $done $checks
+            [$(#[doc = $doc])* $(#[serde(alias = $alias)])? pub $field] [$field $($alias)?]
+            $($rest)*);
+    };
+    (@type $head:tt $done:tt $checks:tt [$($decl:tt)*] $check:tt
+        i32 $(as $kind:ident)?, $($rest:tt)*
+    ) => {
+        $crate::serde_util::proto_message!(@kind $head $done $checks [$($decl)*: i32] $check
+            "crate::serde_util::lenient_i32" $($kind)?; $($rest)*);
+    };
+    (@type $head:tt $done:tt $checks:tt [$($decl:tt)*] $check:tt
+        Option<i32> $(as $kind:ident)?, $($rest:tt)*
+    ) => {
+        $crate::serde_util::proto_message!(@kind $head $done $checks [$($decl)*: Option<i32>]
+            $check "crate::serde_util::lenient_i32" $($kind)?; $($rest)*);
+    };
+    (@type $head:tt $done:tt $checks:tt [$($decl:tt)*] $check:tt
+        $ty:ty as read($read:literal), $($rest:tt)*
+    ) => {
+        $crate::serde_util::proto_message!(@kind $head $done $checks [$($decl)*: $ty] $check
+            $read; $($rest)*);
+    };
+    (@type $head:tt $done:tt $checks:tt [$($decl:tt)*] $check:tt
+        $ty:ty $(as $kind:ident)?, $($rest:tt)*
+    ) => {
+        $crate::serde_util::proto_message!(@kind $head $done $checks [$($decl)*: $ty] $check
+            "crate::serde_util::null_as_default" $($kind)?; $($rest)*);
+    };
+    (@kind $head:tt [$($done:tt)*] [$($checks:tt)*] [$($decl:tt)*] $check:tt
+        $read:literal; $($rest:tt)*
+    ) => {
+        $crate::serde_util::proto_message!(@field $head [$($done)*
+            #[serde(
+                default,
+                deserialize_with = $read,
+                skip_serializing_if = "crate::serde_util::is_default"
+            )]
+            $($decl)*,
+        ] [$($checks)* $check] $($rest)*);
+    };
+    (@kind $head:tt [$($done:tt)*] [$($checks:tt)*] [$($decl:tt)*] $check:tt
+        $read:literal always; $($rest:tt)*
+    ) => {
+        $crate::serde_util::proto_message!(@field $head [$($done)*
+            #[serde(default, deserialize_with = $read)]
+            $($decl)*,
+        ] [$($checks)* $check] $($rest)*);
+    };
+    (@kind $head:tt [$($done:tt)*] [$($checks:tt)*] [$($decl:tt)*] $check:tt
+        $read:literal required; $($rest:tt)*
+    ) => {
+        $crate::serde_util::proto_message!(@field $head [$($done)* $($decl)*,]
+            [$($checks)* $check] $($rest)*);
+    };
+    // No field left: the struct, and the alias check at compile time.
+    (@field [$name:ident $($meta:tt)*] [$($done:tt)*] [$([$field:ident $($alias:literal)?])*]) => {
+        $($meta)*
+        #[derive(serde::Serialize, serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        pub struct $name { $($done)* }
+
+        const _: () = {
+            $(assert!(
+                $crate::serde_util::proto_alias_ok(stringify!($field), &[$($alias)?]),
+                concat!(
+                    stringify!($name), ".", stringify!($field),
+                    ": needs #[serde(alias = \"", stringify!($field),
+                    "\")] if and only if its name has an underscore"
+                ),
+            );)*
+        };
+    };
+}
+
+pub(crate) use proto_message;

@@ -1,10 +1,8 @@
 //! Tasks, their states and the events that move them: the A2A unit of work.
 
-use serde::{Deserialize, Serialize};
-
 use crate::ids::{ContextId, TaskId};
 use crate::message::{Artifact, Message, Metadata};
-use crate::serde_util::{is_default, null_as_default, proto_enum};
+use crate::serde_util::{proto_enum, proto_message};
 use crate::time::Timestamp;
 
 proto_enum! {
@@ -69,23 +67,17 @@ impl TaskState {
     }
 }
 
-/// A task's state, with an optional message and the time it was set.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TaskStatus {
-    /// The state.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    pub state: TaskState,
-    /// An agent message that explains the state (a question, an error, a result summary).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<Message>,
-    /// When the state was set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timestamp: Option<Timestamp>,
+proto_message! {
+    /// A task's state, with an optional message and the time it was set.
+    #[derive(Clone, Debug, Default, PartialEq)]
+    pub struct TaskStatus {
+        /// The state.
+        pub state: TaskState,
+        /// An agent message that explains the state (a question, an error, a result summary).
+        pub message: Option<Message>,
+        /// When the state was set.
+        pub timestamp: Option<Timestamp>,
+    }
 }
 
 impl TaskStatus {
@@ -108,45 +100,24 @@ impl TaskStatus {
     }
 }
 
-/// The A2A unit of work.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Task {
-    /// Set by the server.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    pub id: TaskId,
-    /// The conversation the task belongs to.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "ContextId::is_empty"
-    )]
-    #[serde(alias = "context_id")]
-    pub context_id: ContextId,
-    /// The current status.
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub status: TaskStatus,
-    /// Outputs so far.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub artifacts: Vec<Artifact>,
-    /// The messages exchanged, oldest first.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub history: Vec<Message>,
-    /// Free-form metadata.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Metadata>,
+proto_message! {
+    /// The A2A unit of work.
+    #[derive(Clone, Debug, Default, PartialEq)]
+    pub struct Task {
+        /// Set by the server.
+        pub id: TaskId,
+        /// The conversation the task belongs to.
+        #[serde(alias = "context_id")]
+        pub context_id: ContextId,
+        /// The current status.
+        pub status: TaskStatus as always,
+        /// Outputs so far.
+        pub artifacts: Vec<Artifact>,
+        /// The messages exchanged, oldest first.
+        pub history: Vec<Message>,
+        /// Free-form metadata.
+        pub metadata: Option<Metadata>,
+    }
 }
 
 impl Task {
@@ -199,75 +170,43 @@ impl Task {
     }
 }
 
-/// A change of a task's status.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TaskStatusUpdateEvent {
-    /// The task.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    #[serde(alias = "task_id")]
-    pub task_id: TaskId,
-    /// The task's context.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    #[serde(alias = "context_id")]
-    pub context_id: ContextId,
-    /// The new status.
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub status: TaskStatus,
-    /// Free-form metadata.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Metadata>,
+proto_message! {
+    /// A change of a task's status.
+    #[derive(Clone, Debug, Default, PartialEq)]
+    pub struct TaskStatusUpdateEvent {
+        /// The task.
+        #[serde(alias = "task_id")]
+        pub task_id: TaskId,
+        /// The task's context.
+        #[serde(alias = "context_id")]
+        pub context_id: ContextId,
+        /// The new status.
+        pub status: TaskStatus as always,
+        /// Free-form metadata.
+        pub metadata: Option<Metadata>,
+    }
 }
 
-/// A new artifact, or a chunk of one.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TaskArtifactUpdateEvent {
-    /// The task.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    #[serde(alias = "task_id")]
-    pub task_id: TaskId,
-    /// The task's context.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    #[serde(alias = "context_id")]
-    pub context_id: ContextId,
-    /// The artifact or chunk.
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub artifact: Artifact,
-    /// Append these parts to the artifact with the same id.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    pub append: bool,
-    /// This is the artifact's last chunk.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_default"
-    )]
-    #[serde(alias = "last_chunk")]
-    pub last_chunk: bool,
-    /// Free-form metadata.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Metadata>,
+proto_message! {
+    /// A new artifact, or a chunk of one.
+    #[derive(Clone, Debug, Default, PartialEq)]
+    pub struct TaskArtifactUpdateEvent {
+        /// The task.
+        #[serde(alias = "task_id")]
+        pub task_id: TaskId,
+        /// The task's context.
+        #[serde(alias = "context_id")]
+        pub context_id: ContextId,
+        /// The artifact or chunk.
+        pub artifact: Artifact as always,
+        /// Append these parts to the artifact with the same id.
+        pub append: bool,
+        /// This is the artifact's last chunk.
+        #[serde(alias = "last_chunk")]
+        pub last_chunk: bool,
+        /// Free-form metadata.
+        pub metadata: Option<Metadata>,
+    }
 }
 
 /// Declares a proto oneof wrapper: serializes as `{"member": value}` (the member's proto JSON
