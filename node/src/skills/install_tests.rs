@@ -10,8 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use super::super::lock::{LOCK_FILE, LockFile, list, verify};
-use super::super::sha256::sha256_hex;
+use super::super::lock::{FileHash, LOCK_FILE, LockFile, list, verify};
 use super::*;
 
 const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -101,7 +100,7 @@ fn listing(repo: &Repo, dir: &str) -> Response {
                 "type": "file",
                 "size": if repo.lie_about_sizes { 1 } else { data.len() },
                 "download_url": format!("{}/download/{path}", repo.base),
-                "sha": sha256_hex(data)[..40].to_owned(),
+                "sha": FileHash::of(data).sha256[..40].to_owned(),
             })),
             Some((sub, _)) if !dirs.contains(&sub.to_owned()) => {
                 dirs.push(sub.to_owned());
@@ -411,7 +410,7 @@ async fn installs_a_skill_with_a_lock_entry() {
         .map(|(path, data)| {
             (
                 path.clone(),
-                json!({"sha256": sha256_hex(data), "size": data.len()}),
+                json!({"sha256": FileHash::of(data).sha256, "size": data.len()}),
             )
         })
         .collect();

@@ -36,10 +36,9 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
+use aws_lc_rs::digest::{self, SHA256};
 use mew_cards::Timestamp;
 use serde::{Deserialize, Serialize};
-
-use super::sha256::{Sha256, hex};
 
 /// The lock file's name, in the install root.
 pub(crate) const LOCK_FILE: &str = "skills-lock.json";
@@ -100,10 +99,23 @@ impl FileHash {
     /// The hash of `data`.
     pub(crate) fn of(data: &[u8]) -> Self {
         Self {
-            sha256: super::sha256::sha256_hex(data),
+            sha256: hex(digest::digest(&SHA256, data).as_ref()),
             size: data.len() as u64,
         }
     }
+}
+
+/// Lowercase hex of `bytes`: the lock file's spelling of a digest. Written here because
+/// aws-lc-rs computes digests but does not encode them, and a crate for twelve lines of
+/// encoding is not worth a dependency.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    out
 }
 
 /// Why the lock file cannot be used.
@@ -334,7 +346,7 @@ fn walk(dir: &Path, prefix: &str, files: &mut BTreeMap<String, PathBuf>, others:
 
 fn hash_file(path: &Path) -> io::Result<FileHash> {
     let mut file = fs::File::open(path)?;
-    let mut hasher = Sha256::new();
+    let mut hasher = digest::Context::new(&SHA256);
     let mut buffer = vec![0u8; 64 * 1024];
     let mut size = 0u64;
     loop {
@@ -346,7 +358,7 @@ fn hash_file(path: &Path) -> io::Result<FileHash> {
         hasher.update(&buffer[..read]);
     }
     Ok(FileHash {
-        sha256: hex(&hasher.finalize()),
+        sha256: hex(hasher.finish().as_ref()),
         size,
     })
 }
@@ -410,6 +422,26 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names, [LOCK_FILE]);
+    }
+
+    #[test]
+    fn a_file_hashed_in_chunks_matches_the_one_shot_hash() {
+        // A million bytes span many reads of `hash_file`'s buffer, the last one partial; the
+        // expected digest is the NIST vector for a million `a`s.
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("big");
+        let data = vec![b'a'; 1_000_000];
+        fs::write(&path, &data).unwrap();
+        let expected = FileHash {
+            sha256: "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0".to_owned(),
+            size: 1_000_000,
+        };
+        assert_eq!(hash_file(&path).unwrap(), expected);
+        assert_eq!(FileHash::of(&data), expected);
+        assert_eq!(
+            FileHash::of(b"").sha256,
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
     }
 
     #[test]

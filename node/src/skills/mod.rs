@@ -19,7 +19,6 @@ pub(crate) mod install;
 pub(crate) mod lock;
 pub(crate) mod parse;
 pub(crate) mod render;
-mod sha256;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
