@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use mew_transport::{SseDecoder, SseEvent};
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 
 use super::ProviderError;
-use super::sse::{SseDecoder, SseEvent};
 use crate::conversation::{Delta, ModelResponse};
 
 /// The longest a retry waits, whatever the attempt number.
@@ -355,10 +355,11 @@ impl HttpClient {
                 Ok(Some(Ok(chunk))) => chunk,
             };
             received.0 += chunk.len();
-            let events = decoder
-                .push(&chunk)
-                .map_err(|error| self.protocol(error.to_string()))?;
-            for event in events {
+            decoder.push(&chunk);
+            while let Some(event) = decoder
+                .next_event()
+                .map_err(|error| self.protocol(error.to_string()))?
+            {
                 received.1 += 1;
                 let done = parser
                     .event(event, &mut deltas)

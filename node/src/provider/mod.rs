@@ -9,7 +9,6 @@ pub(crate) mod anthropic;
 pub(crate) mod http;
 pub(crate) mod openai;
 mod registry;
-mod sse;
 #[cfg(test)]
 mod tests;
 

@@ -15,12 +15,12 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use mew_transport::SseEvent;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::http::{Api, ApiError, ErrorClass, HttpClient, HttpRequest, StreamError, StreamParser};
-use super::sse::SseEvent;
 use super::{Provider, ProviderConfigError, ProviderError, ProviderSetup, invalid_arguments};
 use crate::conversation::{
     Block, ChatMessage, Delta, ModelRequest, ModelResponse, ResultPart, Speaker, StopReason,
@@ -692,7 +692,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::provider::sse::SseDecoder;
+    use mew_transport::SseDecoder;
 
     fn conversation() -> ModelRequest {
         ModelRequest {
@@ -859,7 +859,10 @@ mod tests {
         let mut deltas = Vec::new();
         let mut events = Vec::new();
         for piece in wire.as_bytes().chunks(chunk) {
-            events.extend(decoder.push(piece).unwrap());
+            decoder.push(piece);
+            while let Some(event) = decoder.next_event().unwrap() {
+                events.push(event);
+            }
         }
         events.extend(decoder.finish().unwrap());
         let mut complete = false;

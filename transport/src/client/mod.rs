@@ -1,7 +1,5 @@
 //! `RemoteAgent`: `AgentTransport` over HTTP, speaking JSON-RPC or HTTP+JSON as the card offers.
 
-mod sse;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,8 +19,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use self::sse::{SseDecoder, SseEvent};
 use crate::agent::{AgentTransport, CallContext, Error, EventStream};
+use crate::sse::{SseDecoder, SseEvent};
 use crate::wire::{
     A2A_JSON, EXTENSIONS_HEADER, VERSION_HEADER, parse_jsonrpc_error, parse_rest_error,
 };
@@ -486,7 +484,7 @@ impl Inner {
                         Ok(None) => {}
                         Err(e) => {
                             let error =
-                                Error::decode(format!("the event stream is malformed: {e:?}"));
+                                Error::decode(format!("the event stream is malformed: {e}"));
                             return Some((Err(error), (bytes, decoder, true)));
                         }
                     }
@@ -555,7 +553,7 @@ fn decode_event(binding: Binding, event: &SseEvent) -> Result<StreamResponse, Er
         Binding::HttpJson => {
             let value: Value = serde_json::from_str(&event.data)
                 .map_err(|e| Error::decode(format!("an event is not JSON: {e}")))?;
-            if event.event == "error" || value.get("error").is_some() {
+            if event.event.as_deref() == Some("error") || value.get("error").is_some() {
                 let status = value
                     .pointer("/error/code")
                     .and_then(Value::as_u64)
