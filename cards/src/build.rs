@@ -134,7 +134,8 @@ fn card_shell(base_url: &str, options: &CardOptions) -> AgentCard {
         capabilities: AgentCapabilities {
             streaming: Some(options.streaming),
             push_notifications: Some(options.push_notifications),
-            extensions: Vec::new(),
+            // What Mew adds to the metadata of its tasks, declared so others may ignore it.
+            extensions: vec![crate::mew::extension()],
             extended_agent_card: Some(options.extended_agent_card),
         },
         default_input_modes: DEFAULT_MODES.map(str::to_owned).to_vec(),

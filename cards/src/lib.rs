@@ -11,6 +11,7 @@ mod error;
 mod ids;
 mod jcs;
 mod message;
+pub mod mew;
 mod nesting;
 mod requests;
 mod role;

@@ -19,4 +19,5 @@ mod server;
 mod skills;
 mod tasks;
 mod tools;
+mod tree;
 mod user_file;

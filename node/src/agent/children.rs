@@ -11,34 +11,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use mew_cards::TaskStatusUpdateEvent;
-use serde::{Deserialize, Serialize};
+use mew_cards::mew::{ChildNote, MewMetadata};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::conversation::ChatMessage;
-use crate::tasks::executor::EventSink;
+use crate::tasks::executor::{Annotation, EventSink};
 
-/// The metadata key (under `mew`) of a task's list of children.
-pub(crate) const CHILDREN_KEY: &str = "children";
-
-/// One delegated task, as its parent records it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct ChildLink {
-    /// The child's task id, on the agent that runs it.
-    pub(crate) task_id: String,
-    /// Who runs it: a role of this node by name, or the URL of a remote agent.
-    pub(crate) agent: String,
-    /// The name the delegating model gave it, for `SendMessage`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) name: Option<String>,
-    /// What the child was asked to do, in a few words.
-    #[serde(default)]
-    pub(crate) description: String,
-    /// True when it ran (or moved) to the background.
-    #[serde(default)]
-    pub(crate) background: bool,
-}
+/// One delegated task, as its parent records it (`metadata.mew.children`).
+pub(crate) use mew_cards::mew::ChildLink;
 
 /// What a task's delegations share during one turn.
 pub(crate) struct Children {
@@ -140,10 +121,9 @@ impl Children {
 
     /// Records a delegation in the parent task.
     pub(crate) async fn record(&self, link: &ChildLink) {
-        let value = serde_json::to_value(link).unwrap_or_default();
         if self
             .sink()
-            .annotate(CHILDREN_KEY, value, true)
+            .annotate(Annotation::Child(link.clone()))
             .await
             .is_err()
         {
@@ -154,12 +134,7 @@ impl Children {
     /// Every child of the parent's context, oldest first; of several with one
     /// name, the newest is the one the name means.
     pub(crate) async fn links(&self) -> Vec<ChildLink> {
-        self.sink()
-            .context_annotations(CHILDREN_KEY)
-            .await
-            .into_iter()
-            .filter_map(|value| serde_json::from_value(value).ok())
-            .collect()
+        self.sink().context_children().await
     }
 
     /// A background child has started: the parent waits for its notice before it ends.
@@ -176,32 +151,25 @@ impl Children {
     /// `{"mew": {"child": {taskId, agent, description, state, text?, tool?}}}`, where
     /// `tool` is the child's own tool note. Nothing when the parent's turn is over.
     pub(crate) async fn report(&self, link: &ChildLink, update: &TaskStatusUpdateEvent) {
-        let mut note = serde_json::json!({
-            "taskId": link.task_id,
-            "agent": link.agent,
-            "description": link.description,
-            "state": update.status.state.to_string(),
-        });
-        if let Some(text) = update
-            .status
-            .message
-            .as_ref()
-            .map(mew_cards::Message::text)
-            .filter(|t| !t.is_empty())
-        {
-            note["text"] = serde_json::json!(text);
-        }
-        if let Some(tool) = update
-            .metadata
-            .as_ref()
-            .and_then(|m| m.get("mew"))
-            .and_then(|mew| mew.get("tool"))
-        {
-            note["tool"] = tool.clone();
-        }
+        let note = ChildNote {
+            task_id: link.task_id.clone(),
+            agent: link.agent.clone(),
+            description: link.description.clone(),
+            state: update.status.state.to_string(),
+            text: update
+                .status
+                .message
+                .as_ref()
+                .map(mew_cards::Message::text)
+                .filter(|t| !t.is_empty()),
+            tool: MewMetadata::read(update.metadata.as_ref()).tool,
+        };
         let _ = self
             .sink()
-            .progress(serde_json::json!({ "mew": { "child": note } }))
+            .progress(MewMetadata {
+                child: Some(note),
+                ..MewMetadata::default()
+            })
             .await;
     }
 

@@ -18,6 +18,7 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
+use mew_cards::mew::{self, MewMetadata};
 use mew_cards::{
     CancelTaskRequest, ContextId, GetTaskRequest, Message, SendMessageRequest, StreamResponse,
     Task, TaskId, TaskState,
@@ -182,15 +183,9 @@ pub(crate) fn result_text(task: &Task) -> String {
 /// Whether the task waits for a permission decision only a user may make.
 fn asks_permission(task: &Task) -> bool {
     task.status.state == TaskState::InputRequired
-        && task
-            .status
-            .message
-            .as_ref()
-            .and_then(|m| m.metadata.as_ref())
-            .and_then(|m| m.get("mew"))
-            .and_then(|mew| mew.get("ask"))
-            .and_then(Value::as_str)
-            == Some(super::runner::PERMISSION_ASK)
+        && task.status.message.as_ref().is_some_and(|m| {
+            MewMetadata::read(m.metadata.as_ref()).ask.as_deref() == Some(mew::ASK_PERMISSION)
+        })
 }
 
 /// The permission question of `task`, to be put to the user.
@@ -242,13 +237,17 @@ struct Delegation {
     background: bool,
 }
 
-/// The metadata of a delegated message: who delegates, and how deep the chain is.
-fn link_metadata(ctx: &ToolContext, description: &str) -> serde_json::Map<String, Value> {
-    let mut link = json!({ "depth": ctx.depth + 1, "description": description });
-    if let Some(parent) = &ctx.task_id {
-        link["parentTask"] = json!(parent.as_str());
+/// The metadata of a delegated message: who delegates, how deep the chain is, and whether the
+/// child is a fork.
+fn link_metadata(ctx: &ToolContext, description: &str, fork: bool) -> mew_cards::Metadata {
+    MewMetadata {
+        parent_task: ctx.task_id.clone(),
+        depth: Some(ctx.depth + 1),
+        description: Some(description.to_owned()),
+        fork,
+        ..MewMetadata::default()
     }
-    serde_json::Map::from_iter([("mew".to_owned(), link)])
+    .to_metadata()
 }
 
 /// The context of the calls made for a task's delegations: the task's principal, so that
@@ -539,11 +538,7 @@ impl AgentTool {
             "{FORK_PREAMBLE}{}",
             input.prompt
         )));
-        let mut metadata = link_metadata(ctx, &input.description);
-        if let Some(mew) = metadata.get_mut("mew") {
-            mew["fork"] = json!(true);
-        }
-        request.metadata = Some(metadata);
+        request.metadata = Some(link_metadata(ctx, &input.description, true));
         let resolved = Resolved {
             agent: role.agent.clone(),
             locator: children.role.clone(),
@@ -620,7 +615,7 @@ impl Tool for AgentTool {
                 Err(e) => return ToolOutput::error(e),
             };
             let mut request = SendMessageRequest::new(Message::user_text(input.prompt.clone()));
-            request.metadata = Some(link_metadata(ctx, &input.description));
+            request.metadata = Some(link_metadata(ctx, &input.description, false));
             (resolved, Start::Send(request), input.run_in_background)
         };
         let link = ChildLink {
@@ -655,11 +650,7 @@ pub(crate) async fn fork_for_skill(
         return ToolOutput::error(format!("cannot fork: role {role:?} is not served here"));
     };
     let mut request = SendMessageRequest::new(Message::user_text(prompt));
-    let mut metadata = link_metadata(ctx, description);
-    if let Some(mew) = metadata.get_mut("mew") {
-        mew["fork"] = json!(true);
-    }
-    request.metadata = Some(metadata);
+    request.metadata = Some(link_metadata(ctx, description, true));
     let delegation = Delegation {
         agent: local.agent.clone(),
         start: Start::Fork(local.forker.clone(), request, private),
@@ -744,7 +735,7 @@ async fn pass_reply(
     let mut message = Message::user_text(reply);
     message.task_id = Some(TaskId::from(link.task_id.as_str()));
     let mut request = SendMessageRequest::new(message);
-    request.metadata = Some(link_metadata(ctx, &link.description));
+    request.metadata = Some(link_metadata(ctx, &link.description, false));
     let delegation = Delegation {
         agent: resolved.agent,
         start: Start::Send(request),
@@ -841,7 +832,7 @@ impl Tool for SendMessageTool {
             ));
         }
         let mut request = SendMessageRequest::new(message);
-        request.metadata = Some(link_metadata(ctx, &link.description));
+        request.metadata = Some(link_metadata(ctx, &link.description, false));
         let link = ChildLink {
             task_id: String::new(),
             background: input.run_in_background,

@@ -14,7 +14,7 @@ use mew_cards::{
     CancelTaskRequest, Message, SendMessageRequest, StreamResponse, TaskId, TaskState,
 };
 use mew_transport::{AgentTransport, CallContext};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::delegate::{Directory, result_text};
 use crate::hooks::SubagentRunner;
@@ -95,10 +95,14 @@ impl SubagentRunner for HookSubagents {
         let agent = self.directory.resolve(role).await?.agent;
         let mut request =
             SendMessageRequest::new(Message::user_text(request_text(prompt, payload)));
-        request.metadata = Some(serde_json::Map::from_iter([(
-            "mew".to_owned(),
-            json!({ "depth": self.depth, "description": "subagent hook" }),
-        )]));
+        request.metadata = Some(
+            mew_cards::mew::MewMetadata {
+                depth: Some(self.depth),
+                description: Some("subagent hook".to_owned()),
+                ..Default::default()
+            }
+            .to_metadata(),
+        );
         let mut stream = agent
             .send_streaming_message(&CallContext::default(), request)
             .await
@@ -146,6 +150,7 @@ mod tests {
     use mew_cards::ListTasksRequest;
     use mew_tests::EchoAgent;
     use mew_transport::{ClientOptions, EventStream};
+    use serde_json::json;
 
     use super::*;
     use crate::agent::delegate::{Forker, LocalRole};

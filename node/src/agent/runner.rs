@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use mew_cards::mew;
 use mew_cards::{ArtifactId, Message, PartContent, PermissionMode, Role, TaskState, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -21,7 +22,7 @@ use crate::permission::PermissionEngine;
 use crate::provider::Providers;
 use crate::skills::catalog::Catalog;
 use crate::skills::render::{ActiveSkills, parse_slash};
-use crate::tasks::executor::{EventSink, ExecError, Executor, Turn};
+use crate::tasks::executor::{Annotation, EventSink, ExecError, Executor, Turn};
 use crate::tools::registry::{ALL_AGENT_DISALLOWED_TOOLS, FilterLayers, ToolRegistry};
 use crate::tools::{ToolContext, ToolOutput};
 
@@ -101,25 +102,19 @@ impl WaitingChildren {
     }
 }
 
-/// The `mew.ask` of a status message whose question only the user may answer.
-pub(crate) const PERMISSION_ASK: &str = "permission";
-
 /// A task's own usage as its metadata shows it (`metadata.mew.usage`); `mew tasks tree`
 /// adds the children's to it.
-fn usage_json(session: &Session) -> Value {
-    let mut usage = json!({
-        "inputTokens": session.usage.input,
-        "outputTokens": session.usage.output,
-        "cacheReadTokens": session.usage.cache_read,
-        "cacheWriteTokens": session.usage.cache_write,
-        "modelCalls": session.model_calls,
-        "toolCalls": session.tool_calls,
-    });
-    // Calls whose service reported no usage: the token counts leave them out.
-    if session.unreported_calls > 0 {
-        usage["unreportedModelCalls"] = json!(session.unreported_calls);
+fn task_usage(session: &Session) -> mew::Usage {
+    mew::Usage {
+        input_tokens: session.usage.input,
+        output_tokens: session.usage.output,
+        cache_read_tokens: session.usage.cache_read,
+        cache_write_tokens: session.usage.cache_write,
+        model_calls: session.model_calls,
+        tool_calls: session.tool_calls,
+        // Calls whose service reported no usage: the token counts leave them out.
+        unreported_model_calls: session.unreported_calls,
     }
-    usage
 }
 
 impl ModelExecutor {
@@ -298,10 +293,24 @@ async fn forward(mut queue: mpsc::UnboundedReceiver<Report>, sink: Arc<dyn Event
         while let Some(report) = next {
             match report {
                 Report::Text(delta) => text.push_str(&delta),
-                Report::Warning(warning) => notes.push(json!({ "mew": { "warning": warning } })),
-                Report::Tool { phase, id, name, detail } => {
-                    notes.push(json!({ "mew": { "tool": { "phase": phase, "id": id, "name": name, "detail": detail } } }))
-                }
+                Report::Warning(warning) => notes.push(mew::MewMetadata {
+                    warning: Some(warning),
+                    ..mew::MewMetadata::default()
+                }),
+                Report::Tool {
+                    phase,
+                    id,
+                    name,
+                    detail,
+                } => notes.push(mew::MewMetadata {
+                    tool: Some(mew::ToolNote {
+                        phase: phase.to_owned(),
+                        id,
+                        name,
+                        detail,
+                    }),
+                    ..mew::MewMetadata::default()
+                }),
             }
             next = queue.try_recv().ok();
         }
@@ -599,7 +608,7 @@ impl Executor for ModelExecutor {
         }
         let closed = |_| ExecError("the task ended while its answer was being recorded".to_owned());
         let _ = sink
-            .annotate("usage", usage_json(&state.session), false)
+            .annotate(Annotation::Usage(task_usage(&state.session)))
             .await;
         let final_state = match &outcome {
             Ok(Outcome::Answered(_)) => Some(TaskState::Completed),
@@ -641,10 +650,13 @@ impl Executor for ModelExecutor {
                 let mut ask = Message::agent_text(question);
                 // Marks a question only the user may answer: a delegating agent relays
                 // it to its own user instead of answering it.
-                ask.metadata = Some(serde_json::Map::from_iter([(
-                    "mew".to_owned(),
-                    json!({ "ask": PERMISSION_ASK }),
-                )]));
+                ask.metadata = Some(
+                    mew::MewMetadata {
+                        ask: Some(mew::ASK_PERMISSION.to_owned()),
+                        ..mew::MewMetadata::default()
+                    }
+                    .to_metadata(),
+                );
                 sink.status(TaskState::InputRequired, Some(ask))
                     .await
                     .map_err(closed)

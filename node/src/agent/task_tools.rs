@@ -161,13 +161,8 @@ impl Tool for TaskGet {
         if !result.is_empty() {
             entry["result"] = json!(result);
         }
-        if let Some(usage) = task
-            .metadata
-            .as_ref()
-            .and_then(|m| m.get("mew"))
-            .and_then(|mew| mew.get("usage"))
-        {
-            entry["usage"] = usage.clone();
+        if let Some(usage) = mew_cards::mew::MewMetadata::read(task.metadata.as_ref()).usage {
+            entry["usage"] = json!(usage);
         }
         ToolOutput::text(entry.to_string())
     }

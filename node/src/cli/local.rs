@@ -10,6 +10,7 @@ use std::io::{self, BufRead, IsTerminal as _, Write};
 
 use anyhow::{Context as _, bail};
 use futures_util::StreamExt as _;
+use mew_cards::mew::{ChildNote, MewMetadata, ToolNote};
 use mew_cards::{
     ArtifactId, CancelTaskRequest, Message, SendMessageRequest, StreamResponse, Task, TaskState,
 };
@@ -291,13 +292,8 @@ impl Printer {
                     // Questions and final states are the session's to print.
                     return out.flush();
                 }
-                let mew = update
-                    .metadata
-                    .as_ref()
-                    .and_then(|metadata| metadata.get("mew"));
-                let tool = mew.and_then(|mew| mew.get("tool"));
-                let child = mew.and_then(|mew| mew.get("child"));
-                let line = match (tool, child) {
+                let mew = MewMetadata::read(update.metadata.as_ref());
+                let line = match (&mew.tool, &mew.child) {
                     (Some(tool), _) => tool_line(tool),
                     (None, Some(child)) => child_line(child),
                     (None, None) => update
@@ -394,12 +390,13 @@ impl Printer {
 
 /// The progress line of a `mew.tool` note: `  → bash: ls -la` when the call starts, `  ✓ bash`
 /// or `  ✗ bash` when it ends.
-pub(crate) fn tool_line(tool: &Value) -> Option<String> {
-    let name = tool.get("name")?.as_str()?;
-    match tool.get("phase")?.as_str()? {
+pub(crate) fn tool_line(tool: &ToolNote) -> Option<String> {
+    let name = &tool.name;
+    match tool.phase.as_str() {
         "started" => {
             let summary = tool
-                .pointer("/detail/input")
+                .detail
+                .pointer("/input")
                 .map(summarize)
                 .unwrap_or_default();
             Some(if summary.is_empty() {
@@ -410,7 +407,8 @@ pub(crate) fn tool_line(tool: &Value) -> Option<String> {
         }
         "finished" => {
             let failed = tool
-                .pointer("/detail/isError")
+                .detail
+                .pointer("/isError")
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
             Some(format!("  {} {name}", if failed { "✗" } else { "✓" }))
@@ -421,18 +419,18 @@ pub(crate) fn tool_line(tool: &Value) -> Option<String> {
 
 /// The progress line of a delegated task's note (`mew.child`): its own tool calls, indented
 /// under the parent's, or its state when that changes: `    ↳ read the note: → read_file: x`.
-pub(crate) fn child_line(child: &Value) -> Option<String> {
-    let description = child.get("description").and_then(Value::as_str)?;
-    let what = match child.get("tool") {
+pub(crate) fn child_line(child: &ChildNote) -> Option<String> {
+    let description = &child.description;
+    let what = match &child.tool {
         Some(tool) => tool_line(tool)?.trim_start().to_owned(),
         None => {
-            let state = child.get("state").and_then(Value::as_str)?;
+            let state = child.state.as_str();
             let state = state
                 .strip_prefix("TASK_STATE_")
                 .unwrap_or(state)
                 .to_ascii_lowercase()
                 .replace('_', " ");
-            match child.get("text").and_then(Value::as_str) {
+            match child.text.as_deref() {
                 Some(text) => format!("{state}: {}", one_line(text, SUMMARY_CHARS)),
                 None => state,
             }
@@ -919,8 +917,11 @@ mod tests {
 
     #[test]
     fn tool_lines_are_short() {
+        let tool_line = |note: Value| tool_line(&serde_json::from_value(note).unwrap());
         let started = |input: Value| {
-            tool_line(&json!({"phase": "started", "name": "t", "detail": {"input": input}}))
+            tool_line(
+                json!({"phase": "started", "id": "c", "name": "t", "detail": {"input": input}}),
+            )
         };
         assert_eq!(
             started(json!({"file_path": "src/main.rs", "limit": 10})).as_deref(),
@@ -941,11 +942,16 @@ mod tests {
             Some(format!("  → t: {}…", "x".repeat(SUMMARY_CHARS)))
         );
         assert_eq!(
-            tool_line(&json!({"phase": "finished", "name": "bash", "detail": {"isError": true}}))
-                .as_deref(),
+            tool_line(
+                json!({"phase": "finished", "id": "c", "name": "bash", "detail": {"isError": true}})
+            )
+            .as_deref(),
             Some("  ✗ bash")
         );
-        assert_eq!(tool_line(&json!({"phase": "other", "name": "bash"})), None);
+        assert_eq!(
+            tool_line(json!({"phase": "other", "id": "c", "name": "bash"})),
+            None
+        );
     }
 
     #[test]
@@ -955,7 +961,7 @@ mod tests {
             if let (Some(note), Some(extra)) = (note.as_object_mut(), extra.as_object()) {
                 note.extend(extra.clone());
             }
-            child_line(&note)
+            child_line(&serde_json::from_value(note).unwrap())
         };
         assert_eq!(
             child(json!({"state": "TASK_STATE_WORKING", "tool": {"phase": "started", "name": "grep", "detail": {"input": {"pattern": "fn main"}}}}))
@@ -971,7 +977,10 @@ mod tests {
             child(json!({"state": "TASK_STATE_WORKING"})).as_deref(),
             Some("    ↳ read it: working")
         );
-        assert_eq!(child_line(&json!({"state": "TASK_STATE_WORKING"})), None);
+        // A note without its child's id and agent is none: nothing is shown for it.
+        assert!(
+            serde_json::from_value::<ChildNote>(json!({"state": "TASK_STATE_WORKING"})).is_err()
+        );
     }
 
     #[test]

@@ -1,36 +1,26 @@
 //! `mew tasks tree ID`: a task and every task it delegated to, on this node and others, with
-//! the model usage of each and the usage rolled up from children to parents.
-//!
-//! A Mew task records its delegation in its A2A metadata, under `mew`: a delegated task has
-//! `parentTask`, `depth` and `description`; every task that used a model has its own `usage`;
-//! a task that delegated has `children`, links of `{taskId, agent, name?, description,
-//! background}`, where `agent` is a role of the parent's node by name or the URL of an A2A
-//! agent. [`build_tree`] follows those links level by level, fetching through a function it is
-//! given, so that the walk and the roll-up run without a network in tests.
+//! the model usage of each and the usage rolled up from children to parents. The walk is
+//! [`crate::tree`]; this module fetches through the nodes' agents and prints the result.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::future::Future;
 use std::io::Write;
 use std::sync::Arc;
 
 use clap::Args;
-use futures_util::StreamExt as _;
-use mew_cards::{GetTaskRequest, Task, TaskId, TaskState, Timestamp, is_valid_role_name};
+use mew_cards::mew::{MewMetadata, Usage};
+use mew_cards::{GetTaskRequest, Task, TaskId, TaskState, Timestamp};
 use mew_transport::{AgentTransport as _, Binding, CallContext, ClientOptions, RemoteAgent};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::Serialize;
 use tokio::sync::{Mutex, OnceCell};
 
 use super::output::{state_name, status_text, write_json};
 use super::remote::remote_error;
 use super::tasks::first_message;
+use crate::tree::{Place, TreeNode, Walk, build_tree};
 
 /// How deep `mew tasks tree` follows children unless told otherwise.
 const DEFAULT_MAX_DEPTH: u32 = 16;
-
-/// How many tasks are fetched at once.
-const CONCURRENCY: usize = 8;
 
 /// How many characters of a status message a tree line shows.
 const STATUS_WIDTH: usize = 80;
@@ -45,85 +35,65 @@ pub(crate) struct TreeArgs {
     pub(crate) max_depth: u32,
 }
 
-/// Model use, as a task records its own in `metadata.mew.usage`; a missing field counts 0.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub(crate) struct Usage {
-    pub(crate) input_tokens: u64,
-    pub(crate) output_tokens: u64,
-    pub(crate) cache_read_tokens: u64,
-    pub(crate) cache_write_tokens: u64,
-    pub(crate) model_calls: u64,
-    pub(crate) tool_calls: u64,
-    /// Model calls whose service reported no usage: the token counts leave them out.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub(crate) unreported_model_calls: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-impl Usage {
-    /// Adds `other` to this, saturating.
-    pub(crate) fn add(&mut self, other: &Usage) {
-        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
-        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
-        self.cache_read_tokens = self
-            .cache_read_tokens
-            .saturating_add(other.cache_read_tokens);
-        self.cache_write_tokens = self
-            .cache_write_tokens
-            .saturating_add(other.cache_write_tokens);
-        self.model_calls = self.model_calls.saturating_add(other.model_calls);
-        self.tool_calls = self.tool_calls.saturating_add(other.tool_calls);
-        self.unreported_model_calls = self
-            .unreported_model_calls
-            .saturating_add(other.unreported_model_calls);
-    }
-
-    /// One line: `1,200 in / 340 out tokens (cache: 50 read, 10 written); 3 model calls, 5
-    /// tool calls` (the cache part only when not 0).
-    pub(crate) fn summary(&self) -> String {
-        // Tokens a service did not report are unknown, not zero: say so.
-        let unreported = self.unreported_model_calls;
-        let mut text = if unreported > 0 && unreported >= self.model_calls {
-            "tokens not reported by the server".to_owned()
-        } else {
-            format!(
-                "{} in / {} out tokens",
-                thousands(self.input_tokens),
-                thousands(self.output_tokens)
-            )
-        };
-        if unreported > 0 && unreported < self.model_calls {
-            let _ = write!(
-                text,
-                " (and {} model {} whose tokens the server did not report)",
-                thousands(unreported),
-                plural(unreported, "call", "calls"),
-            );
-        }
-        let mut cache = Vec::new();
-        if self.cache_read_tokens > 0 {
-            cache.push(format!("{} read", thousands(self.cache_read_tokens)));
-        }
-        if self.cache_write_tokens > 0 {
-            cache.push(format!("{} written", thousands(self.cache_write_tokens)));
-        }
-        if !cache.is_empty() {
-            let _ = write!(text, " (cache: {})", cache.join(", "));
-        }
+/// One line: `1,200 in / 340 out tokens (cache: 50 read, 10 written); 3 model calls, 5 tool
+/// calls` (the cache part only when not 0).
+fn summary(usage: &Usage) -> String {
+    // Tokens a service did not report are unknown, not zero: say so.
+    let unreported = usage.unreported_model_calls;
+    let mut text = if unreported > 0 && unreported >= usage.model_calls {
+        "tokens not reported by the server".to_owned()
+    } else {
+        format!(
+            "{} in / {} out tokens",
+            thousands(usage.input_tokens),
+            thousands(usage.output_tokens)
+        )
+    };
+    if unreported > 0 && unreported < usage.model_calls {
         let _ = write!(
             text,
-            "; {} model {}, {} tool {}",
-            thousands(self.model_calls),
-            plural(self.model_calls, "call", "calls"),
-            thousands(self.tool_calls),
-            plural(self.tool_calls, "call", "calls"),
+            " (and {} model {} whose tokens the server did not report)",
+            thousands(unreported),
+            plural(unreported, "call", "calls"),
         );
-        text
     }
+    let mut cache = Vec::new();
+    if usage.cache_read_tokens > 0 {
+        cache.push(format!("{} read", thousands(usage.cache_read_tokens)));
+    }
+    if usage.cache_write_tokens > 0 {
+        cache.push(format!("{} written", thousands(usage.cache_write_tokens)));
+    }
+    if !cache.is_empty() {
+        let _ = write!(text, " (cache: {})", cache.join(", "));
+    }
+    let _ = write!(
+        text,
+        "; {} model {}, {} tool {}",
+        thousands(usage.model_calls),
+        plural(usage.model_calls, "call", "calls"),
+        thousands(usage.tool_calls),
+        plural(usage.tool_calls, "call", "calls"),
+    );
+    text
+}
+
+/// What the task is about: the parent's description, the task's own, or its first message.
+fn description(node: &TreeNode) -> String {
+    let recorded = node
+        .link
+        .as_ref()
+        .map(|link| link.description.clone())
+        .filter(|d| !d.is_empty())
+        .or_else(|| {
+            node.task
+                .as_ref()
+                .and_then(|t| MewMetadata::read(t.metadata.as_ref()).description)
+        })
+        .filter(|d| !d.is_empty());
+    recorded
+        .or_else(|| node.task.as_ref().map(first_message))
+        .unwrap_or_default()
 }
 
 /// `n` with a comma between groups of three digits.
@@ -141,331 +111,6 @@ fn thousands(n: u64) -> String {
 
 fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 { one } else { many }
-}
-
-/// One delegation as the parent records it in `metadata.mew.children`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Link {
-    /// The child's task id, on the agent that runs it.
-    pub(crate) task_id: String,
-    /// A role of the parent's node by name, or an agent's URL.
-    pub(crate) agent: String,
-    /// The name the delegating model gave the child.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) name: Option<String>,
-    /// What the child was asked to do.
-    #[serde(default)]
-    pub(crate) description: String,
-    /// True when the child ran in the background.
-    #[serde(default)]
-    pub(crate) background: bool,
-}
-
-/// Where a task is fetched from.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Place {
-    /// The agent to ask: a node's front agent (which sees all the node's tasks) or an agent's
-    /// URL.
-    pub(crate) url: String,
-    /// The base URL of the node the task runs on: the roles its own children name are there.
-    pub(crate) node: String,
-}
-
-/// Where the child `agent` of a task on the node `node` is fetched from: a role name is a role
-/// of that node, whose tasks its front agent shows; a URL is fetched there; `peer/role` is a
-/// role of a peer in `peers` (name to base URL).
-pub(crate) fn locate(
-    agent: &str,
-    node: &str,
-    peers: &HashMap<String, String>,
-) -> Result<Place, String> {
-    if agent.starts_with("http://") || agent.starts_with("https://") {
-        let url = agent.trim_end_matches('/').to_owned();
-        return Ok(Place {
-            node: node_of(&url),
-            url,
-        });
-    }
-    if is_valid_role_name(agent) {
-        return Ok(Place {
-            url: node.to_owned(),
-            node: node.to_owned(),
-        });
-    }
-    if let Some((peer, role)) = agent.split_once('/')
-        && is_valid_role_name(role)
-        && let Some(base) = peers.get(peer)
-    {
-        let base = base.trim_end_matches('/').to_owned();
-        return Ok(Place {
-            url: mew_cards::role_base_url(&base, role),
-            node: base,
-        });
-    }
-    Err(format!(
-        "cannot tell where the agent {agent:?} is: not a role name, a URL or a known peer's role"
-    ))
-}
-
-/// The node an agent URL belongs to: `{node}` of `{node}/agents/{role}` (or of its card's
-/// URL), else the URL itself.
-fn node_of(url: &str) -> String {
-    let url = url
-        .strip_suffix("/.well-known/agent-card.json")
-        .unwrap_or(url)
-        .trim_end_matches('/');
-    match url.rsplit_once("/agents/") {
-        Some((base, role)) if !role.is_empty() && !role.contains('/') => base.to_owned(),
-        _ => url.to_owned(),
-    }
-}
-
-/// The `mew` object of a task's metadata.
-fn mew_metadata(task: &Task) -> Option<&serde_json::Map<String, Value>> {
-    task.metadata.as_ref()?.get("mew")?.as_object()
-}
-
-/// The task's own usage (`mew.usage`), if it records one.
-pub(crate) fn own_usage(task: &Task) -> Option<Usage> {
-    serde_json::from_value(mew_metadata(task)?.get("usage")?.clone()).ok()
-}
-
-/// The task's links to its children (`mew.children`), each parsed on its own: a malformed
-/// one is an error that names it.
-pub(crate) fn child_links(task: &Task) -> Vec<Result<Link, String>> {
-    let Some(children) = mew_metadata(task)
-        .and_then(|mew| mew.get("children"))
-        .and_then(Value::as_array)
-    else {
-        return Vec::new();
-    };
-    children
-        .iter()
-        .map(|value| {
-            serde_json::from_value::<Link>(value.clone())
-                .map_err(|e| format!("a malformed child link {value}: {e}"))
-        })
-        .collect()
-}
-
-/// A string field of the task's `mew` metadata.
-fn mew_string(task: &Task, key: &str) -> Option<String> {
-    mew_metadata(task)?.get(key)?.as_str().map(str::to_owned)
-}
-
-/// One task of the tree, with what was found of its children.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct TreeNode {
-    /// The task's id.
-    pub(crate) task_id: String,
-    /// Who runs it: the role or URL the parent's link names (the node's URL for the root).
-    pub(crate) agent: String,
-    /// Where it was (or would have been) fetched from.
-    pub(crate) url: String,
-    /// The parent's link to it; `None` for the root.
-    pub(crate) link: Option<Link>,
-    /// The task, when it could be fetched.
-    pub(crate) task: Option<Task>,
-    /// Why the task is not here: unreachable, not found, too deep, a malformed link.
-    pub(crate) error: Option<String>,
-    /// The task appears earlier in the tree (a cycle or a shared child): not followed or
-    /// counted again.
-    pub(crate) repeated: bool,
-    /// The task's own usage, if it records one.
-    pub(crate) own: Option<Usage>,
-    /// Its own usage plus that of every descendant found.
-    pub(crate) total: Usage,
-    /// Descendants that could not be fetched: `total` leaves them out.
-    pub(crate) missing: usize,
-    /// Tasks counted in `total`: this one and its fetched descendants.
-    pub(crate) tasks: usize,
-    pub(crate) children: Vec<TreeNode>,
-}
-
-impl TreeNode {
-    /// True when `total` leaves out some descendant.
-    pub(crate) fn partial(&self) -> bool {
-        self.missing > 0
-    }
-
-    /// What the task is about: the parent's description, the task's own, or its first
-    /// message.
-    fn description(&self) -> String {
-        let recorded = self
-            .link
-            .as_ref()
-            .map(|link| link.description.clone())
-            .filter(|d| !d.is_empty())
-            .or_else(|| {
-                self.task
-                    .as_ref()
-                    .and_then(|t| mew_string(t, "description"))
-            })
-            .filter(|d| !d.is_empty());
-        recorded
-            .or_else(|| self.task.as_ref().map(first_message))
-            .unwrap_or_default()
-    }
-}
-
-/// Limits of the walk.
-#[derive(Debug, Clone)]
-pub(crate) struct Walk {
-    /// Children deeper than this (the root is 0) are listed, not fetched.
-    pub(crate) max_depth: u32,
-    /// Peers' base URLs by name, for `peer/role` agents.
-    pub(crate) peers: HashMap<String, String>,
-}
-
-/// One task of the walk, before the tree is put together.
-struct Entry {
-    node: TreeNode,
-    place: Place,
-    fetch: bool,
-    children: Vec<usize>,
-}
-
-/// Fetches the task `id` on the node `node` (labelled `agent`) and, level by level, every task
-/// it delegated to, through `fetch(place, task_id)`; the tasks of one level are fetched
-/// concurrently. A task reached twice is fetched once (the later place is marked repeated),
-/// so cycles end; children deeper than `walk.max_depth` are listed with an error. Usage is
-/// rolled up from children to parents.
-pub(crate) async fn build_tree<F, Fut>(
-    id: &str,
-    agent: &str,
-    node: &str,
-    walk: &Walk,
-    fetch: F,
-) -> TreeNode
-where
-    F: Fn(Place, String) -> Fut,
-    Fut: Future<Output = Result<Task, String>>,
-{
-    let place = Place {
-        url: node.to_owned(),
-        node: node.to_owned(),
-    };
-    let mut seen = HashSet::from([(place.node.clone(), id.to_owned())]);
-    let mut arena = vec![Entry {
-        node: TreeNode {
-            task_id: id.to_owned(),
-            agent: agent.to_owned(),
-            url: place.url.clone(),
-            ..TreeNode::default()
-        },
-        place,
-        fetch: true,
-        children: Vec::new(),
-    }];
-    let mut level = vec![0];
-    let mut depth = 0;
-    while !level.is_empty() {
-        let wanted: Vec<usize> = level.iter().copied().filter(|&i| arena[i].fetch).collect();
-        let requests: Vec<_> = wanted
-            .iter()
-            .map(|&i| fetch(arena[i].place.clone(), arena[i].node.task_id.clone()))
-            .collect();
-        let answers: Vec<Result<Task, String>> = futures_util::stream::iter(requests)
-            .buffered(CONCURRENCY)
-            .collect()
-            .await;
-        for (&i, answer) in wanted.iter().zip(answers) {
-            match answer {
-                Ok(task) => arena[i].node.task = Some(task),
-                Err(error) => arena[i].node.error = Some(error),
-            }
-        }
-        depth += 1;
-        let mut next = Vec::new();
-        for parent in level {
-            let Some(task) = arena[parent].node.task.as_ref() else {
-                continue;
-            };
-            let links = child_links(task);
-            let parent_node = arena[parent].place.node.clone();
-            for link in links {
-                let mut node = TreeNode::default();
-                let mut fetch = false;
-                let place = match link {
-                    Err(error) => {
-                        node.error = Some(error);
-                        None
-                    }
-                    Ok(link) => {
-                        node.task_id.clone_from(&link.task_id);
-                        node.agent.clone_from(&link.agent);
-                        let place = match locate(&link.agent, &parent_node, &walk.peers) {
-                            Err(error) => {
-                                node.error = Some(error);
-                                None
-                            }
-                            Ok(place) => {
-                                node.url.clone_from(&place.url);
-                                if !seen.insert((place.node.clone(), link.task_id.clone())) {
-                                    node.repeated = true;
-                                } else if depth > walk.max_depth {
-                                    node.error = Some(format!(
-                                        "not followed: more than {} {} down (--max-depth)",
-                                        walk.max_depth,
-                                        plural(u64::from(walk.max_depth), "level", "levels")
-                                    ));
-                                } else {
-                                    fetch = true;
-                                }
-                                Some(place)
-                            }
-                        };
-                        node.link = Some(link);
-                        place
-                    }
-                };
-                let index = arena.len();
-                arena.push(Entry {
-                    node,
-                    place: place.unwrap_or_else(|| Place {
-                        url: String::new(),
-                        node: parent_node.clone(),
-                    }),
-                    fetch,
-                    children: Vec::new(),
-                });
-                arena[parent].children.push(index);
-                if fetch {
-                    next.push(index);
-                }
-            }
-        }
-        level = next;
-    }
-    let mut slots: Vec<Option<Entry>> = arena.into_iter().map(Some).collect();
-    assemble(&mut slots, 0)
-}
-
-/// Takes entry `index` out of `slots` with its children, and rolls their usage up into it.
-fn assemble(slots: &mut [Option<Entry>], index: usize) -> TreeNode {
-    let Some(entry) = slots.get_mut(index).and_then(Option::take) else {
-        return TreeNode::default();
-    };
-    let mut node = entry.node;
-    node.children = entry
-        .children
-        .iter()
-        .map(|&child| assemble(slots, child))
-        .collect();
-    node.own = node.task.as_ref().and_then(own_usage);
-    node.total = node.own.unwrap_or_default();
-    node.tasks = usize::from(node.task.is_some());
-    node.missing = 0;
-    for child in &node.children {
-        node.total.add(&child.total);
-        node.tasks += child.tasks;
-        node.missing += child.missing;
-        if child.error.is_some() {
-            node.missing += 1;
-        }
-    }
-    node
 }
 
 /// The tree as terminal lines: each task on a line (`id  agent  state  description`), its
@@ -492,7 +137,7 @@ fn render_node(out: &mut String, node: &TreeNode, first: &str, rest: &str) {
     } else {
         head.push("unavailable".to_owned());
     }
-    let mut description = node.description();
+    let mut description = description(node);
     if let Some(name) = node.link.as_ref().and_then(|link| link.name.as_deref()) {
         description.push_str(&format!(" [name: {name}]"));
     }
@@ -519,7 +164,7 @@ fn render_node(out: &mut String, node: &TreeNode, first: &str, rest: &str) {
     }
     if let Some(task) = &node.task {
         if node.link.is_none()
-            && let Some(parent) = mew_string(task, "parentTask")
+            && let Some(parent) = MewMetadata::read(task.metadata.as_ref()).parent_task
         {
             details.push(format!("parent: {parent}"));
         }
@@ -531,14 +176,14 @@ fn render_node(out: &mut String, node: &TreeNode, first: &str, rest: &str) {
             details.push(format!("status: {}", one_line(&text, STATUS_WIDTH)));
         }
         details.push(match &node.own {
-            Some(usage) => format!("usage: {}", usage.summary()),
+            Some(usage) => format!("usage: {}", summary(usage)),
             None => "usage: none recorded".to_owned(),
         });
     }
     if !node.children.is_empty() {
         details.push(format!(
             "total: {} over {} {}",
-            node.total.summary(),
+            summary(&node.total),
             node.tasks,
             plural(node.tasks as u64, "task", "tasks")
         ));
@@ -616,28 +261,29 @@ struct JsonTask {
     #[serde(skip_serializing_if = "Option::is_none")]
     parent_task: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    depth: Option<u64>,
+    depth: Option<u32>,
 }
 
 impl From<&TreeNode> for JsonNode {
     fn from(node: &TreeNode) -> Self {
-        let task = node.task.as_ref().map(|task| JsonTask {
-            id: task.id.to_string(),
-            context_id: task.context_id.to_string(),
-            state: task.status.state,
-            timestamp: task.status.timestamp,
-            status_message: status_text(task),
-            parent_task: mew_string(task, "parentTask"),
-            depth: mew_metadata(task)
-                .and_then(|mew| mew.get("depth"))
-                .and_then(Value::as_u64),
+        let task = node.task.as_ref().map(|task| {
+            let mew = MewMetadata::read(task.metadata.as_ref());
+            JsonTask {
+                id: task.id.to_string(),
+                context_id: task.context_id.to_string(),
+                state: task.status.state,
+                timestamp: task.status.timestamp,
+                status_message: status_text(task),
+                parent_task: mew.parent_task.map(|id| id.to_string()),
+                depth: mew.depth,
+            }
         });
         JsonNode {
             task_id: node.task_id.clone(),
             agent: node.agent.clone(),
             url: node.url.clone(),
             name: node.link.as_ref().and_then(|link| link.name.clone()),
-            description: node.description(),
+            description: description(node),
             background: node.link.as_ref().is_some_and(|link| link.background),
             task,
             own_usage: node.own,
@@ -764,79 +410,15 @@ pub(crate) async fn tree(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex as StdMutex;
-
     use mew_cards::{Message, TaskStatus};
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
-
-    const NODE: &str = "http://n1:7777";
-    const OTHER: &str = "http://n2:7777";
-
-    /// A task with `mew` metadata `mew`, and a first message.
-    fn task(id: &str, state: TaskState, mew: Value) -> Task {
-        Task {
-            id: id.into(),
-            context_id: "c1".into(),
-            status: TaskStatus {
-                state,
-                ..TaskStatus::default()
-            },
-            history: vec![Message::user_text(format!("do {id}"))],
-            metadata: Some(serde_json::Map::from_iter([("mew".to_owned(), mew)])),
-            ..Task::default()
-        }
-    }
+    use crate::tree::fixtures::{Fake, NODE, OTHER, link, task, three_levels, usage};
 
     /// The tree as the JSON `--json` prints.
     fn tree_json(root: &TreeNode) -> Value {
         serde_json::to_value(JsonNode::from(root)).unwrap()
-    }
-
-    fn usage(input: u64, output: u64, calls: u64) -> Value {
-        json!({"inputTokens": input, "outputTokens": output, "modelCalls": calls, "toolCalls": 1})
-    }
-
-    fn link(id: &str, agent: &str, description: &str) -> Value {
-        json!({"taskId": id, "agent": agent, "description": description, "background": false})
-    }
-
-    /// Tasks by (url, id); the fetches made are recorded.
-    struct Fake {
-        tasks: HashMap<(String, String), Task>,
-        fetched: StdMutex<Vec<(String, String)>>,
-    }
-
-    impl Fake {
-        fn new(tasks: Vec<(&str, Task)>) -> Self {
-            Self {
-                tasks: tasks
-                    .into_iter()
-                    .map(|(url, task)| ((url.to_owned(), task.id.to_string()), task))
-                    .collect(),
-                fetched: StdMutex::new(Vec::new()),
-            }
-        }
-
-        async fn fetch(&self, place: Place, id: String) -> Result<Task, String> {
-            self.fetched
-                .lock()
-                .unwrap()
-                .push((place.url.clone(), id.clone()));
-            self.tasks
-                .get(&(place.url.clone(), id.clone()))
-                .cloned()
-                .ok_or_else(|| format!("task {id} not found at {}", place.url))
-        }
-
-        async fn tree(&self, id: &str, max_depth: u32) -> TreeNode {
-            let walk = Walk {
-                max_depth,
-                peers: HashMap::from([("lab".to_owned(), OTHER.to_owned())]),
-            };
-            build_tree(id, NODE, NODE, &walk, |place, id| self.fetch(place, id)).await
-        }
     }
 
     #[test]
@@ -884,8 +466,8 @@ mod tests {
     fn usage_adds_and_reads_from_metadata() {
         let mut total = Usage::default();
         let t = task("a", TaskState::Completed, json!({"usage": usage(10, 2, 1)}));
-        total.add(&own_usage(&t).unwrap());
-        total.add(&own_usage(&t).unwrap());
+        total.add(&MewMetadata::read(t.metadata.as_ref()).usage.unwrap());
+        total.add(&MewMetadata::read(t.metadata.as_ref()).usage.unwrap());
         assert_eq!(
             total,
             Usage {
@@ -896,7 +478,10 @@ mod tests {
                 ..Usage::default()
             }
         );
-        assert_eq!(own_usage(&task("b", TaskState::Completed, json!({}))), None);
+        assert_eq!(
+            MewMetadata::read(task("b", TaskState::Completed, json!({})).metadata.as_ref()).usage,
+            None
+        );
         // A server that reported no usage: unknown, never shown as zero.
         let silent = Usage {
             model_calls: 2,
@@ -904,7 +489,7 @@ mod tests {
             ..Usage::default()
         };
         assert_eq!(
-            silent.summary(),
+            summary(&silent),
             "tokens not reported by the server; 2 model calls, 0 tool calls"
         );
         let mixed = Usage {
@@ -915,7 +500,7 @@ mod tests {
             ..Usage::default()
         };
         assert_eq!(
-            mixed.summary(),
+            summary(&mixed),
             "10 in / 2 out tokens (and 1 model call whose tokens the server did not report); \
              3 model calls, 0 tool calls"
         );
@@ -925,134 +510,6 @@ mod tests {
         assert_eq!(thousands(0), "0");
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1_234_567), "1,234,567");
-    }
-
-    #[test]
-    fn children_are_located_on_the_parents_node() {
-        let peers = HashMap::from([("lab".to_owned(), format!("{OTHER}/"))]);
-        let front = Place {
-            url: NODE.into(),
-            node: NODE.into(),
-        };
-        assert_eq!(locate("Explore", NODE, &peers), Ok(front));
-        assert_eq!(
-            locate(&format!("{OTHER}/agents/reviewer/"), NODE, &peers),
-            Ok(Place {
-                url: format!("{OTHER}/agents/reviewer"),
-                node: OTHER.into(),
-            })
-        );
-        assert_eq!(
-            locate(
-                &format!("{OTHER}/agents/reviewer/.well-known/agent-card.json"),
-                NODE,
-                &peers
-            )
-            .map(|p| p.node),
-            Ok(OTHER.into())
-        );
-        assert_eq!(
-            locate("http://sdk:9000/a2a", NODE, &peers).map(|p| p.node),
-            Ok("http://sdk:9000/a2a".into())
-        );
-        assert_eq!(
-            locate("lab/reviewer", NODE, &peers),
-            Ok(Place {
-                url: format!("{OTHER}/agents/reviewer"),
-                node: OTHER.into(),
-            })
-        );
-        assert!(locate("nowhere/reviewer", NODE, &peers).is_err());
-        assert!(locate("not a role", NODE, &peers).is_err());
-    }
-
-    /// root (own 100/10) -> a (local, 50/5) -> c (remote, 7/1); root -> b (remote, 20/2).
-    fn three_levels() -> Fake {
-        let remote = format!("{OTHER}/agents/reviewer");
-        Fake::new(vec![
-            (
-                NODE,
-                task(
-                    "root",
-                    TaskState::Completed,
-                    json!({
-                        "usage": {"inputTokens": 100, "outputTokens": 10, "cacheReadTokens": 40,
-                                  "modelCalls": 2, "toolCalls": 1},
-                        "children": [link("a", "Explore", "look around"), link("b", &remote, "review")],
-                    }),
-                ),
-            ),
-            (
-                NODE,
-                task(
-                    "a",
-                    TaskState::Completed,
-                    json!({
-                        "parentTask": "root", "depth": 1, "description": "look around",
-                        "usage": usage(50, 5, 1),
-                        "children": [link("c", &format!("{OTHER}/agents/helper"), "help")],
-                    }),
-                ),
-            ),
-            (
-                &remote,
-                task(
-                    "b",
-                    TaskState::Completed,
-                    json!({"parentTask": "root", "depth": 1, "usage": usage(20, 2, 1)}),
-                ),
-            ),
-            (
-                &format!("{OTHER}/agents/helper"),
-                task(
-                    "c",
-                    TaskState::Completed,
-                    json!({"parentTask": "a", "depth": 2, "usage": usage(7, 1, 1)}),
-                ),
-            ),
-        ])
-    }
-
-    #[tokio::test]
-    async fn usage_rolls_up_across_levels() {
-        let fake = three_levels();
-        let root = fake.tree("root", 16).await;
-        assert_eq!(root.error, None);
-        assert_eq!(root.own.unwrap().input_tokens, 100);
-        assert_eq!(root.total.input_tokens, 177);
-        assert_eq!(root.total.output_tokens, 18);
-        assert_eq!(root.total.model_calls, 5);
-        assert_eq!(root.total.tool_calls, 4);
-        assert_eq!((root.tasks, root.missing), (4, 0));
-        assert!(!root.partial());
-        let a = &root.children[0];
-        assert_eq!((a.task_id.as_str(), a.agent.as_str()), ("a", "Explore"));
-        assert_eq!(a.total.input_tokens, 57);
-        assert_eq!(a.children[0].total.input_tokens, 7);
-        assert_eq!(root.children[1].total.input_tokens, 20);
-        assert!(root.children[1].children.is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_task_without_usage_counts_as_zero() {
-        let fake = Fake::new(vec![
-            (
-                NODE,
-                task(
-                    "root",
-                    TaskState::Completed,
-                    json!({"children": [link("a", "wc", "count")]}),
-                ),
-            ),
-            (
-                NODE,
-                task("a", TaskState::Completed, json!({"usage": usage(3, 4, 1)})),
-            ),
-        ]);
-        let root = fake.tree("root", 16).await;
-        assert_eq!(root.own, None);
-        assert_eq!(root.total.input_tokens, 3);
-        assert_eq!(root.tasks, 2);
     }
 
     #[tokio::test]
@@ -1118,17 +575,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_root_that_cannot_be_fetched_is_an_error() {
-        let fake = Fake::new(vec![]);
-        let root = fake.tree("nope", 16).await;
-        assert!(root.task.is_none());
-        assert_eq!(
-            root.error.as_deref(),
-            Some("task nope not found at http://n1:7777")
-        );
-    }
-
-    #[tokio::test]
     async fn cycles_end_and_count_each_task_once() {
         // a -> b -> a, and b -> b: every task is fetched once.
         let fake = Fake::new(vec![
@@ -1163,36 +609,6 @@ mod tests {
                 .all(|c| c.repeated && c.children.is_empty())
         );
         assert!(render_tree(&root).contains("(repeated: shown above)"));
-    }
-
-    #[tokio::test]
-    async fn an_endless_chain_stops_at_the_depth_limit() {
-        // Every task delegates to a new one; the walk fetches max_depth + 1 of them.
-        let fetched = StdMutex::new(0);
-        let fetch = |_: Place, id: String| {
-            *fetched.lock().unwrap() += 1;
-            let next = format!("{id}+");
-            async move {
-                Ok(task(
-                    &id,
-                    TaskState::Working,
-                    json!({"children": [link(&next, "Plan", "deeper")]}),
-                ))
-            }
-        };
-        let walk = Walk {
-            max_depth: 3,
-            peers: HashMap::new(),
-        };
-        let root = build_tree("t", NODE, NODE, &walk, fetch).await;
-        assert_eq!(*fetched.lock().unwrap(), 4);
-        assert_eq!((root.tasks, root.missing), (4, 1));
-        let mut deepest = &root;
-        while let Some(child) = deepest.children.first() {
-            deepest = child;
-        }
-        assert_eq!(deepest.task_id, "t++++");
-        assert!(deepest.error.as_deref().unwrap().contains("--max-depth"));
     }
 
     #[tokio::test]

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use mew_cards::mew::MewMetadata;
 use mew_cards::{
     AgentCard, CancelTaskRequest, ErrorKind, GetExtendedAgentCardRequest, GetTaskRequest,
     ListTasksRequest, ListTasksResponse, RoleDefinition, SendMessageRequest, SendMessageResponse,
@@ -14,10 +15,6 @@ use mew_transport::{AgentTransport, CallContext, Error, EventStream, collect_sen
 use crate::agent::delegate::Forker;
 use crate::hooks::{HookContext, HookEngine, HookEvent, Payload};
 use crate::tasks::manager::{Scope, Submission, TaskManager};
-
-/// The keys of a task's `metadata.mew` that only the node writes: its children
-/// (`crate::agent::children`) and its usage (`crate::agent::runner`).
-const NODE_OWNED_KEYS: &[&str] = &["children", "usage"];
 
 /// A role served as an A2A agent. The node's front agent is one too: it runs
 /// the default role and sees every task on the node; a role's own agent sees
@@ -262,25 +259,12 @@ impl RoleAgent {
         // What the node itself records about a task is never taken from a caller: forged
         // links would send the task's agent to agents of the caller's choosing.
         let mut request = request;
-        if let Some(mew) = request
-            .metadata
-            .as_mut()
-            .and_then(|m| m.get_mut("mew"))
-            .and_then(serde_json::Value::as_object_mut)
-        {
-            for key in NODE_OWNED_KEYS {
-                mew.remove(*key);
-            }
+        if let Some(metadata) = request.metadata.as_mut() {
+            MewMetadata::strip_node_owned(metadata);
         }
         // A delegating agent names its task in `mew.parentTask`: the link of a task tree,
         // local or across nodes.
-        let parent = request
-            .metadata
-            .as_ref()
-            .and_then(|m| m.get("mew"))
-            .and_then(|mew| mew.get("parentTask"))
-            .and_then(serde_json::Value::as_str)
-            .map(mew_cards::TaskId::from);
+        let parent = MewMetadata::read(request.metadata.as_ref()).parent_task;
         Ok(Submission {
             role: self.role.clone(),
             message: request.message,

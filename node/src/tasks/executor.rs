@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use mew_cards::mew::{ChildLink, MewMetadata, Usage};
 use mew_cards::{
     Artifact, ArtifactId, ContextId, Message, Part, RoleDefinition, TaskId, TaskState,
 };
@@ -83,7 +84,7 @@ pub trait EventSink: Send + Sync {
     /// Reports progress that is not part of the task's history (a tool call
     /// starting, say): a WORKING status update carrying `note` as metadata.
     /// Sinks that announce nothing (test recorders) may ignore it.
-    async fn progress(&self, _note: serde_json::Value) -> Result<(), SinkClosed> {
+    async fn progress(&self, _note: MewMetadata) -> Result<(), SinkClosed> {
         Ok(())
     }
 
@@ -97,26 +98,29 @@ pub trait EventSink: Send + Sync {
         Ok(())
     }
 
-    /// Sets `metadata.mew.<key>` of the task to `value`, or appends `value` to
-    /// that array when `append`; persisted, not announced (readers see it in the
-    /// task). A value set while the turn runs is written with the task's next
-    /// event, at the latest the one that ends the turn (readers see it from
-    /// then on); an appended entry, or any annotation once the turn is over, is
-    /// written at once. Sinks that keep no state (test recorders) may ignore it.
-    async fn annotate(
-        &self,
-        _key: &str,
-        _value: serde_json::Value,
-        _append: bool,
-    ) -> Result<(), SinkClosed> {
+    /// Records `annotation` in the task's `metadata.mew`; persisted, not announced (readers
+    /// see it in the task). A usage set while the turn runs is written with the task's next
+    /// event, at the latest the one that ends the turn (readers see it from then on); a child
+    /// link, or any annotation once the turn is over, is written at once. Sinks that keep no
+    /// state (test recorders) may ignore it.
+    async fn annotate(&self, _annotation: Annotation) -> Result<(), SinkClosed> {
         Ok(())
     }
 
-    /// Every entry of the `metadata.mew.<key>` arrays of the tasks of this
-    /// task's context (this one included), oldest task first.
-    async fn context_annotations(&self, _key: &str) -> Vec<serde_json::Value> {
+    /// The children the tasks of this task's context recorded (this one included), oldest
+    /// task first.
+    async fn context_children(&self) -> Vec<ChildLink> {
         Vec::new()
     }
+}
+
+/// What a turn records about its task in `metadata.mew` without announcing it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Annotation {
+    /// The task's own model use so far (`mew.usage`), replacing what was recorded.
+    Usage(Usage),
+    /// A task it delegated (`mew.children`), appended.
+    Child(ChildLink),
 }
 
 /// The task is over; nothing more can be reported.

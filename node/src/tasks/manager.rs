@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info_span, warn};
 
-use super::executor::{EventSink, ExecError, Executor, SinkClosed, Turn};
+use super::executor::{Annotation, EventSink, ExecError, Executor, SinkClosed, Turn};
 use super::store::{Cursor, OutboxRow, StoreError, StoredTask, TaskQuery, TaskStore};
 
 /// How much work the node takes on.
@@ -156,25 +156,26 @@ impl LiveState {
     /// Applies the annotations not written yet to the snapshot, before it is written.
     fn apply_annotations(&mut self) {
         for annotation in &self.annotations {
-            annotation.apply(&mut self.stored.task.metadata);
+            apply_annotation(annotation, &mut self.stored.task.metadata);
         }
     }
 }
 
-/// A change to `metadata.mew.<key>` of a task.
-#[derive(Debug)]
-struct Annotation {
-    key: String,
-    value: serde_json::Value,
-    append: bool,
-}
-
-impl Annotation {
-    /// Sets `metadata.mew.<key>`, or appends to that array.
-    fn apply(&self, metadata: &mut Option<mew_cards::Metadata>) {
+/// Applies `annotation` to a task's metadata: sets `mew.usage`, or appends to `mew.children`.
+/// Only that field changes: whatever else `mew` holds (a caller's fields, say) stays as it is.
+fn apply_annotation(annotation: &Annotation, metadata: &mut Option<mew_cards::Metadata>) {
+    let (key, value, append) = match annotation {
+        Annotation::Usage(usage) => ("usage", serde_json::to_value(usage), false),
+        Annotation::Child(link) => ("children", serde_json::to_value(link), true),
+    };
+    // Plain data always serializes.
+    let Ok(value) = value else {
+        return;
+    };
+    {
         let mew = metadata
             .get_or_insert_with(Default::default)
-            .entry("mew")
+            .entry(mew_cards::mew::METADATA_KEY)
             .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
         if !mew.is_object() {
             *mew = serde_json::Value::Object(serde_json::Map::new());
@@ -182,16 +183,16 @@ impl Annotation {
         let Some(mew) = mew.as_object_mut() else {
             return;
         };
-        if self.append {
+        if append {
             let list = mew
-                .entry(self.key.as_str())
+                .entry(key)
                 .or_insert_with(|| serde_json::Value::Array(Vec::new()));
             match list.as_array_mut() {
-                Some(items) => items.push(self.value.clone()),
-                None => *list = serde_json::Value::Array(vec![self.value.clone()]),
+                Some(items) => items.push(value),
+                None => *list = serde_json::Value::Array(vec![value]),
             }
         } else {
-            mew.insert(self.key.clone(), self.value.clone());
+            mew.insert(key.to_owned(), value);
         }
     }
 }
@@ -1427,13 +1428,13 @@ impl EventSink for Sink {
         .await
     }
 
-    async fn progress(&self, note: serde_json::Value) -> Result<(), SinkClosed> {
+    async fn progress(&self, note: mew_cards::mew::MewMetadata) -> Result<(), SinkClosed> {
         self.record(|task| {
             let event = TaskStatusUpdateEvent {
                 task_id: task.id.clone(),
                 context_id: task.context_id.clone(),
                 status: TaskStatus::new(task.status.state),
-                metadata: note.as_object().cloned(),
+                metadata: Some(note.to_metadata()),
             };
             Some(StreamResponse::StatusUpdate(event))
         })
@@ -1450,24 +1451,16 @@ impl EventSink for Sink {
         Ok(())
     }
 
-    async fn annotate(
-        &self,
-        key: &str,
-        value: serde_json::Value,
-        append: bool,
-    ) -> Result<(), SinkClosed> {
+    async fn annotate(&self, annotation: Annotation) -> Result<(), SinkClosed> {
         let mut state = self.live.state.lock().await;
         if state.turn != self.turn {
             return Err(SinkClosed);
         }
-        state.annotations.push(Annotation {
-            key: key.to_owned(),
-            value,
-            append,
-        });
+        let append = matches!(annotation, Annotation::Child(_));
+        state.annotations.push(annotation);
         // A value set during the turn is written with the task's next event. An appended
         // entry (a delegation link) is written now: the store's readers need it while the
-        // turn runs (`context_annotations`, listings), and it must outlive a crash. So is
+        // turn runs (`context_children`, listings), and it must outlive a crash. So is
         // anything once the turn is over: no event of this turn follows.
         if state.busy && !append {
             return Ok(());
@@ -1484,7 +1477,7 @@ impl EventSink for Sink {
         Ok(())
     }
 
-    async fn context_annotations(&self, key: &str) -> Vec<serde_json::Value> {
+    async fn context_children(&self) -> Vec<mew_cards::mew::ChildLink> {
         let mut tasks = match self
             .store
             .context(&self.live.context_id, self.live.owner.as_deref())
@@ -1504,26 +1497,21 @@ impl EventSink for Sink {
             {
                 own.task.metadata = state.stored.task.metadata.clone();
                 for annotation in &state.annotations {
-                    annotation.apply(&mut own.task.metadata);
+                    apply_annotation(annotation, &mut own.task.metadata);
                 }
             }
         }
         tasks
             .iter()
-            .filter_map(|t| t.task.metadata.as_ref()?.get("mew")?.get(key)?.as_array())
-            .flatten()
-            .cloned()
+            .flat_map(|t| mew_cards::mew::MewMetadata::read(t.task.metadata.as_ref()).children)
             .collect()
     }
 }
 
 /// The delegation depth a task's metadata records (`mew.depth`), 0 if none.
 pub(crate) fn delegation_depth(metadata: Option<&mew_cards::Metadata>) -> u32 {
-    metadata
-        .and_then(|m| m.get("mew"))
-        .and_then(|mew| mew.get("depth"))
-        .and_then(serde_json::Value::as_u64)
-        .and_then(|d| u32::try_from(d).ok())
+    mew_cards::mew::MewMetadata::read(metadata)
+        .depth
         .unwrap_or(0)
 }
 

@@ -13,7 +13,7 @@ use mew_cards::{
 use mew_transport::Error;
 use tokio::sync::Mutex;
 
-use super::executor::{EventSink, ExecError, Executor, Turn};
+use super::executor::{Annotation, EventSink, ExecError, Executor, Turn};
 use super::manager::{Limits, RESTART_REASON, Roles, Scope, Submission, TaskManager};
 use super::sqlite::SqliteStore;
 use super::store::{
@@ -59,7 +59,7 @@ impl Executor for Script {
                 sink.artifact(Artifact::new("out", vec![Part::text(rest)]), false, false)
                     .await
                     .map_err(closed)?;
-                sink.annotate("usage", serde_json::json!({ "inputTokens": 7 }), false)
+                sink.annotate(Annotation::Usage(seven_tokens()))
                     .await
                     .map_err(closed)?;
                 sink.save_private(kept).await.map_err(closed)?;
@@ -78,15 +78,18 @@ impl Executor for Script {
             }
             // A delegation link is written at once; a value set is read back before its write.
             "link" => {
-                sink.annotate("children", serde_json::json!(rest), true)
+                sink.annotate(Annotation::Child(link(rest)))
                     .await
                     .map_err(closed)?;
-                sink.annotate("notes", serde_json::json!([rest]), false)
+                sink.annotate(Annotation::Usage(seven_tokens()))
                     .await
                     .map_err(closed)?;
-                let mut seen = sink.context_annotations("children").await;
-                seen.extend(sink.context_annotations("notes").await);
-                let seen: Vec<String> = seen.iter().map(ToString::to_string).collect();
+                let seen: Vec<String> = sink
+                    .context_children()
+                    .await
+                    .into_iter()
+                    .map(|link| link.task_id)
+                    .collect();
                 sink.artifact(
                     Artifact::new("seen", vec![Part::text(seen.join("|"))]),
                     false,
@@ -179,6 +182,23 @@ impl Roles for OneRole {
 
     fn executor(&self, _: &RoleDefinition) -> Arc<dyn Executor> {
         self.script.clone()
+    }
+}
+
+/// The usage the scripted turns record.
+fn seven_tokens() -> mew_cards::mew::Usage {
+    mew_cards::mew::Usage {
+        input_tokens: 7,
+        ..Default::default()
+    }
+}
+
+/// A child link to task `id`.
+fn link(id: &str) -> mew_cards::mew::ChildLink {
+    mew_cards::mew::ChildLink {
+        task_id: id.to_owned(),
+        agent: "helper".to_owned(),
+        ..Default::default()
     }
 }
 
@@ -1068,7 +1088,7 @@ async fn private_state_and_usage_are_written_with_the_next_event_not_on_their_ow
     );
     let last = writes.last().unwrap();
     assert_eq!(last.private, serde_json::json!({ "kept": "answer" }));
-    let usage = serde_json::json!({ "inputTokens": 7 });
+    let usage = serde_json::to_value(seven_tokens()).unwrap();
     assert_eq!(usage_of(&last.task), Some(&usage));
     // GetTask after completion, and the store after a restart, have both.
     assert_eq!(usage_of(&f.get(&done).await.task), Some(&usage));
@@ -1188,14 +1208,15 @@ async fn an_appended_annotation_is_written_at_once_and_the_turn_reads_its_own() 
         ]
     );
     let mew = |w: &StoredTask| w.task.metadata.as_ref().unwrap()["mew"].clone();
-    assert_eq!(mew(&writes[2]), serde_json::json!({ "children": ["x"] }));
+    let x = serde_json::to_value(link("x")).unwrap();
+    assert_eq!(mew(&writes[2]), serde_json::json!({ "children": [x] }));
     assert_eq!(
         mew(&writes[3]),
-        serde_json::json!({ "children": ["x"], "notes": ["x"] })
+        serde_json::json!({ "children": [x], "usage": seven_tokens() })
     );
     assert_eq!(
         done.artifacts[0].parts[0].as_text(),
-        Some(r#""x"|"x""#),
-        "the turn sees the link and the value it has not written yet"
+        Some("x"),
+        "the turn sees the link it recorded"
     );
 }

@@ -288,9 +288,27 @@ async fn discovery_front_card_role_cards_and_health() -> anyhow::Result<()> {
             card.description
         );
 
+        // Every card declares the Mew extension its tasks' metadata follows, not required.
+        let declares_mew = |card: &mew_cards::AgentCard| {
+            card.capabilities
+                .extensions
+                .iter()
+                .any(|e| e.uri == mew_cards::mew::EXTENSION_URI && !e.required)
+        };
+        ensure!(
+            declares_mew(card),
+            "the front card does not declare the Mew extension: {:?}",
+            card.capabilities
+        );
+
         let role = node.agent("/agents/upper", binding).await?;
         let card = role.agent_card();
         ensure!(card.name == "upper", "role card name {:?}", card.name);
+        ensure!(
+            declares_mew(card),
+            "the role card does not declare the Mew extension: {:?}",
+            card.capabilities
+        );
         ensure!(
             card.skills.len() == 1 && card.skills[0].id == "upper",
             "role skills {:?}",

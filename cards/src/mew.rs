@@ -1,0 +1,318 @@
+//! Mew's A2A extension: what Mew nodes tell each other about tasks beyond the spec, as one
+//! typed model under the `mew` key of A2A metadata (`EXTENSION.md` beside this crate's
+//! `Cargo.toml` is its specification).
+//!
+//! Every card a Mew node serves declares the extension ([`extension`]), so other agents know
+//! what the key holds and may ignore it: nothing in it is required to speak A2A with a node.
+//! Readers are lenient: a field that does not parse is left out, never an error, since the
+//! metadata may come from any agent.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::card::AgentExtension;
+use crate::ids::TaskId;
+use crate::message::Metadata;
+
+/// The extension's URI, as cards declare it in `capabilities.extensions`.
+pub const EXTENSION_URI: &str = "urn:mew:a2a:delegation:v1";
+
+/// The metadata key the extension's fields live under.
+pub const METADATA_KEY: &str = "mew";
+
+/// The extension as a card declares it: optional, described, without parameters.
+pub fn extension() -> AgentExtension {
+    AgentExtension {
+        uri: EXTENSION_URI.to_owned(),
+        description: "Mew delegation metadata under the `mew` key: a task's parent, depth, \
+                      children and model usage, and progress notes of tools and children"
+            .to_owned(),
+        required: false,
+        params: None,
+    }
+}
+
+/// What one task, message or status update says under `metadata.mew`. Every field is
+/// optional; which ones appear where is in `EXTENSION.md`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MewMetadata {
+    /// On a delegated message and its task: the delegating task (on the delegating agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_task: Option<TaskId>,
+    /// On a delegated message and its task: how deep the task is in a delegation chain (a
+    /// task a user started is 0, so a delegated one is at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<u32>,
+    /// On a delegated message and its task: what the child was asked, in a few words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// On a delegated message and its task: the child is a fork of its parent's role.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fork: bool,
+    /// On a task: its delegations, in the order they were made (written by the node only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildLink>,
+    /// On a task: the task's own model use (written by the node only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// On the status message of an INPUT_REQUIRED task: what kind of question it is
+    /// ([`ASK_PERMISSION`]: a permission only the user may give).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask: Option<String>,
+    /// On a WORKING status update: a tool call of the task starting or ending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolNote>,
+    /// On a WORKING status update: a status update of one of the task's children.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child: Option<ChildNote>,
+    /// On a WORKING status update: something the user should know about the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+/// The `ask` of a question only the user may answer: a permission.
+pub const ASK_PERMISSION: &str = "permission";
+
+/// The fields of [`MewMetadata`] that only the node writes, never taken from a caller: forged
+/// links would send a task's agent to agents of the caller's choosing.
+pub const NODE_OWNED_FIELDS: &[&str] = &["children", "usage"];
+
+impl MewMetadata {
+    /// What `metadata` holds under `mew`; fields that do not parse are left out.
+    pub fn read(metadata: Option<&Metadata>) -> Self {
+        let Some(Value::Object(mew)) = metadata.and_then(|m| m.get(METADATA_KEY)) else {
+            return Self::default();
+        };
+        Self {
+            parent_task: field(mew, "parentTask"),
+            depth: field(mew, "depth"),
+            description: field(mew, "description"),
+            fork: field(mew, "fork").unwrap_or(false),
+            children: Self::child_links_of(mew)
+                .into_iter()
+                .filter_map(Result::ok)
+                .collect(),
+            usage: field(mew, "usage"),
+            ask: field(mew, "ask"),
+            tool: field(mew, "tool"),
+            child: field(mew, "child"),
+            warning: field(mew, "warning"),
+        }
+    }
+
+    /// The child links of `metadata`, each parsed on its own: a malformed one is an error
+    /// naming it (what `mew tasks tree` shows).
+    pub fn child_links(metadata: Option<&Metadata>) -> Vec<Result<ChildLink, String>> {
+        match metadata.and_then(|m| m.get(METADATA_KEY)) {
+            Some(Value::Object(mew)) => Self::child_links_of(mew),
+            _ => Vec::new(),
+        }
+    }
+
+    fn child_links_of(mew: &Map<String, Value>) -> Vec<Result<ChildLink, String>> {
+        let Some(Value::Array(children)) = mew.get("children") else {
+            return Vec::new();
+        };
+        children
+            .iter()
+            .map(|value| {
+                ChildLink::deserialize(value)
+                    .map_err(|e| format!("a malformed child link {value}: {e}"))
+            })
+            .collect()
+    }
+
+    /// These fields as a metadata object holding only `mew`.
+    pub fn to_metadata(&self) -> Metadata {
+        let mut metadata = Metadata::new();
+        self.write(&mut metadata);
+        metadata
+    }
+
+    /// Sets these fields as `metadata.mew`, replacing what was there.
+    pub fn write(&self, metadata: &mut Metadata) {
+        match serde_json::to_value(self) {
+            Ok(value) => {
+                metadata.insert(METADATA_KEY.to_owned(), value);
+            }
+            // A struct of strings, numbers and maps always serializes.
+            Err(_) => {
+                metadata.remove(METADATA_KEY);
+            }
+        }
+    }
+
+    /// Removes the fields only the node writes ([`NODE_OWNED_FIELDS`]) from `metadata.mew`,
+    /// leaving everything else as the caller sent it.
+    pub fn strip_node_owned(metadata: &mut Metadata) {
+        if let Some(Value::Object(mew)) = metadata.get_mut(METADATA_KEY) {
+            for field in NODE_OWNED_FIELDS {
+                mew.remove(*field);
+            }
+        }
+    }
+}
+
+/// One field of the `mew` object, if it is there and parses.
+fn field<T: DeserializeOwned>(mew: &Map<String, Value>, key: &str) -> Option<T> {
+    T::deserialize(mew.get(key)?).ok()
+}
+
+/// One delegated task, as its parent records it in `mew.children`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildLink {
+    /// The child's task id, on the agent that runs it.
+    pub task_id: String,
+    /// Who runs it: a role of the parent's node by name, or the URL of a remote agent.
+    pub agent: String,
+    /// The name the delegating model gave it, for `SendMessage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// What the child was asked to do, in a few words.
+    #[serde(default)]
+    pub description: String,
+    /// True when it ran (or moved) to the background.
+    #[serde(default)]
+    pub background: bool,
+}
+
+/// A task's own model use (`mew.usage`); a missing count is 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Usage {
+    /// Input tokens (not counting cache reads).
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Input tokens read from a prompt cache.
+    pub cache_read_tokens: u64,
+    /// Input tokens written to a prompt cache.
+    pub cache_write_tokens: u64,
+    /// Model calls.
+    pub model_calls: u64,
+    /// Tool calls.
+    pub tool_calls: u64,
+    /// Model calls whose service reported no usage: the token counts leave them out.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unreported_model_calls: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Usage {
+    /// Adds `other` to this, saturating.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
+        self.model_calls = self.model_calls.saturating_add(other.model_calls);
+        self.tool_calls = self.tool_calls.saturating_add(other.tool_calls);
+        self.unreported_model_calls = self
+            .unreported_model_calls
+            .saturating_add(other.unreported_model_calls);
+    }
+}
+
+/// A tool call of a task starting or ending (`mew.tool` of a progress note).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolNote {
+    /// `started` or `finished`.
+    pub phase: String,
+    /// The call's id.
+    #[serde(default)]
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// `{"input": ...}` when it starts, `{"isError": bool}` when it ends.
+    #[serde(default)]
+    pub detail: Value,
+}
+
+/// A status update of one of the task's children (`mew.child` of a progress note).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildNote {
+    /// The child's task id.
+    pub task_id: String,
+    /// Who runs it (as in its [`ChildLink`]).
+    pub agent: String,
+    /// What it was asked to do.
+    #[serde(default)]
+    pub description: String,
+    /// Its state, by the A2A name.
+    pub state: String,
+    /// The text of its status message, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The child's own tool note, when its update carried one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolNote>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn metadata(value: Value) -> Metadata {
+        match value {
+            Value::Object(map) => map,
+            _ => Metadata::new(),
+        }
+    }
+
+    #[test]
+    fn fields_read_back_and_bad_ones_are_left_out() {
+        let m = metadata(json!({"mew": {
+            "parentTask": "p1", "depth": 2, "fork": true, "description": "look",
+            "children": [{"taskId": "c1", "agent": "helper"}, {"taskId": 5}],
+            "usage": {"inputTokens": 10, "modelCalls": 1},
+            "ask": "permission", "warning": 7,
+        }, "other": 1}));
+        let mew = MewMetadata::read(Some(&m));
+        assert_eq!(mew.parent_task.as_ref().map(TaskId::as_str), Some("p1"));
+        assert_eq!(mew.depth, Some(2));
+        assert!(mew.fork);
+        assert_eq!(mew.children.len(), 1, "the malformed link is left out");
+        assert_eq!(mew.usage.map(|u| u.input_tokens), Some(10));
+        assert_eq!(mew.ask.as_deref(), Some(ASK_PERMISSION));
+        assert_eq!(mew.warning, None, "not a string");
+        let links = MewMetadata::child_links(Some(&m));
+        assert!(links[0].is_ok() && links[1].is_err());
+        assert_eq!(MewMetadata::read(None), MewMetadata::default());
+        assert_eq!(
+            MewMetadata::read(Some(&metadata(json!({"mew": "x"})))),
+            MewMetadata::default()
+        );
+    }
+
+    #[test]
+    fn writing_keeps_other_keys_and_leaves_unset_fields_out() {
+        let mut m = metadata(json!({"other": 1}));
+        MewMetadata {
+            depth: Some(1),
+            description: Some("d".into()),
+            ..MewMetadata::default()
+        }
+        .write(&mut m);
+        assert_eq!(
+            Value::Object(m.clone()),
+            json!({"other": 1, "mew": {"depth": 1, "description": "d"}})
+        );
+        let mut forged = metadata(json!({"mew": {"children": [], "usage": {}, "depth": 1}}));
+        MewMetadata::strip_node_owned(&mut forged);
+        assert_eq!(Value::Object(forged), json!({"mew": {"depth": 1}}));
+    }
+}
