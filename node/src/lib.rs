@@ -3,10 +3,12 @@
 mod agent;
 mod bench;
 pub mod cli;
-pub mod config;
+mod config;
 mod conversation;
+mod duration;
 mod hooks;
 mod identity;
+mod matcher;
 mod mcp;
 mod node;
 mod peers;

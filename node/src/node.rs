@@ -176,10 +176,16 @@ impl Runtime {
             max_list_bytes: config.limits.max_list_bytes,
         };
         let providers = Arc::new(
-            Providers::from_config(&config, &env).context("cannot set up the model providers")?,
+            Providers::new(&config.providers, config.agent.provider.as_deref(), &env)
+                .context("cannot set up the model providers")?,
         );
         let permissions = Arc::new(
-            PermissionEngine::from_config(&config).context("cannot read the permission rules")?,
+            PermissionEngine::new(
+                &config.permissions,
+                &config.project_dir,
+                config.home_dir.as_deref(),
+            )
+            .context("cannot read the permission rules")?,
         );
         // Peers and MCP servers connect at once, each bounded by its own timeout.
         let client_options = mew_transport::ClientOptions {

@@ -729,7 +729,7 @@ async fn a_pre_tool_use_allow_does_not_lift_a_deny_rule() {
         json!([json_hook("allower", "PreToolUse", &output)]),
     );
     let config = PermissionsConfig {
-        deny: vec!["record".into()],
+        deny: vec![crate::permission::rules::Rule::parse("record").unwrap()],
         ..PermissionsConfig::default()
     };
     agent.permissions = Arc::new(PermissionEngine::new(&config, dir.path(), None).unwrap());

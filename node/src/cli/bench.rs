@@ -56,7 +56,7 @@ pub(crate) struct BenchArgs {
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
-    crate::config::duration::parse(text)
+    crate::duration::parse(text)
 }
 
 /// Runs the benchmark and prints the report (JSON with `--json`).

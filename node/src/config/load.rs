@@ -50,6 +50,7 @@ impl std::fmt::Debug for Sources {
 
 impl Sources {
     /// Sources with only a project directory: no home, no `--config`, no environment, no flags.
+    #[cfg(test)]
     pub fn new(project: impl Into<PathBuf>) -> Self {
         Self {
             project: project.into(),
@@ -116,12 +117,11 @@ pub(crate) enum EnvKind {
     Integer,
 }
 
-/// The merged configuration before resolution: the merged tree, where each key came from, and
-/// the typed (unresolved) settings. Produced by [`Config::load`]; [`LoadedConfig::resolve`]
+/// The merged configuration before resolution: where each key came from, and the typed
+/// (unresolved) settings. Produced by [`Config::load`]; [`LoadedConfig::resolve`]
 /// turns it into a [`Config`].
 #[derive(Debug, Clone)]
 pub struct LoadedConfig {
-    pub(super) tree: Value,
     pub(super) origins: BTreeMap<String, Origin>,
     pub(super) settings: Settings,
     pub(super) home: Option<PathBuf>,
@@ -133,18 +133,14 @@ pub struct LoadedConfig {
 }
 
 impl LoadedConfig {
-    /// The merged tree of every layer, as YAML values (before resolution: `data_dir` may be
-    /// null, paths may be relative).
-    pub fn merged(&self) -> &Value {
-        &self.tree
-    }
-
     /// Where the value of a dotted leaf key (`node.port`) came from.
+    #[cfg(test)]
     pub fn origin(&self, key: &str) -> Option<&Origin> {
         self.origins.get(key)
     }
 
     /// Every leaf key with its origin, sorted by key.
+    #[cfg(test)]
     pub fn origins(&self) -> &BTreeMap<String, Origin> {
         &self.origins
     }
@@ -225,12 +221,10 @@ impl Config {
             merge(&mut tree, &mut origins, layer, &origin);
         }
 
-        let settings =
-            serde_yaml_ng::from_value(tree.clone()).map_err(|error| ConfigError::Merged {
-                message: error.to_string(),
-            })?;
+        let settings = serde_yaml_ng::from_value(tree).map_err(|error| ConfigError::Merged {
+            message: error.to_string(),
+        })?;
         Ok(LoadedConfig {
-            tree,
             origins,
             settings,
             home: sources.home.clone(),

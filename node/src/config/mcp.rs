@@ -55,7 +55,8 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
-use super::{Config, duration};
+use super::Config;
+use crate::duration;
 
 /// The default limit on connecting to a server and listing its tools.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);

@@ -15,7 +15,8 @@ use super::mcp::{
     McpServerConfig, McpTransport,
 };
 use super::merge::{key_name, singleton};
-use super::{ConfigError, LoadedConfig, Origin, duration};
+use super::{ConfigError, LoadedConfig, Origin};
+use crate::duration;
 
 /// The keys an `mcp_servers` entry may have.
 const KEYS: &[&str] = &[

@@ -20,7 +20,6 @@
 
 mod auth;
 mod check;
-pub(crate) mod duration;
 mod error;
 mod hooks;
 mod load;
@@ -65,16 +64,21 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use auth::{ApiKeyConfig, AuthConfig, JwtConfig};
+use crate::duration;
+
+pub use crate::permission::PermissionsConfig;
+pub use crate::provider::ProviderConfig;
+#[cfg(test)]
+pub use auth::ApiKeyConfig;
+pub use auth::{AuthConfig, JwtConfig};
 pub use error::ConfigError;
 pub use hooks::HooksConfig;
 pub use load::{FlagOverrides, LoadedConfig, Sources};
 pub use merge::Origin;
 pub use peers::{PeerAuth, PeerBinding, PeerConfig, PeerJwt};
-pub use providers::{AgentConfig, ProviderConfig, ProviderKind};
+pub use providers::AgentConfig;
 pub use push::PushConfig;
-pub use resolve::Entry;
-pub use skills::{DEFAULT_TOKEN_ENV, SkillsConfig};
+pub use skills::SkillsConfig;
 pub use tls::{ServerTls, TlsConfig};
 
 /// The node's resolved configuration: every default computed, every path absolute.
@@ -215,26 +219,6 @@ pub struct RolesConfig {
     /// Extra role directories, absolute, in the order configured. They take precedence over
     /// the standard places (`~/.mew/roles`, the project's `.mew/roles`, ...).
     pub dirs: Vec<PathBuf>,
-}
-
-/// `permissions:` — the default permission mode and the rules that allow, deny or ask about
-/// tool calls (syntax and order: `crate::permission`).
-///
-/// The rule lists of every layer apply together: unlike other lists, which the higher layer
-/// replaces, `allow`, `deny` and `ask` are the union of the user file, the project's
-/// `.claude/settings.json` (its `permissions` object, if the file exists), the project file and
-/// `--config`, lowest first, without duplicates. `mode` is replaced as usual. A bad rule is an
-/// error that names the file, the line of the list and the rule.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct PermissionsConfig {
-    /// The mode for roles that do not set `permissionMode`.
-    pub mode: mew_cards::PermissionMode,
-    /// Rules whose calls run without asking.
-    pub allow: Vec<String>,
-    /// Rules whose calls are refused, in every mode.
-    pub deny: Vec<String>,
-    /// Rules whose calls are asked about even when an allow rule matches.
-    pub ask: Vec<String>,
 }
 
 /// How log lines are written.

@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::{ConfigError, LoadedConfig, Origin, duration};
+use super::{ConfigError, LoadedConfig, Origin};
+use crate::duration;
 
 /// The longest peer name, in characters.
 const MAX_NAME_LEN: usize = 32;

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, LoadedConfig, duration};
+use super::{ConfigError, LoadedConfig};
+use crate::duration;
 
 /// `push:` — the SSRF allowlist and the delivery limits of push notifications.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::LogFormat;
 use super::auth::AuthSettings;
 use super::hooks::HooksSettings;
 use super::peers::{PeerSettings, peer_entry_schema};
@@ -14,7 +15,8 @@ use super::providers::{AgentSettings, ProviderSettings, provider_entry_schema};
 use super::push::PushSettings;
 use super::skills::SkillsSettings;
 use super::tls::TlsSettings;
-use super::{LogFormat, duration};
+use crate::duration;
+use crate::permission::rules::Rule;
 
 /// The whole configuration file. Every section and key is optional in a file (`serde(default)`),
 /// and unknown keys are errors (`deny_unknown_fields`).
@@ -145,24 +147,9 @@ pub(crate) struct RolesSettings {
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct PermissionsSettings {
     pub(crate) mode: mew_cards::PermissionMode,
-    #[serde(deserialize_with = "permission_rules")]
-    pub(crate) allow: Vec<String>,
-    #[serde(deserialize_with = "permission_rules")]
-    pub(crate) deny: Vec<String>,
-    #[serde(deserialize_with = "permission_rules")]
-    pub(crate) ask: Vec<String>,
-}
-
-fn permission_rules<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
-    let rules = Vec::<String>::deserialize(deserializer)?;
-    for rule in &rules {
-        if let Err(error) = crate::permission::rules::Rule::parse(rule) {
-            return Err(serde::de::Error::custom(format!(
-                "bad rule `{rule}`: {error}"
-            )));
-        }
-    }
-    Ok(rules)
+    pub(crate) allow: Vec<Rule>,
+    pub(crate) deny: Vec<Rule>,
+    pub(crate) ask: Vec<Rule>,
 }
 
 /// A non-zero count from a literal (every caller passes a positive constant).

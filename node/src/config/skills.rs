@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::{ConfigError, LoadedConfig, duration};
+use super::{ConfigError, LoadedConfig};
+use crate::duration;
 use crate::skills::install::{
     DEFAULT_API_BASE, DEFAULT_MAX_DEPTH, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES,
     DEFAULT_MAX_TOTAL_BYTES, DEFAULT_TIMEOUT, InstallOptions,

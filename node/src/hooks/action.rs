@@ -47,8 +47,8 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::matcher::{field_text, lookup_dotted};
-use crate::config::duration;
+use super::condition::{field_text, lookup_dotted};
+use crate::duration;
 use crate::process::{BASE_ENV, ProcessGroup, command, pass_env};
 
 /// Bytes of a hook's stdout (or an http answer's body) kept.

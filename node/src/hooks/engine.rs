@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::action::{self, ActionContext, SubagentRunner, http_client};
+use super::condition::{claude_code_tool_name, field_text, lookup_dotted};
 use super::event::{HookEvent, Payload};
-use super::matcher::{claude_code_tool_name, field_text, lookup_dotted};
 use super::output::{self, HookOutcome};
 use super::rules::HookRule;
 

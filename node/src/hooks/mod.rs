@@ -17,9 +17,9 @@
 //! ```
 
 pub(crate) mod action;
+pub(crate) mod condition;
 pub(crate) mod engine;
 pub(crate) mod event;
-pub(crate) mod matcher;
 pub(crate) mod output;
 pub(crate) mod rules;
 pub(crate) mod trust;

@@ -55,7 +55,7 @@
 //!   "hooks": [{"type": "command", "command": "./check.sh", "timeout": 60}]}]}}
 //! ```
 //!
-//! `matcher` uses Claude Code's syntax ([`super::matcher::NameMatcher`]) and Claude Code's
+//! `matcher` uses Claude Code's syntax ([`super::condition::NameMatcher`]) and Claude Code's
 //! tool names; it is tested against the event's [matcher field](HookEvent::matcher_field) and
 //! ignored on events without one. Entries of `type: "command"` (with `timeout` in seconds,
 //! default 60, and the optional `async` and `once`) and `type: "http"` (`url`, `headers`) are
@@ -74,8 +74,8 @@ use serde_json::Value;
 use serde_yaml_ng::Value as Yaml;
 
 use super::action::{Action, HttpAction};
+use super::condition::{Atom, Combine, Condition, NameMatcher, compile_match};
 use super::event::{BlockEffect, HookEvent};
-use super::matcher::{Atom, Combine, Condition, NameMatcher, compile_match};
 use super::trust::{TrustStore, content_hash};
 
 /// The timeout of a `hooks.yaml` rule that names none (the seed's).
@@ -700,7 +700,7 @@ fn compile_action(raw: RawAction) -> Result<Action, String> {
 fn parse_timeout(value: &Yaml) -> Result<Duration, String> {
     let timeout = match value {
         Yaml::String(text) => {
-            crate::config::duration::parse(text).map_err(|err| format!("`timeout`: {err}"))?
+            crate::duration::parse(text).map_err(|err| format!("`timeout`: {err}"))?
         }
         Yaml::Number(number) => Duration::from_secs(
             number

@@ -362,7 +362,7 @@ impl Server {
                 ToolOutput::error(format!(
                     "{name} timed out after {} (the call_timeout of the MCP server {server}); the \
                      server was told to cancel it{after}",
-                    crate::config::duration::format(timeout)
+                    crate::duration::format(timeout)
                 ))
             }
             Outcome::Stopped => ToolOutput::error(format!(

@@ -201,7 +201,7 @@ async fn get_json<T: DeserializeOwned>(
         .map_err(|_| {
             format!(
                 "fetching {url} timed out after {}",
-                crate::config::duration::format(config.timeout)
+                crate::duration::format(config.timeout)
             )
         })?
 }

@@ -25,9 +25,11 @@
 //!
 //! Rules are written as in Claude Code (`bash(git *)`, `Bash(npm run test:*)`,
 //! `edit_file(src/**)`, `mcp__github`); see [`rules`] for the syntax and how arguments match,
-//! and [`matcher`] for the string conditions that hooks share with the rules.
+//! and [`crate::matcher`] for the string conditions that hooks share with the rules.
+//!
+//! The rules are parsed once, when the configuration is loaded ([`PermissionsConfig`] holds
+//! them compiled), so a bad rule is an error of the file that holds it, never of a call.
 
-pub(crate) mod matcher;
 pub(crate) mod rules;
 
 #[cfg(test)]
@@ -36,11 +38,31 @@ mod tests;
 use std::path::Path;
 
 use mew_cards::PermissionMode;
+use serde::Serialize;
 use serde_json::Value;
 
-use self::rules::{Call, Dirs, Rule, RuleError, Subject, canonical_tool};
-use crate::config::{Config, PermissionsConfig};
+use self::rules::{Call, Dirs, Rule, Subject, canonical_tool};
 use crate::tools::Category;
+
+/// `permissions:` — the default permission mode and the rules that allow, deny or ask about
+/// tool calls (syntax and order: this module's docs).
+///
+/// The rule lists of every layer apply together: unlike other lists, which the higher layer
+/// replaces, `allow`, `deny` and `ask` are the union of the user file, the project's
+/// `.claude/settings.json` (its `permissions` object, if the file exists), the project file and
+/// `--config`, lowest first, without duplicates. `mode` is replaced as usual. A bad rule is an
+/// error that names the file, the line of the list and the rule.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct PermissionsConfig {
+    /// The mode for roles that do not set `permissionMode`.
+    pub mode: PermissionMode,
+    /// Rules whose calls run without asking.
+    pub allow: Vec<Rule>,
+    /// Rules whose calls are refused, in every mode.
+    pub deny: Vec<Rule>,
+    /// Rules whose calls are asked about even when an allow rule matches.
+    pub ask: Vec<Rule>,
+}
 
 /// What to do with a tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,21 +82,10 @@ pub(crate) enum Decision {
     },
 }
 
-/// The permission rules could not be compiled.
+/// The permission rules cannot be used on this machine.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(not(test), allow(dead_code))] // wired by the agent runtime
 pub(crate) enum PermissionError {
-    /// A rule does not parse or compile. The configuration loader checks every rule in the file
-    /// that holds it, so this names the list instead.
-    #[error("permissions.{list}: bad rule `{rule}`: {source}")]
-    Rule {
-        /// `allow`, `deny` or `ask`.
-        list: &'static str,
-        /// The rule as written.
-        rule: String,
-        /// What is wrong with it.
-        source: RuleError,
-    },
     /// A `~/` path pattern with no home directory to anchor it.
     #[error("permissions.{list}: rule `{rule}` starts with ~ but no home directory is known")]
     NoHome {
@@ -99,7 +110,7 @@ pub(crate) struct PermissionEngine {
 
 #[cfg_attr(not(test), allow(dead_code))] // wired by the agent runtime
 impl PermissionEngine {
-    /// Compiles the rules of `config`. Relative tool paths and relative path patterns resolve
+    /// The engine for the rules of `config`. Relative tool paths and relative path patterns resolve
     /// against `project_dir` (absolute; the directory the file tools resolve relative paths
     /// against); `~/` patterns against `home_dir`.
     pub(crate) fn new(
@@ -111,42 +122,23 @@ impl PermissionEngine {
             project: rules::resolve_path(Path::new("/"), project_dir),
             home: home_dir.map(|home| rules::resolve_path(Path::new("/"), home)),
         };
-        let compile = |list: &'static str, texts: &[String]| {
-            texts
-                .iter()
-                .map(|text| {
-                    let rule = Rule::parse(text).map_err(|source| PermissionError::Rule {
-                        list,
-                        rule: text.clone(),
-                        source,
-                    })?;
-                    if rule.needs_home() && dirs.home.is_none() {
-                        return Err(PermissionError::NoHome {
-                            list,
-                            rule: text.clone(),
-                        });
-                    }
-                    Ok(rule)
-                })
-                .collect::<Result<Vec<_>, _>>()
+        let anchored = |list: &'static str, rules: &[Rule]| match rules
+            .iter()
+            .find(|rule| rule.needs_home() && dirs.home.is_none())
+        {
+            Some(rule) => Err(PermissionError::NoHome {
+                list,
+                rule: rule.to_string(),
+            }),
+            None => Ok(rules.to_vec()),
         };
         Ok(Self {
             mode: config.mode,
-            deny: compile("deny", &config.deny)?,
-            ask: compile("ask", &config.ask)?,
-            allow: compile("allow", &config.allow)?,
+            deny: anchored("deny", &config.deny)?,
+            ask: anchored("ask", &config.ask)?,
+            allow: anchored("allow", &config.allow)?,
             dirs,
         })
-    }
-
-    /// The engine for a resolved configuration: its `permissions:` section, project directory
-    /// and home directory.
-    pub(crate) fn from_config(config: &Config) -> Result<Self, PermissionError> {
-        Self::new(
-            &config.permissions,
-            &config.project_dir,
-            config.home_dir.as_deref(),
-        )
     }
 
     /// The configured default mode (`permissions.mode`), for roles that do not set one.

@@ -49,9 +49,10 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 use globset::GlobMatcher;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-use super::matcher::{Matcher, MatcherError, compile_path_glob};
+use crate::matcher::{Matcher, MatcherError, compile_path_glob};
 
 /// Claude Code's names for the built-in tools, with Mew's names.
 const ALIASES: &[(&str, &str)] = &[
@@ -293,6 +294,31 @@ impl Rule {
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
+    }
+}
+
+/// Two rules are the same rule when they are written the same (their compiled patterns follow
+/// from the text).
+impl PartialEq for Rule {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+/// A rule is written, and shown (`mew config show`), as its text.
+impl Serialize for Rule {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+/// A rule is read from its text, and compiled then: a bad rule is an error of the file that
+/// holds it.
+impl<'de> Deserialize<'de> for Rule {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Rule::parse(&text)
+            .map_err(|error| serde::de::Error::custom(format!("bad rule `{text}`: {error}")))
     }
 }
 

@@ -8,7 +8,7 @@ use tempfile::TempDir;
 
 use super::rules::RuleError;
 use super::*;
-use crate::config::{ConfigError, Origin, Sources};
+use crate::config::{Config, ConfigError, Origin, Sources};
 
 const MODES: [PermissionMode; 5] = [
     PermissionMode::Default,
@@ -19,12 +19,11 @@ const MODES: [PermissionMode; 5] = [
 ];
 
 fn engine(allow: &[&str], deny: &[&str], ask: &[&str]) -> PermissionEngine {
-    let owned = |rules: &[&str]| rules.iter().map(|rule| (*rule).to_owned()).collect();
     let config = PermissionsConfig {
         mode: PermissionMode::Default,
-        allow: owned(allow),
-        deny: owned(deny),
-        ask: owned(ask),
+        allow: rules(allow),
+        deny: rules(deny),
+        ask: rules(ask),
     };
     PermissionEngine::new(
         &config,
@@ -338,27 +337,26 @@ fn categories_follow_the_read_only_hint_and_the_edit_tools() {
 }
 
 #[test]
-fn engine_errors_name_the_list_and_the_rule() {
-    let config = PermissionsConfig {
-        deny: vec!["bash(".to_owned()],
-        ..PermissionsConfig::default()
-    };
-    let error = PermissionEngine::new(&config, Path::new("/p"), None).unwrap_err();
-    assert_eq!(
-        error,
-        PermissionError::Rule {
-            list: "deny",
-            rule: "bash(".to_owned(),
-            source: RuleError::Parentheses,
-        }
+fn bad_rules_are_errors_that_name_the_rule() {
+    // A rule is compiled when it is read, so a bad one never reaches the engine.
+    assert_eq!(Rule::parse("bash(").unwrap_err(), RuleError::Parentheses);
+    let error = serde_yaml_ng::from_str::<Vec<Rule>>("['bash(']").unwrap_err();
+    assert!(
+        error.to_string().starts_with(
+            "bad rule `bash(`: the argument pattern must be in parentheses at the end: \
+             `tool(pattern)`"
+        ),
+        "{error}"
     );
+    // A rule reads and writes as its text.
+    let read: Vec<Rule> = serde_yaml_ng::from_str("['Bash(git log:*)', mcp__github]").unwrap();
+    assert_eq!(read, rules(&["Bash(git log:*)", "mcp__github"]));
     assert_eq!(
-        error.to_string(),
-        "permissions.deny: bad rule `bash(`: the argument pattern must be in parentheses at the \
-         end: `tool(pattern)`"
+        serde_json::to_value(&read).unwrap(),
+        json!(["Bash(git log:*)", "mcp__github"])
     );
     let config = PermissionsConfig {
-        ask: vec!["Read(~/.ssh/**)".to_owned()],
+        ask: rules(&["Read(~/.ssh/**)"]),
         ..PermissionsConfig::default()
     };
     let error = PermissionEngine::new(&config, Path::new("/p"), None).unwrap_err();
@@ -412,8 +410,11 @@ fn write(path: &Path, text: &str) -> PathBuf {
     path.to_owned()
 }
 
-fn strings(items: &[&str]) -> Vec<String> {
-    items.iter().map(|item| (*item).to_owned()).collect()
+fn rules(items: &[&str]) -> Vec<Rule> {
+    items
+        .iter()
+        .map(|item| Rule::parse(item).unwrap())
+        .collect()
 }
 
 #[test]
@@ -454,7 +455,7 @@ fn user_claude_and_project_rules_all_apply_and_the_highest_mode_wins() {
     assert_eq!(config.permissions.mode, PermissionMode::Default);
     assert_eq!(
         config.permissions.allow,
-        strings(&[
+        rules(&[
             "read_file",
             "bash(git *)",
             "Bash(npm run test:*)",
@@ -464,9 +465,9 @@ fn user_claude_and_project_rules_all_apply_and_the_highest_mode_wins() {
     );
     assert_eq!(
         config.permissions.deny,
-        strings(&["Read(~/.ssh/**)", "bash(rm *)"])
+        rules(&["Read(~/.ssh/**)", "bash(rm *)"])
     );
-    assert_eq!(config.permissions.ask, strings(&["Bash(git push:*)"]));
+    assert_eq!(config.permissions.ask, rules(&["Bash(git push:*)"]));
     assert_eq!(
         loaded.origin("permissions.mode"),
         Some(&Origin::File(project.clone()))
@@ -481,7 +482,12 @@ fn user_claude_and_project_rules_all_apply_and_the_highest_mode_wins() {
     );
     let _ = user;
 
-    let engine = PermissionEngine::from_config(&config).unwrap();
+    let engine = PermissionEngine::new(
+        &config.permissions,
+        &config.project_dir,
+        config.home_dir.as_deref(),
+    )
+    .unwrap();
     assert_eq!(engine.default_mode(), PermissionMode::Default);
     let mode = engine.default_mode();
     let ssh = dirs.home.path().join(".ssh/id_ed25519");

@@ -9,6 +9,7 @@ pub(crate) mod anthropic;
 pub(crate) mod http;
 pub(crate) mod openai;
 mod registry;
+mod service;
 #[cfg(test)]
 mod tests;
 
@@ -23,6 +24,7 @@ use crate::conversation::{Delta, ModelRequest, ModelResponse};
 pub(crate) use http::HttpSettings;
 #[cfg_attr(not(test), allow(unused_imports))] // wired by the agent runtime
 pub(crate) use registry::{ProviderConfigError, ProviderDescription, Providers};
+pub use service::{ProviderConfig, ProviderKind};
 
 /// Why a model call failed, classified so callers can decide what to do.
 #[derive(Debug, thiserror::Error)]

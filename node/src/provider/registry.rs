@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::anthropic::{self, AnthropicProvider};
 use super::openai::{self, OpenAiProvider};
 use super::{HttpSettings, KeySource, Provider, ProviderSetup};
-use crate::config::{AgentConfig, Config, ProviderConfig, ProviderKind};
+use super::{ProviderConfig, ProviderKind};
 
 /// The environment variables that define providers when the configuration has no
 /// `providers:` section.
@@ -122,25 +122,25 @@ struct Spec {
 }
 
 impl Providers {
-    /// Builds the providers of `config.providers`, or, when there are none, the ones the
+    /// Builds the providers of the `providers:` section, or, when there are none, the ones the
     /// environment defines: `ANTHROPIC_API_KEY` (with `ANTHROPIC_BASE_URL`) makes an
     /// `anthropic` provider; `OPENAI_API_KEY` or `OPENAI_BASE_URL` makes an `openai` one
     /// (a local server named by `OPENAI_BASE_URL` needs no key). `env` is a snapshot of the
     /// process environment; nothing here reads or changes the real one.
     ///
-    /// The default provider is `agent.provider`, else the only provider, else `anthropic`
+    /// The default provider is `default` (`agent.provider`), else the only provider, else `anthropic`
     /// if `ANTHROPIC_API_KEY` is set, else `openai` if `OPENAI_API_KEY` is set (by name, or
     /// the only provider of that kind reading that variable), else none.
     #[cfg_attr(not(test), allow(dead_code))] // wired by the agent runtime
-    pub(crate) fn from_config(
-        config: &Config,
+    pub(crate) fn new(
+        providers: &BTreeMap<String, ProviderConfig>,
+        default: Option<&str>,
         env: &HashMap<String, String>,
     ) -> Result<Self, ProviderConfigError> {
-        let specs = if config.providers.is_empty() {
+        let specs = if providers.is_empty() {
             implicit_specs(env)
         } else {
-            config
-                .providers
+            providers
                 .iter()
                 .map(|(name, provider)| configured_spec(name, provider))
                 .collect()
@@ -150,11 +150,20 @@ impl Providers {
             let entry = build(spec, env)?;
             entries.insert(entry.description.name.clone(), entry);
         }
-        let default = choose_default(&config.agent, &entries, env)?;
+        let default = choose_default(default, &entries, env)?;
         if let Some(entry) = default.as_ref().and_then(|name| entries.get_mut(name)) {
             entry.description.default = true;
         }
         Ok(Self { entries, default })
+    }
+
+    /// The providers of a resolved configuration, for tests that start from a file.
+    #[cfg(test)]
+    pub(crate) fn from_config(
+        config: &crate::config::Config,
+        env: &HashMap<String, String>,
+    ) -> Result<Self, ProviderConfigError> {
+        Self::new(&config.providers, config.agent.provider.as_deref(), env)
     }
 
     /// The provider that runs model roles, if any is configured.
@@ -358,13 +367,13 @@ fn check_url(spec: &Spec) -> Result<(), ProviderConfigError> {
 }
 
 fn choose_default(
-    agent: &AgentConfig,
+    wanted: Option<&str>,
     entries: &BTreeMap<String, Entry>,
     env: &HashMap<String, String>,
 ) -> Result<Option<String>, ProviderConfigError> {
-    if let Some(name) = &agent.provider {
+    if let Some(name) = wanted {
         if entries.contains_key(name) {
-            return Ok(Some(name.clone()));
+            return Ok(Some(name.to_owned()));
         }
         let known = if entries.is_empty() {
             "no provider is configured (set ANTHROPIC_API_KEY or OPENAI_API_KEY, or add a \
@@ -375,7 +384,7 @@ fn choose_default(
             format!("the providers are {}", names.join(", "))
         };
         return Err(ProviderConfigError::UnknownProvider {
-            name: name.clone(),
+            name: name.to_owned(),
             known,
         });
     }
@@ -408,6 +417,7 @@ fn choose_default(
 
 #[cfg(test)]
 mod tests {
+    use crate::config::Config;
     use tempfile::TempDir;
 
     use super::*;

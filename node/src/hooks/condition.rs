@@ -1,5 +1,5 @@
 //! Hook conditions: payload fields by dotted path, tested with the shared
-//! [`Matcher`](crate::permission::matcher::Matcher); and Claude Code's `matcher` strings.
+//! [`Matcher`](crate::matcher::Matcher); and Claude Code's `matcher` strings.
 //!
 //! # Conditions (`if:` in `hooks.yaml`)
 //!
@@ -18,7 +18,7 @@
 //!
 //! The matcher of an atom is written either in the seed's form, `{type: exact|regex|glob|not,
 //! value: .., inner: {..}}`, or in the shared form (`"re:^git "`, `{glob: "src/**"}`,
-//! `{not: ..}`): see [`crate::permission::matcher`] for the semantics (exact is whole and
+//! `{not: ..}`): see [`crate::matcher`] for the semantics (exact is whole and
 //! case-sensitive, regex searches, glob has path semantics, so `*` does not cross `/`; use a
 //! regex for command lines).
 //!
@@ -34,7 +34,7 @@
 use serde_json::Value;
 use serde_yaml_ng::Value as Yaml;
 
-use crate::permission::matcher::{Matcher, MatcherError};
+use crate::matcher::{Matcher, MatcherError};
 use crate::tools::registry::{ALIASES, canonical_name};
 
 /// How the atoms of a condition combine.
