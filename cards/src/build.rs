@@ -6,10 +6,13 @@
 
 use std::collections::BTreeMap;
 
+use serde_json::Value;
+
 use crate::card::{
     AgentCapabilities, AgentCard, AgentInterface, AgentProvider, AgentSkill, SecurityRequirement,
     SecurityScheme, binding,
 };
+use crate::message::Metadata;
 use crate::role::RoleDefinition;
 
 /// Media types every Mew card accepts and produces by default.
@@ -167,6 +170,63 @@ fn role_skill(role: &RoleDefinition) -> AgentSkill {
 
 fn trim_base(url: &str) -> &str {
     url.trim_end_matches('/')
+}
+
+/// The AgentCard fields an extended card may set (their JSON names).
+const CARD_FIELDS: [&str; 13] = [
+    "name",
+    "description",
+    "supportedInterfaces",
+    "provider",
+    "version",
+    "documentationUrl",
+    "capabilities",
+    "securitySchemes",
+    "securityRequirements",
+    "defaultInputModes",
+    "defaultOutputModes",
+    "skills",
+    "iconUrl",
+];
+
+/// The extended card of the public `card` (what `GetExtendedAgentCard` serves): `card` with
+/// `extra` applied, `skills` appended and every other field replaced. Fails (saying why) when a
+/// key is not a card field or the result is not a valid AgentCard.
+pub fn extended_card(card: &AgentCard, extra: &Metadata) -> Result<AgentCard, String> {
+    let mut value = serde_json::to_value(card).map_err(|e| e.to_string())?;
+    let Value::Object(fields) = &mut value else {
+        return Err("the card is not a JSON object".to_owned());
+    };
+    for (key, extra) in extra {
+        if !CARD_FIELDS.contains(&key.as_str()) {
+            return Err(format!(
+                "`{key}` is not an AgentCard field that can be changed (the fields are {})",
+                CARD_FIELDS.join(", ")
+            ));
+        }
+        match (key.as_str(), extra) {
+            ("skills", Value::Array(added)) => {
+                match fields
+                    .entry("skills")
+                    .or_insert_with(|| Value::Array(Vec::new()))
+                {
+                    Value::Array(skills) => skills.extend(added.iter().cloned()),
+                    other => *other = Value::Array(added.clone()),
+                }
+            }
+            ("skills", _) => return Err("`skills` must be a list of skills".to_owned()),
+            _ => {
+                fields.insert(key.clone(), extra.clone());
+            }
+        }
+    }
+    let card: AgentCard = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    for skill in &card.skills {
+        if skill.id.is_empty() || skill.name.is_empty() {
+            return Err("every skill needs an `id` and a `name`".to_owned());
+        }
+    }
+    Ok(card)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ mod serde_util;
 mod task;
 mod time;
 
-pub use build::{CardOptions, front_card, role_base_url, role_card};
+pub use build::{CardOptions, extended_card, front_card, role_base_url, role_card};
 pub use card::{
     AgentCapabilities, AgentCard, AgentCardSignature, AgentExtension, AgentInterface,
     AgentProvider, AgentSkill, ApiKeySecurityScheme, HttpAuthSecurityScheme,

@@ -372,7 +372,8 @@ impl Runtime {
     /// The extended card that goes with the public `card` (`auth.extended_card` applied), or
     /// `None` when none is configured.
     pub(crate) fn extended_card(&self, card: &AgentCard) -> Option<AgentCard> {
-        match self.config.auth.extended_card(card)? {
+        let extra = self.config.auth.extended_card.as_ref()?;
+        match mew_cards::extended_card(card, extra) {
             Ok(extended) => Some(self.signed(extended)),
             Err(e) => {
                 warn!(card = %card.name, "auth.extended_card: {e}; serving no extended card");

@@ -55,25 +55,7 @@ impl AuthConfig {
     pub fn is_enabled(&self) -> bool {
         !self.api_keys.is_empty() || self.jwt.is_some()
     }
-
-    /// Whether `principal` may use `role`: roles not in `roles` admit everyone.
-    pub fn admits(&self, role: &str, principal: &str) -> bool {
-        self.roles
-            .get(role)
-            .is_none_or(|allowed| allowed.iter().any(|p| p == ANY_PRINCIPAL || p == principal))
-    }
-
-    /// The extended card of the public card `card`, when `extended_card` is configured:
-    /// `card` with its content applied (see [`extend_card`]).
-    pub fn extended_card(&self, card: &AgentCard) -> Option<Result<AgentCard, String>> {
-        self.extended_card
-            .as_ref()
-            .map(|extra| extend_card(card, extra))
-    }
 }
-
-/// In `auth.roles`, the entry that admits any authenticated caller.
-const ANY_PRINCIPAL: &str = "*";
 
 /// One API key: the principal's name and the environment variable holding the key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,62 +97,6 @@ pub const SECRET_ALGORITHMS: [&str; 1] = ["HS256"];
 pub const JWKS_ALGORITHMS: [&str; 9] = [
     "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
 ];
-
-/// The AgentCard fields `auth.extended_card` may set (their JSON names).
-const CARD_FIELDS: [&str; 13] = [
-    "name",
-    "description",
-    "supportedInterfaces",
-    "provider",
-    "version",
-    "documentationUrl",
-    "capabilities",
-    "securitySchemes",
-    "securityRequirements",
-    "defaultInputModes",
-    "defaultOutputModes",
-    "skills",
-    "iconUrl",
-];
-
-/// `card` with `extra` applied: `skills` appended, every other field replaced. Fails (saying
-/// why) when a key is not a card field or the result is not a valid AgentCard.
-fn extend_card(card: &AgentCard, extra: &Map<String, Value>) -> Result<AgentCard, String> {
-    let mut value = serde_json::to_value(card).map_err(|e| e.to_string())?;
-    let Value::Object(fields) = &mut value else {
-        return Err("the card is not a JSON object".to_owned());
-    };
-    for (key, extra) in extra {
-        if !CARD_FIELDS.contains(&key.as_str()) {
-            return Err(format!(
-                "`{key}` is not an AgentCard field that can be changed (the fields are {})",
-                CARD_FIELDS.join(", ")
-            ));
-        }
-        match (key.as_str(), extra) {
-            ("skills", Value::Array(added)) => {
-                match fields
-                    .entry("skills")
-                    .or_insert_with(|| Value::Array(Vec::new()))
-                {
-                    Value::Array(skills) => skills.extend(added.iter().cloned()),
-                    other => *other = Value::Array(added.clone()),
-                }
-            }
-            ("skills", _) => return Err("`skills` must be a list of skills".to_owned()),
-            _ => {
-                fields.insert(key.clone(), extra.clone());
-            }
-        }
-    }
-    let card: AgentCard = serde_json::from_value(value).map_err(|e| e.to_string())?;
-    for skill in &card.skills {
-        if skill.id.is_empty() || skill.name.is_empty() {
-            return Err("every skill needs an `id` and a `name`".to_owned());
-        }
-    }
-    Ok(card)
-}
 
 impl LoadedConfig {
     pub(super) fn resolve_auth(&self) -> Result<AuthConfig, ConfigError> {
@@ -229,7 +155,7 @@ impl LoadedConfig {
                     version: "1".to_owned(),
                     ..AgentCard::default()
                 };
-                extend_card(&sample, extra)
+                mew_cards::extended_card(&sample, extra)
                     .map_err(|message| self.auth_error("auth.extended_card", message))?;
                 Some(extra.clone())
             }
@@ -772,10 +698,8 @@ mod tests {
             Some("https://issuer.example/jwks.json")
         );
         assert_eq!(jwt.algorithms, JWKS_ALGORITHMS);
-        assert!(auth.admits("reviewer", "bob"));
-        assert!(!auth.admits("reviewer", "carol"));
-        assert!(auth.admits("open", "carol"));
-        assert!(auth.admits("unlisted", "carol"));
+        assert_eq!(auth.roles["reviewer"], ["alice", "bob"]);
+        assert_eq!(auth.roles["open"], ["*"]);
         let card = AgentCard {
             name: "r".to_owned(),
             description: "public".to_owned(),
@@ -787,7 +711,8 @@ mod tests {
             }],
             ..AgentCard::default()
         };
-        let extended = auth.extended_card(&card).unwrap().unwrap();
+        let extended =
+            mew_cards::extended_card(&card, auth.extended_card.as_ref().unwrap()).unwrap();
         assert_eq!(extended.description, "For members");
         assert_eq!(extended.name, "r");
         let ids: Vec<&str> = extended.skills.iter().map(|s| s.id.as_str()).collect();

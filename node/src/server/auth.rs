@@ -41,6 +41,17 @@ const JWKS_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest JWKS document read.
 const JWKS_MAX_BYTES: usize = 1 << 20;
 
+/// In `auth.roles`, the entry that admits any authenticated caller.
+const ANY_PRINCIPAL: &str = "*";
+
+/// Whether `principal` may use `role` under the access rules `roles` (`auth.roles`): a role
+/// not listed admits everyone.
+fn admits(roles: &BTreeMap<String, Vec<String>>, role: &str, principal: &str) -> bool {
+    roles
+        .get(role)
+        .is_none_or(|allowed| allowed.iter().any(|p| p == ANY_PRINCIPAL || p == principal))
+}
+
 /// The configured schemes (with their secrets read from the environment) and access rules.
 pub(crate) struct Authenticator {
     /// Each key's value and the principal it authenticates.
@@ -326,9 +337,9 @@ impl Authenticator {
             return Ok(());
         }
         match role_of(path, &self.default_role, &self.served_roles) {
-            Some(role) if !self.rules.admits(role, principal) => Err(Refusal::Forbidden(format!(
-                "`{principal}` may not use the role `{role}`"
-            ))),
+            Some(role) if !admits(&self.rules.roles, role, principal) => Err(Refusal::Forbidden(
+                format!("`{principal}` may not use the role `{role}`"),
+            )),
             _ => Ok(()),
         }
     }
@@ -730,6 +741,21 @@ mod tests {
         "{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"x\":\"96vd4gldPZMLwEFY6IbFYIudEvfNSdkaj9_Q90fxvs",
         "A\"}",
     );
+
+    #[test]
+    fn listed_roles_admit_their_principals_and_unlisted_roles_everyone() {
+        let roles = BTreeMap::from([
+            (
+                "reviewer".to_owned(),
+                vec!["alice".to_owned(), "bob".to_owned()],
+            ),
+            ("open".to_owned(), vec![ANY_PRINCIPAL.to_owned()]),
+        ]);
+        assert!(admits(&roles, "reviewer", "bob"));
+        assert!(!admits(&roles, "reviewer", "carol"));
+        assert!(admits(&roles, "open", "carol"));
+        assert!(admits(&roles, "unlisted", "carol"));
+    }
 
     #[test]
     fn only_cards_and_probes_are_public() {
