@@ -18,6 +18,11 @@
 //! `1`, `1e21` is `1e+21`, `0.000001` stays `0.000001`, `1e-7` is `1e-7`, `-0` is `0`, and an
 //! integer beyond 2^53 becomes the double nearest to it, as it does on the Python side.
 //! Nesting deeper than [`MAX_DEPTH`] containers is refused, as it is there.
+//!
+//! The writer is written here, the number form is `ryu-js`'s: the RFC 8785 crates
+//! (`serde_jcs`, `serde_json_canonicalizer`) write integers exactly, as they are in the JSON,
+//! where the A2A form needs every number as the double the Python SDK makes of it, and they
+//! have no depth limit; the rest (sorting keys by UTF-16, escaping) is a few lines.
 
 use std::cmp::Ordering;
 
@@ -169,45 +174,12 @@ fn write_string(text: &str, out: &mut String) {
 
 /// `value` as ECMAScript's `Number::toString` writes it (ECMA-262 7.1.12.1, RFC 8785
 /// section 3.2.2.3): the shortest digits that read back as the same double, in full between
-/// 1e-7 and 1e21, in exponential form outside.
+/// 1e-7 and 1e21, in exponential form outside. `ryu-js` does exactly this.
 fn format_number(value: f64) -> Result<String, CanonicalError> {
     if !value.is_finite() {
         return Err(CanonicalError::NotFinite(value.to_string()));
     }
-    if value == 0.0 {
-        return Ok("0".to_owned());
-    }
-    if value < 0.0 {
-        return Ok(format!("-{}", format_number(-value)?));
-    }
-    // Rust's `{:e}` gives the shortest round-tripping digits: `d[.ddd]e[-]x`.
-    let exponential = format!("{value:e}");
-    let (mantissa, exponent) = exponential
-        .split_once('e')
-        .unwrap_or((exponential.as_str(), "0"));
-    let exponent: i64 = exponent.parse().unwrap_or(0);
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    // ECMA-262's k (number of digits) and n (position of the decimal point).
-    let k = digits.len() as i64;
-    let n = exponent + 1;
-    let out = if k <= n && n <= 21 {
-        format!("{digits}{}", "0".repeat((n - k) as usize))
-    } else if 0 < n && n <= 21 {
-        let (int, frac) = digits.split_at(n as usize);
-        format!("{int}.{frac}")
-    } else if -6 < n && n <= 0 {
-        format!("0.{}{digits}", "0".repeat((-n) as usize))
-    } else {
-        let sign = if n - 1 < 0 { '-' } else { '+' };
-        let magnitude = (n - 1).abs();
-        let (first, rest) = digits.split_at(1);
-        if rest.is_empty() {
-            format!("{first}e{sign}{magnitude}")
-        } else {
-            format!("{first}.{rest}e{sign}{magnitude}")
-        }
-    };
-    Ok(out)
+    Ok(ryu_js::Buffer::new().format_finite(value).to_owned())
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use time::format_description::well_known::Rfc3339;
+use time::{OffsetDateTime, PrimitiveDateTime};
 
 /// Seconds and nanoseconds since the Unix epoch, UTC.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -93,51 +95,26 @@ impl From<Timestamp> for SystemTime {
     }
 }
 
-/// Days since 1970-01-01 for a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(month);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The inverse of [`days_from_civil`].
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = (if mp < 10 { mp + 3 } else { mp - 9 }) as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-fn days_in_month(year: i64, month: u32) -> u32 {
-    match month {
-        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
+/// The ProtoJSON form: UTC with `Z`, and 0, 3, 6 or 9 fractional digits. (The calendar comes
+/// from `time`; this layout of the fraction is ProtoJSON's own, which no RFC 3339 formatter
+/// offers.) A time beyond the years `time` knows (±9999) is written as the nearest it knows.
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let days = self.seconds.div_euclid(86_400);
-        let secs = self.seconds.rem_euclid(86_400);
-        let (year, month, day) = civil_from_days(days);
+        let seconds = self.seconds.clamp(
+            PrimitiveDateTime::MIN.assume_utc().unix_timestamp(),
+            PrimitiveDateTime::MAX.assume_utc().unix_timestamp(),
+        );
+        let time =
+            OffsetDateTime::from_unix_timestamp(seconds).unwrap_or(OffsetDateTime::UNIX_EPOCH);
         write!(
             f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
-            secs / 3600,
-            secs / 60 % 60,
-            secs % 60
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+            time.year(),
+            u8::from(time.month()),
+            time.day(),
+            time.hour(),
+            time.minute(),
+            time.second()
         )?;
         match self.nanos {
             0 => {}
@@ -149,77 +126,19 @@ impl fmt::Display for Timestamp {
     }
 }
 
+/// Any RFC 3339 time, with any offset (`time` parses it, leap seconds included).
 impl FromStr for Timestamp {
     type Err = TimestampError;
 
     fn from_str(input: &str) -> Result<Self, Self::Err> {
-        parse_rfc3339(input.as_bytes()).ok_or_else(|| TimestampError {
+        let time = OffsetDateTime::parse(input, &Rfc3339).map_err(|_| TimestampError {
             input: input.to_owned(),
+        })?;
+        Ok(Self {
+            seconds: time.unix_timestamp(),
+            nanos: time.nanosecond(),
         })
     }
-}
-
-fn digits(bytes: &[u8], at: usize, len: usize) -> Option<u32> {
-    let slice = bytes.get(at..at + len)?;
-    slice.iter().try_fold(0u32, |acc, b| {
-        b.is_ascii_digit().then(|| acc * 10 + u32::from(b - b'0'))
-    })
-}
-
-fn parse_rfc3339(b: &[u8]) -> Option<Timestamp> {
-    let year = i64::from(digits(b, 0, 4)?);
-    let month = digits(b, 5, 2)?;
-    let day = digits(b, 8, 2)?;
-    let (hour, minute, second) = (digits(b, 11, 2)?, digits(b, 14, 2)?, digits(b, 17, 2)?);
-    let separators_ok = b.get(4) == Some(&b'-')
-        && b.get(7) == Some(&b'-')
-        && matches!(b.get(10), Some(b'T' | b't' | b' '))
-        && b.get(13) == Some(&b':')
-        && b.get(16) == Some(&b':');
-    if !separators_ok
-        || !(1..=12).contains(&month)
-        || day == 0
-        || day > days_in_month(year, month)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    let mut at = 19;
-    let mut nanos = 0u32;
-    if b.get(at) == Some(&b'.') {
-        at += 1;
-        let start = at;
-        while b.get(at).is_some_and(u8::is_ascii_digit) {
-            at += 1;
-        }
-        let frac = &b[start..at];
-        if frac.is_empty() || frac.len() > 9 {
-            return None;
-        }
-        nanos = frac
-            .iter()
-            .fold(0u32, |acc, d| acc * 10 + u32::from(d - b'0'))
-            * 10u32.pow(9 - frac.len() as u32);
-    }
-    let offset_seconds: i64 = match b.get(at..)? {
-        [b'Z' | b'z'] => 0,
-        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
-            let (h, m) = (digits(b, at + 1, 2)?, digits(b, at + 4, 2)?);
-            if h > 23 || m > 59 {
-                return None;
-            }
-            let offset = i64::from(h * 3600 + m * 60);
-            if *sign == b'+' { offset } else { -offset }
-        }
-        _ => return None,
-    };
-    let second = second.min(59); // a leap second folds onto the one before it
-    let seconds = days_from_civil(year, month, day) * 86_400
-        + i64::from(hour * 3600 + minute * 60 + second)
-        - offset_seconds;
-    Some(Timestamp { seconds, nanos })
 }
 
 impl Serialize for Timestamp {
@@ -272,5 +191,21 @@ mod tests {
         ] {
             assert!(bad.parse::<Timestamp>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn leap_seconds_parse_and_far_times_still_format() {
+        let leap: Timestamp = "2016-12-31T23:59:60Z".parse().unwrap();
+        let before: Timestamp = "2016-12-31T23:59:59Z".parse().unwrap();
+        assert_eq!(leap.unix_seconds(), before.unix_seconds());
+        assert_eq!(
+            Timestamp::from_unix(i64::MAX, 0).to_string(),
+            "9999-12-31T23:59:59Z"
+        );
+        assert!(
+            Timestamp::from_unix(i64::MIN, 0)
+                .to_string()
+                .starts_with("-9999-01-01")
+        );
     }
 }

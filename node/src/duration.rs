@@ -1,4 +1,9 @@
 //! Durations in configuration: `500ms`, `30s`, `5m`, `1h` (or several, as in `1h30m`), or an integer of seconds.
+//!
+//! Written here rather than taken from `humantime`, whose grammar is wider than the one the
+//! configuration documents (`10 seconds`, `2 days`, `1y` of 365.25 days would all be
+//! accepted) and whose formatter writes spaced compounds (`1m 30s`); this one reads
+//! exactly the forms above and writes each value back in the one form `mew config show` prints.
 
 use std::fmt;
 use std::time::Duration;

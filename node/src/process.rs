@@ -12,6 +12,11 @@
 //! knows a group before it exists: a pending entry, written before the spawn, names a token
 //! the child carries in its environment ([`LEDGER_TOKEN_VAR`]), so a node killed between the
 //! spawn and the entry of the group's id still leaves a trace the next one follows.
+//!
+//! `tokio::process` spawns and `rustix` signals and waits; what is written here is the policy
+//! (a cleared environment, a group per child, the ledger). `process-wrap` and `command-group`
+//! make groups too, but neither keeps a record that outlives the node, which is the point of
+//! this module.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
