@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::fs::{File, TryLockError};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
@@ -34,7 +34,7 @@ use crate::server::agent::RoleAgent;
 use crate::skills::catalog::{Catalog as SkillCatalog, standard_roots};
 use crate::tasks::executor::Executor;
 use crate::tasks::manager::{Limits, Roles, TaskManager};
-use crate::tasks::sqlite::SqliteStore;
+use crate::tasks::store::TaskStore;
 use crate::tools::registry::ToolRegistry;
 
 /// The node's roles and what runs them.
@@ -116,15 +116,13 @@ pub(crate) struct Runtime {
     pub(crate) hooks: Arc<HookEngine>,
     /// What was wrong in the hook files (the rules and files skipped).
     pub(crate) hook_problems: Vec<crate::hooks::HookProblem>,
-    /// The task store's file.
-    pub(crate) database: PathBuf,
     /// The node's signing key (cards, JWTs to peers and webhooks).
     pub(crate) identity: Arc<crate::identity::NodeKey>,
     default_role: Arc<RoleDefinition>,
     roles: Arc<NodeRoles>,
     /// The agent of every role, made (and its card signed) once.
     agents: HashMap<String, Arc<RoleAgent>>,
-    store: SqliteStore,
+    store: Arc<dyn TaskStore>,
     /// The push notification dispatcher.
     push: crate::push::Push,
     /// Held while the runtime uses the data directory.
@@ -153,9 +151,12 @@ impl Runtime {
         let identity = Arc::new(crate::identity::NodeKey::load_or_create(
             &config.node.data_dir,
         )?);
-        let database = config.node.data_dir.join("tasks.db");
-        let store = SqliteStore::open(&database)
-            .with_context(|| format!("cannot open the task store at {}", database.display()))?;
+        let store = crate::tasks::open_store(&config.node.data_dir).with_context(|| {
+            format!(
+                "cannot open the task store in {}",
+                config.node.data_dir.display()
+            )
+        })?;
         // Before the task manager fails the tasks a crashed node left running: kill their commands.
         let ledger = ledger_dir(&config.node.data_dir);
         for reaped in reap_orphans(&ledger) {
@@ -282,10 +283,10 @@ impl Runtime {
         {
             warn!(path = %problem.path, "skill: {}", problem.message);
         }
-        let manager = TaskManager::start(Arc::new(store.clone()), roles.clone(), limits).await?;
+        let manager = TaskManager::start(store.clone(), roles.clone(), limits).await?;
         let push = crate::push::Push::start(
             &config.push,
-            Arc::new(store.clone()),
+            store.clone(),
             manager.push_wake(),
             identity.clone(),
             &config.node.public_url,
@@ -300,7 +301,6 @@ impl Runtime {
             skills,
             hooks,
             hook_problems,
-            database,
             identity,
             default_role,
             roles,
@@ -611,7 +611,6 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     let config = &runtime.config;
     let manager = &runtime.manager;
     let providers = &runtime.providers;
-    let database = &runtime.database;
 
     let published: Vec<Arc<RoleDefinition>> = runtime.catalog().published().cloned().collect();
     let problems: Vec<_> = runtime.catalog().problems().to_vec();
@@ -705,7 +704,7 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     for problem in &config.mcp_problems {
         println!("mew: skipped an MCP server entry: {problem}");
     }
-    println!("mew: tasks in {}", database.display());
+    println!("mew: tasks in {}", runtime.store.location());
     println!(
         "mew: at most {} connections at once (open-file limit {open_files})",
         connection_limits.max_connections

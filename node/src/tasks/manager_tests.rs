@@ -238,6 +238,17 @@ impl Counting {
 
 #[async_trait]
 impl TaskStore for Counting {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+
+    async fn close(self: Arc<Self>) -> Result<(), StoreError> {
+        match Arc::try_unwrap(self) {
+            Ok(counting) => counting.inner.close().await,
+            Err(_) => Ok(()),
+        }
+    }
+
     async fn put(&self, task: &StoredTask) -> Result<(), StoreError> {
         self.inner.put(task).await?;
         self.writes.lock().unwrap().push(task.clone());

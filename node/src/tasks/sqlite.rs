@@ -279,6 +279,17 @@ impl SqliteStore {
 
 #[async_trait]
 impl TaskStore for SqliteStore {
+    fn location(&self) -> String {
+        self.inner.readers.path.display().to_string()
+    }
+
+    async fn close(self: Arc<Self>) -> Result<(), StoreError> {
+        match Arc::try_unwrap(self) {
+            Ok(store) => SqliteStore::close(store).await,
+            Err(_) => Ok(()),
+        }
+    }
+
     async fn put(&self, task: &StoredTask) -> Result<(), StoreError> {
         let row = Row::encode(task)?;
         self.write(Op::Put(row)).await.map(drop)

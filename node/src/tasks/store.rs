@@ -1,5 +1,7 @@
 //! `TaskStore`: where tasks live between and across runs of the node.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use mew_cards::{ContextId, Task, TaskId, TaskPushNotificationConfig, TaskState, Timestamp};
 
@@ -123,10 +125,18 @@ pub enum StoreError {
 
 /// Durable task storage. Writes are durable when they return.
 ///
-/// Implementations: SQLite (the default, one file in the data directory);
-/// a server database for several replicas later.
+/// Implementations: SQLite (`super::sqlite`, one file in the data directory). A new one is
+/// a file beside it and one line in [`super::open_store`].
 #[async_trait]
 pub trait TaskStore: Send + Sync {
+    /// Where the tasks are, for the node's start-up lines and its errors: a file, a server.
+    fn location(&self) -> String;
+
+    /// Lets go of this handle. The last one waits until every write it accepted is durable
+    /// and the store is closed, and fails if the store had stopped early; any other only
+    /// drops itself.
+    async fn close(self: Arc<Self>) -> Result<(), StoreError>;
+
     /// Inserts the task, or replaces the stored one with the same id.
     async fn put(&self, task: &StoredTask) -> Result<(), StoreError>;
 

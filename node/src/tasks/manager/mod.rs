@@ -16,13 +16,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as SyncMutex, PoisonError};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use futures_util::FutureExt;
 use mew_cards::{
-    A2aError, Artifact, ArtifactId, ContextId, DEFAULT_PAGE_SIZE, ErrorKind,
-    ListTaskPushNotificationConfigsResponse, ListTasksRequest, ListTasksResponse, MAX_PAGE_SIZE,
-    Message, MessageId, Role, RoleDefinition, StreamResponse, Task, TaskArtifactUpdateEvent,
-    TaskId, TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent, Timestamp,
+    A2aError, ArtifactId, ContextId, ErrorKind, Message, MessageId, Role, RoleDefinition,
+    StreamResponse, Task, TaskId, TaskPushNotificationConfig, TaskState, TaskStatus,
+    TaskStatusUpdateEvent, Timestamp,
 };
 use mew_transport::{Error, EventStream};
 use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit, Semaphore, broadcast};
@@ -30,8 +28,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info_span, warn};
 
-use super::executor::{Annotation, EventSink, ExecError, Executor, SinkClosed, Turn};
-use super::store::{Cursor, OutboxRow, StoreError, StoredTask, TaskQuery, TaskStore};
+mod listing;
+mod push_configs;
+mod sink;
+mod watch;
+
+#[cfg(test)]
+pub(crate) use push_configs::MAX_PUSH_CONFIGS;
+use sink::Sink;
+
+use super::executor::{Annotation, EventSink, ExecError, Executor, Turn};
+use super::store::{OutboxRow, StoreError, StoredTask, TaskStore};
 
 /// How much work the node takes on.
 #[derive(Clone, Debug)]
@@ -222,9 +229,6 @@ fn protocol(kind: ErrorKind, message: impl Into<String>) -> Error {
 pub(crate) const RESTART_REASON: &str =
     "the node restarted while this task was running; its work was lost";
 const SHUTDOWN_REASON: &str = "the node shut down while this task was running";
-
-/// The most push configs one task may have.
-pub(crate) const MAX_PUSH_CONFIGS: usize = 16;
 
 /// Every task on the node.
 pub(crate) struct TaskManager {
@@ -554,39 +558,6 @@ impl TaskManager {
         record(self.store.as_ref(), &self.push_wake, state, event).await
     }
 
-    /// A subscription that starts with the current snapshot, taken under the
-    /// task's lock so that no event falls between the two, and ends after the event `ends`
-    /// says is the last: [`StreamResponse::ends_stream`] for the stream of a send (it ends
-    /// when the task waits for input), [`StreamResponse::ends_subscription`] for
-    /// `SubscribeToTask` (it ends with the task).
-    fn watch(
-        &self,
-        live: &Arc<Live>,
-        state: &LiveState,
-        ends: fn(&StreamResponse) -> bool,
-    ) -> EventStream {
-        let rx = state.events.subscribe();
-        let first = StreamResponse::Task(state.stored.task.clone());
-        let seq = state.seq;
-        let live = live.clone();
-        let over = ends(&first) && !state.busy;
-        let start = futures_util::stream::iter([Ok(first)]);
-        if over {
-            return Box::pin(start);
-        }
-        let rest = futures_util::stream::unfold(
-            WatchState {
-                rx,
-                seq,
-                live,
-                ends,
-                done: false,
-            },
-            WatchState::next,
-        );
-        Box::pin(futures_util::StreamExt::chain(start, rest))
-    }
-
     fn spawn_turn(
         self: &Arc<Self>,
         live: Arc<Live>,
@@ -824,168 +795,6 @@ impl TaskManager {
             .ok_or_else(|| Error::Protocol(A2aError::task_not_found(id)))
     }
 
-    /// `CreateTaskPushNotificationConfig`: saves `config` (its URL already checked, its id
-    /// set) for a task the caller sees, replacing the config with the same id. Events the
-    /// task records from now on are delivered to it.
-    pub(crate) async fn set_push_config(
-        &self,
-        config: TaskPushNotificationConfig,
-        scope: &Scope,
-    ) -> Result<TaskPushNotificationConfig, Error> {
-        let too_many = || {
-            protocol(
-                ErrorKind::InvalidParams,
-                format!(
-                    "task {} has {MAX_PUSH_CONFIGS} push configs already; delete one first",
-                    config.task_id
-                ),
-            )
-        };
-        match self.live_or_load(&config.task_id, scope).await? {
-            LiveOrDone::Live(live) => {
-                // Under the task's lock: no event falls between the store and the live copy.
-                let mut state = live.state.lock().await;
-                let existing = state.push.iter().position(|c| c.id == config.id);
-                if existing.is_none() && state.push.len() >= MAX_PUSH_CONFIGS {
-                    return Err(too_many());
-                }
-                self.store
-                    .put_push_config(&config)
-                    .await
-                    .map_err(store_error)?;
-                match existing {
-                    Some(index) => state.push[index] = config.clone(),
-                    None => state.push.push(config.clone()),
-                }
-            }
-            LiveOrDone::Done(_) => {
-                // A finished task records no more events; the config is kept until deleted.
-                let configs = self
-                    .store
-                    .push_configs(&config.task_id)
-                    .await
-                    .map_err(store_error)?;
-                if configs.len() >= MAX_PUSH_CONFIGS && !configs.iter().any(|c| c.id == config.id) {
-                    return Err(too_many());
-                }
-                self.store
-                    .put_push_config(&config)
-                    .await
-                    .map_err(store_error)?;
-            }
-        }
-        Ok(config)
-    }
-
-    /// `GetTaskPushNotificationConfig`.
-    pub(crate) async fn get_push_config(
-        &self,
-        task: &TaskId,
-        id: &str,
-        scope: &Scope,
-    ) -> Result<TaskPushNotificationConfig, Error> {
-        self.get(task, scope).await?;
-        self.store
-            .push_configs(task)
-            .await
-            .map_err(store_error)?
-            .into_iter()
-            .find(|c| c.id == id)
-            .ok_or_else(|| {
-                protocol(
-                    ErrorKind::TaskNotFound,
-                    format!("task {task} has no push config {id:?}"),
-                )
-            })
-    }
-
-    /// `ListTaskPushNotificationConfigs`: by id; the page token is the last id returned.
-    pub(crate) async fn list_push_configs(
-        &self,
-        task: &TaskId,
-        page_size: i32,
-        page_token: &str,
-        scope: &Scope,
-    ) -> Result<ListTaskPushNotificationConfigsResponse, Error> {
-        let page_size = if page_size == 0 {
-            DEFAULT_PAGE_SIZE
-        } else {
-            page_size
-        };
-        if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
-            return Err(protocol(
-                ErrorKind::InvalidParams,
-                format!("pageSize must be between 1 and {MAX_PAGE_SIZE}, not {page_size}"),
-            ));
-        }
-        let after = if page_token.is_empty() {
-            None
-        } else {
-            use base64::Engine as _;
-            let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(page_token)
-                .ok()
-                .and_then(|raw| String::from_utf8(raw).ok())
-                .ok_or_else(|| {
-                    protocol(
-                        ErrorKind::InvalidParams,
-                        format!("pageToken {page_token:?} is not a token this node gave"),
-                    )
-                })?;
-            Some(raw)
-        };
-        self.get(task, scope).await?;
-        let mut configs: Vec<TaskPushNotificationConfig> = self
-            .store
-            .push_configs(task)
-            .await
-            .map_err(store_error)?
-            .into_iter()
-            .filter(|c| after.as_ref().is_none_or(|after| c.id > *after))
-            .collect();
-        let limit = usize::try_from(page_size).unwrap_or(1);
-        let next_page_token = if configs.len() > limit {
-            configs.truncate(limit);
-            use base64::Engine as _;
-            configs
-                .last()
-                .map(|c| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&c.id))
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
-        Ok(ListTaskPushNotificationConfigsResponse {
-            configs,
-            next_page_token,
-        })
-    }
-
-    /// `DeleteTaskPushNotificationConfig`: idempotent for a task the caller sees; the
-    /// notifications still waiting for the config are dropped with it.
-    pub(crate) async fn delete_push_config(
-        &self,
-        task: &TaskId,
-        id: &str,
-        scope: &Scope,
-    ) -> Result<(), Error> {
-        match self.live_or_load(task, scope).await? {
-            LiveOrDone::Live(live) => {
-                let mut state = live.state.lock().await;
-                self.store
-                    .delete_push_config(task, id)
-                    .await
-                    .map_err(store_error)?;
-                state.push.retain(|c| c.id != id);
-            }
-            LiveOrDone::Done(_) => self
-                .store
-                .delete_push_config(task, id)
-                .await
-                .map_err(store_error)?,
-        }
-        Ok(())
-    }
-
     /// `CancelTask`.
     pub(crate) async fn cancel(&self, id: &TaskId, scope: &Scope) -> Result<Task, Error> {
         let live = match self.live_or_load(id, scope).await? {
@@ -1013,92 +822,6 @@ impl TaskManager {
         // A turn still running sees its sink closed and its token canceled.
         self.live_map().remove(id);
         Ok(task)
-    }
-
-    /// `SubscribeToTask`.
-    pub(crate) async fn subscribe(&self, id: &TaskId, scope: &Scope) -> Result<EventStream, Error> {
-        match self.live_or_load(id, scope).await? {
-            LiveOrDone::Done(stored) => Err(protocol(
-                ErrorKind::UnsupportedOperation,
-                format!(
-                    "task {id} is {}; there is nothing left to watch",
-                    stored.task.status.state
-                ),
-            )),
-            LiveOrDone::Live(live) => {
-                let state = live.state.lock().await;
-                if state.stored.task.status.state.is_terminal() {
-                    return Err(protocol(
-                        ErrorKind::UnsupportedOperation,
-                        format!(
-                            "task {id} is {}; there is nothing left to watch",
-                            state.stored.task.status.state
-                        ),
-                    ));
-                }
-                Ok(self.watch(&live, &state, StreamResponse::ends_subscription))
-            }
-        }
-    }
-
-    /// `ListTasks`.
-    pub(crate) async fn list(
-        &self,
-        request: &ListTasksRequest,
-        scope: &Scope,
-    ) -> Result<ListTasksResponse, Error> {
-        let page_size = request.page_size.unwrap_or(DEFAULT_PAGE_SIZE);
-        if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
-            return Err(protocol(
-                ErrorKind::InvalidParams,
-                format!("pageSize must be between 1 and {MAX_PAGE_SIZE}, not {page_size}"),
-            ));
-        }
-        if request.history_length.is_some_and(|n| n < 0) {
-            return Err(protocol(
-                ErrorKind::InvalidParams,
-                "historyLength must not be negative",
-            ));
-        }
-        let after = if request.page_token.is_empty() {
-            None
-        } else {
-            Some(decode_token(&request.page_token)?)
-        };
-        let query = TaskQuery {
-            role: scope.role.clone(),
-            owner: scope.owner.clone(),
-            context_id: (!request.context_id.is_empty()).then(|| request.context_id.clone()),
-            state: (request.status != TaskState::Unspecified).then_some(request.status),
-            status_after: request.status_timestamp_after,
-            after,
-            limit: usize::try_from(page_size).unwrap_or(DEFAULT_PAGE_SIZE as usize),
-            max_bytes: Some(self.limits.max_list_bytes),
-        };
-        let page = self.store.list(&query).await.map_err(store_error)?;
-        let include_artifacts = request.include_artifacts.unwrap_or(false);
-        // Unset: the node's default amount of history (the spec leaves it to the server).
-        let history_length = request
-            .history_length
-            .unwrap_or_else(|| i32::try_from(self.limits.list_history).unwrap_or(i32::MAX));
-        let tasks = page
-            .tasks
-            .into_iter()
-            .map(|stored| {
-                let mut task = stored.task;
-                task.truncate_history(Some(history_length));
-                if !include_artifacts {
-                    task.artifacts.clear();
-                }
-                task
-            })
-            .collect();
-        Ok(ListTasksResponse {
-            tasks,
-            next_page_token: page.next.map(|c| encode_token(&c)).unwrap_or_default(),
-            page_size,
-            total_size: i32::try_from(page.total).unwrap_or(i32::MAX),
-        })
     }
 
     /// Stops the node's work: new turns are refused a slot, running turns are
@@ -1294,220 +1017,6 @@ fn outbox_rows(
         .collect())
 }
 
-/// Reports events from a running turn into its task.
-struct Sink {
-    store: Arc<dyn TaskStore>,
-    push_wake: Arc<Notify>,
-    live: Arc<Live>,
-    /// The turn this sink reports for; it closes when that turn is over.
-    turn: u64,
-}
-
-impl Sink {
-    async fn record(
-        &self,
-        make: impl FnOnce(&Task) -> Option<StreamResponse>,
-    ) -> Result<(), SinkClosed> {
-        self.record_as(make, Stored::AsSent).await
-    }
-
-    async fn record_as(
-        &self,
-        make: impl FnOnce(&Task) -> Option<StreamResponse>,
-        stored: Stored,
-    ) -> Result<(), SinkClosed> {
-        let mut state = self.live.state.lock().await;
-        if state.turn != self.turn || !state.busy || self.live.cancel.is_cancelled() {
-            return Err(SinkClosed);
-        }
-        let Some(event) = make(&state.stored.task) else {
-            return Ok(());
-        };
-        record_as(
-            self.store.as_ref(),
-            &self.push_wake,
-            &mut state,
-            event,
-            stored,
-        )
-        .await
-        .map_err(|e| {
-            warn!(error = %e, "cannot persist an event; the task stops");
-            SinkClosed
-        })
-    }
-}
-
-#[async_trait]
-impl EventSink for Sink {
-    async fn status(&self, state: TaskState, message: Option<Message>) -> Result<(), SinkClosed> {
-        self.record(|task| {
-            let current = task.status.state;
-            if !current.can_become(state) || state == TaskState::Submitted {
-                warn!(from = %current, to = %state, "ignoring an illegal state change");
-                return None;
-            }
-            let message = message.map(|m| own_message(task, m));
-            Some(status_event(
-                task,
-                TaskStatus {
-                    state,
-                    message,
-                    timestamp: Some(Timestamp::now()),
-                },
-            ))
-        })
-        .await
-    }
-
-    async fn artifact(
-        &self,
-        mut artifact: Artifact,
-        append: bool,
-        last_chunk: bool,
-    ) -> Result<(), SinkClosed> {
-        if artifact.artifact_id.is_empty() {
-            artifact.artifact_id = ArtifactId::generate();
-        }
-        self.record(|task| {
-            Some(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                task_id: task.id.clone(),
-                context_id: task.context_id.clone(),
-                artifact,
-                append,
-                last_chunk,
-                metadata: None,
-            }))
-        })
-        .await
-    }
-
-    async fn text(
-        &self,
-        artifact_id: ArtifactId,
-        name: &str,
-        text: String,
-        (append, last_chunk): (bool, bool),
-    ) -> Result<(), SinkClosed> {
-        let artifact = Artifact {
-            artifact_id,
-            name: name.to_owned(),
-            parts: vec![mew_cards::Part::text(text)],
-            ..Artifact::default()
-        };
-        self.record_as(
-            |task| {
-                Some(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                    task_id: task.id.clone(),
-                    context_id: task.context_id.clone(),
-                    artifact,
-                    append,
-                    last_chunk,
-                    metadata: None,
-                }))
-            },
-            Stored::JoiningText,
-        )
-        .await
-    }
-
-    async fn message(&self, message: Message) -> Result<(), SinkClosed> {
-        let mut reply = None;
-        self.record(|task| {
-            let message = own_message(task, message);
-            reply = Some(message.clone());
-            Some(StreamResponse::Message(message))
-        })
-        .await?;
-        // The direct answer ends the task.
-        self.record(|task| {
-            let mut status = TaskStatus::new(TaskState::Completed);
-            status.message = reply;
-            Some(status_event(task, status))
-        })
-        .await
-    }
-
-    async fn progress(&self, note: mew_cards::mew::MewMetadata) -> Result<(), SinkClosed> {
-        self.record(|task| {
-            let event = TaskStatusUpdateEvent {
-                task_id: task.id.clone(),
-                context_id: task.context_id.clone(),
-                status: TaskStatus::new(task.status.state),
-                metadata: Some(note.to_metadata()),
-            };
-            Some(StreamResponse::StatusUpdate(event))
-        })
-        .await
-    }
-
-    async fn save_private(&self, private: serde_json::Value) -> Result<(), SinkClosed> {
-        let mut state = self.live.state.lock().await;
-        if state.turn != self.turn || !state.busy {
-            return Err(SinkClosed);
-        }
-        // Written with the task's next event: at the latest the one that ends the turn.
-        state.stored.private = private;
-        Ok(())
-    }
-
-    async fn annotate(&self, annotation: Annotation) -> Result<(), SinkClosed> {
-        let mut state = self.live.state.lock().await;
-        if state.turn != self.turn {
-            return Err(SinkClosed);
-        }
-        let append = matches!(annotation, Annotation::Child(_));
-        state.annotations.push(annotation);
-        // A value set during the turn is written with the task's next event. An appended
-        // entry (a delegation link) is written now: the store's readers need it while the
-        // turn runs (`context_children`, listings), and it must outlive a crash. So is
-        // anything once the turn is over: no event of this turn follows.
-        if state.busy && !append {
-            return Ok(());
-        }
-        let previous = state.stored.task.metadata.clone();
-        state.apply_annotations();
-        if let Err(e) = self.store.put(&state.stored).await {
-            warn!(error = %e, "cannot persist the task's metadata");
-            state.stored.task.metadata = previous;
-            state.annotations.pop();
-            return Err(SinkClosed);
-        }
-        state.annotations.clear();
-        Ok(())
-    }
-
-    async fn context_children(&self) -> Vec<mew_cards::mew::ChildLink> {
-        let mut tasks = match self
-            .store
-            .context(&self.live.context_id, self.live.owner.as_deref())
-            .await
-        {
-            Ok(tasks) => tasks,
-            Err(e) => {
-                warn!(error = %e, "cannot read the context's tasks");
-                return Vec::new();
-            }
-        };
-        // This task as the turn sees it, with the annotations it has not written yet.
-        {
-            let state = self.live.state.lock().await;
-            if !state.annotations.is_empty()
-                && let Some(own) = tasks.iter_mut().find(|t| t.task.id == self.live.id)
-            {
-                own.task.metadata = state.stored.task.metadata.clone();
-                for annotation in &state.annotations {
-                    apply_annotation(annotation, &mut own.task.metadata);
-                }
-            }
-        }
-        tasks
-            .iter()
-            .flat_map(|t| mew_cards::mew::MewMetadata::read(t.task.metadata.as_ref()).children)
-            .collect()
-    }
-}
-
 /// The delegation depth a task's metadata records (`mew.depth`), 0 if none.
 pub(crate) fn delegation_depth(metadata: Option<&mew_cards::Metadata>) -> u32 {
     mew_cards::mew::MewMetadata::read(metadata)
@@ -1570,35 +1079,6 @@ fn validate_message(message: &Message) -> Result<(), Error> {
     Ok(())
 }
 
-fn encode_token(cursor: &Cursor) -> String {
-    use base64::Engine as _;
-    let raw = format!("{}:{}", cursor.status_time.unix_nanos(), cursor.id);
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
-}
-
-fn decode_token(token: &str) -> Result<Cursor, Error> {
-    use base64::Engine as _;
-    let invalid = || {
-        protocol(
-            ErrorKind::InvalidParams,
-            format!("pageToken {token:?} is not a token this node gave"),
-        )
-    };
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token)
-        .map_err(|_| invalid())?;
-    let raw = String::from_utf8(raw).map_err(|_| invalid())?;
-    let (nanos, id) = raw.split_once(':').ok_or_else(invalid)?;
-    let nanos: i128 = nanos.parse().map_err(|_| invalid())?;
-    if id.is_empty() {
-        return Err(invalid());
-    }
-    Ok(Cursor {
-        status_time: Timestamp::from_unix_nanos(nanos),
-        id: TaskId::from(id),
-    })
-}
-
 /// A duration as people write it: `90s`, `5m`, `2h`, `250ms`.
 pub(crate) fn humanize(duration: Duration) -> String {
     let secs = duration.as_secs();
@@ -1608,47 +1088,5 @@ pub(crate) fn humanize(duration: Duration) -> String {
         (s, 0) if s % 60 == 0 => format!("{}m", s / 60),
         (s, 0) => format!("{s}s"),
         (s, ms) => format!("{s}.{ms:03}s"),
-    }
-}
-
-/// The state of one subscription.
-struct WatchState {
-    rx: broadcast::Receiver<Stamped>,
-    /// The last event reflected in what the subscriber has seen.
-    seq: u64,
-    live: Arc<Live>,
-    /// Whether an event is the subscription's last.
-    ends: fn(&StreamResponse) -> bool,
-    done: bool,
-}
-
-impl WatchState {
-    async fn next(mut self) -> Option<(Result<StreamResponse, Error>, Self)> {
-        if self.done {
-            return None;
-        }
-        loop {
-            match self.rx.recv().await {
-                Ok(stamped) if stamped.seq <= self.seq => {}
-                Ok(stamped) => {
-                    self.seq = stamped.seq;
-                    self.done = (self.ends)(&stamped.event);
-                    return Some((Ok(stamped.event), self));
-                }
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    // Events were missed: send a fresh snapshot and skip what it covers.
-                    let (snapshot, seq) = {
-                        let state = self.live.state.lock().await;
-                        (state.stored.task.clone(), state.seq)
-                    };
-                    self.seq = seq;
-                    let snapshot = StreamResponse::Task(snapshot);
-                    self.done = (self.ends)(&snapshot);
-                    return Some((Ok(snapshot), self));
-                }
-                // The sender lives as long as `live`, which this subscription holds.
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
-        }
     }
 }
