@@ -20,18 +20,18 @@ use crate::agent::skill_tools::{InstallSkill, LoadSkill};
 use crate::agent::task_tools::{TaskGet, TaskList, TaskStop};
 use crate::config::Config;
 use crate::hooks::{
-    HookEngine, HookSettings, TrustStore, default_trust_file, load, standard_files,
+    HookDispatcher, HookSettings, TrustStore, default_trust_file, load, standard_files,
 };
 use crate::mcp::{McpContext, McpManager};
 use crate::peers::Peers;
-use crate::permission::PermissionEngine;
+use crate::permission::PermissionPolicy;
 use crate::process::{ledger_dir, reap_orphans};
 use crate::provider::Providers;
-use crate::roles::catalog::{Catalog, RoleDirs, Severity};
+use crate::roles::catalog::{RoleCatalog, RoleDirs, Severity};
 use crate::roles::command::CommandExecutor;
 use crate::server::PublishedRole;
 use crate::server::agent::RoleAgent;
-use crate::skills::catalog::{Catalog as SkillCatalog, standard_roots};
+use crate::skills::catalog::{SkillCatalog, standard_roots};
 use crate::tasks::executor::Executor;
 use crate::tasks::manager::{Limits, Roles, TaskManager};
 use crate::tasks::store::TaskStore;
@@ -39,7 +39,7 @@ use crate::tools::registry::ToolRegistry;
 
 /// The node's roles and what runs them.
 struct NodeRoles {
-    catalog: Catalog,
+    catalog: RoleCatalog,
     command: Arc<dyn Executor>,
     model: Arc<dyn Executor>,
 }
@@ -59,15 +59,15 @@ impl Roles for NodeRoles {
 }
 
 /// Loads the role catalog from the standard directories plus `roles.dirs`.
-pub(crate) fn load_catalog(config: &Config) -> Catalog {
+pub(crate) fn load_catalog(config: &Config) -> RoleCatalog {
     let mut dirs = RoleDirs::standard(config.home_dir.as_deref(), &config.project_dir);
     dirs.extra.extend(config.roles.dirs.iter().cloned());
-    Catalog::load(&dirs)
+    RoleCatalog::load(&dirs)
 }
 
 /// Loads the roles as the node runs them: the catalog (its problems logged and skipped) and
 /// the default role, which must be one of them.
-pub(crate) fn load_roles(config: &Config) -> anyhow::Result<(Catalog, Arc<RoleDefinition>)> {
+pub(crate) fn load_roles(config: &Config) -> anyhow::Result<(RoleCatalog, Arc<RoleDefinition>)> {
     let catalog = load_catalog(config);
     for problem in catalog.problems() {
         match problem.severity {
@@ -88,7 +88,7 @@ pub(crate) fn load_roles(config: &Config) -> anyhow::Result<(Catalog, Arc<RoleDe
 }
 
 /// The names of the catalog's roles, comma-separated.
-fn role_names(catalog: &Catalog) -> String {
+fn role_names(catalog: &RoleCatalog) -> String {
     catalog
         .roles()
         .map(|r| r.name.as_str())
@@ -113,7 +113,7 @@ pub(crate) struct Runtime {
     /// The skills model roles can activate.
     pub(crate) skills: Arc<SkillCatalog>,
     /// The hook rules and what runs them.
-    pub(crate) hooks: Arc<HookEngine>,
+    pub(crate) hooks: Arc<HookDispatcher>,
     /// What was wrong in the hook files (the rules and files skipped).
     pub(crate) hook_problems: Vec<crate::hooks::HookProblem>,
     /// The node's signing key (cards, JWTs to peers and webhooks).
@@ -143,7 +143,7 @@ impl Runtime {
     /// tools and commands draw on.
     pub(crate) async fn start(
         config: Config,
-        catalog: Catalog,
+        catalog: RoleCatalog,
         default_role: Arc<RoleDefinition>,
         env: HashMap<String, String>,
     ) -> anyhow::Result<Self> {
@@ -181,7 +181,7 @@ impl Runtime {
                 .context("cannot set up the model providers")?,
         );
         let permissions = Arc::new(
-            PermissionEngine::new(
+            PermissionPolicy::new(
                 &config.permissions,
                 &config.project_dir,
                 config.home_dir.as_deref(),
@@ -336,7 +336,7 @@ impl Runtime {
     }
 
     /// Every role the node knows.
-    pub(crate) fn catalog(&self) -> &Catalog {
+    pub(crate) fn catalog(&self) -> &RoleCatalog {
         &self.roles.catalog
     }
 
@@ -472,7 +472,7 @@ fn load_hooks(
     env: &Arc<HashMap<String, String>>,
     ledger: &Path,
     directory: &Arc<Directory>,
-) -> anyhow::Result<(HookEngine, Vec<crate::hooks::HookProblem>)> {
+) -> anyhow::Result<(HookDispatcher, Vec<crate::hooks::HookProblem>)> {
     let trust = config
         .home_dir
         .as_deref()
@@ -499,10 +499,10 @@ fn load_hooks(
     };
     let subagents =
         crate::agent::hook_subagent::HookSubagents::new(directory.clone(), config.agent.max_depth);
-    let engine = HookEngine::new(loaded.rules, settings)
-        .context("cannot start the hook engine")?
+    let dispatcher = HookDispatcher::new(loaded.rules, settings)
+        .context("cannot start the hook dispatcher")?
         .with_subagents(Arc::new(subagents));
-    Ok((engine, loaded.problems))
+    Ok((dispatcher, loaded.problems))
 }
 
 /// How long MCP servers get to close their sessions when the node stops; then their process

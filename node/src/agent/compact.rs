@@ -269,7 +269,7 @@ pub(crate) async fn compact_if_needed(
 }
 
 /// Logs a `continue: false` from a compaction hook, which stops nothing here. Hook errors (a
-/// block among them: these events cannot be blocked) are logged by the engine.
+/// block among them: these events cannot be blocked) are logged by the hook dispatcher.
 fn log_ignored_stop(event: &str, outcome: &HookOutcome) {
     if let Some(reason) = &outcome.stop {
         tracing::warn!(event, %reason, "a compaction hook cannot stop the run; ignored");
@@ -417,9 +417,9 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::agent::engine::{Agent, Observer, Outcome, Resume};
+    use crate::agent::model_loop::{Agent, Observer, Outcome, Resume};
     use crate::config::PermissionsConfig;
-    use crate::permission::PermissionEngine;
+    use crate::permission::PermissionPolicy;
     use crate::provider::anthropic::AnthropicProvider;
     use crate::provider::{HttpSettings, KeySource, ProviderSetup};
     use crate::tools::registry::ToolRegistry;
@@ -476,7 +476,7 @@ mod tests {
             },
         };
         let dir = std::env::temp_dir();
-        let permissions = PermissionEngine::new(&PermissionsConfig::default(), &dir, None).unwrap();
+        let permissions = PermissionPolicy::new(&PermissionsConfig::default(), &dir, None).unwrap();
         let mut tools = ToolRegistry::new();
         tools.register(Arc::new(Echo));
         Agent {

@@ -3,7 +3,7 @@
 //!
 //! The child is an ordinary task of the role, started as deep as delegation may go (at least 1),
 //! so it never gets the `Agent` tool. Its final answer goes back to
-//! the hook engine, which adds it as context and reads a JSON decision in it. When the hook
+//! the hook dispatcher, which adds it as context and reads a JSON decision in it. When the hook
 //! times out or its run is canceled, the runner's future is dropped and the child is canceled.
 
 use std::sync::Arc;

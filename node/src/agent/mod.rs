@@ -3,8 +3,8 @@
 pub(crate) mod children;
 pub(crate) mod compact;
 pub(crate) mod delegate;
-pub(crate) mod engine;
 pub(crate) mod hook_subagent;
+pub(crate) mod model_loop;
 pub(crate) mod runner;
 pub(crate) mod scope;
 pub(crate) mod session;
@@ -12,4 +12,4 @@ pub(crate) mod skill_tools;
 pub(crate) mod task_tools;
 
 #[cfg(test)]
-mod engine_tests;
+mod model_loop_tests;

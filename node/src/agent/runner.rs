@@ -13,14 +13,14 @@ use tokio::sync::mpsc;
 
 use super::children::Children;
 use super::delegate::Directory;
-use super::engine::{Agent, Observer, Outcome, PendingCall, Resume};
+use super::model_loop::{Agent, Observer, Outcome, PendingCall, Resume};
 use super::session::{AgentError, AgentSettings, Session};
 use super::skill_tools::{SkillFork, SkillState, run_skill};
 use crate::config::AgentConfig;
 use crate::conversation::{Block, ChatMessage, Speaker};
-use crate::permission::PermissionEngine;
+use crate::permission::PermissionPolicy;
 use crate::provider::Providers;
-use crate::skills::catalog::Catalog;
+use crate::skills::catalog::SkillCatalog;
 use crate::skills::render::{ActiveSkills, parse_slash};
 use crate::tasks::executor::{Annotation, EventSink, ExecError, Executor, Turn};
 use crate::tools::registry::{ALL_AGENT_DISALLOWED_TOOLS, FilterLayers, ToolRegistry};
@@ -56,17 +56,17 @@ pub(crate) struct ModelExecutor {
     pub(crate) tools: ToolRegistry,
     /// The MCP servers, whose current tools join the built-in ones at every turn.
     pub(crate) mcp: Option<Arc<crate::mcp::McpManager>>,
-    pub(crate) permissions: Arc<PermissionEngine>,
+    pub(crate) permissions: Arc<PermissionPolicy>,
     pub(crate) env: Arc<HashMap<String, String>>,
     pub(crate) project_dir: PathBuf,
     /// The `agent:` configuration: default model, limits, delegation and compaction.
     pub(crate) agent: AgentConfig,
     /// The skills roles may activate (`None`: skills are off).
-    pub(crate) skills: Option<Arc<Catalog>>,
+    pub(crate) skills: Option<Arc<SkillCatalog>>,
     /// Runs skills and delegations: the node's roles and peers.
     pub(crate) directory: Option<Arc<Directory>>,
     /// The node's hooks (`None`: hooks are off).
-    pub(crate) hooks: Option<Arc<crate::hooks::HookEngine>>,
+    pub(crate) hooks: Option<Arc<crate::hooks::HookDispatcher>>,
     /// The children of tasks that asked for input while background children still ran:
     /// the task's next turn takes them back, with the notices they left meanwhile.
     pub(crate) waiting: WaitingChildren,
@@ -458,7 +458,7 @@ impl Executor for ModelExecutor {
                 scope: super::scope::RunScope {
                     children: Some(children.clone()),
                     skills: skills.clone(),
-                    hooks: self.hooks.as_ref().and_then(|engine| {
+                    hooks: self.hooks.as_ref().and_then(|dispatcher| {
                         let ctx = crate::hooks::HookContext::new(
                             turn.context_id.as_str(),
                             self.project_dir.clone(),
@@ -467,7 +467,7 @@ impl Executor for ModelExecutor {
                         .with_mode(mode.as_str())
                         .with_cancel(turn.cancel.clone());
                         Some(Arc::new(crate::hooks::RunHooks {
-                            engine: engine.clone(),
+                            dispatcher: dispatcher.clone(),
                             ctx,
                         }))
                     }),

@@ -1,5 +1,5 @@
 //! What one run of the agent holds and is held to: its settings, its session (the
-//! conversation and what it cost), and how it fails. The loop (`engine.rs`) and compaction
+//! conversation and what it cost), and how it fails. The loop (`model_loop.rs`) and compaction
 //! (`compact.rs`) both work on these; neither knows the other's insides.
 
 use std::collections::HashSet;

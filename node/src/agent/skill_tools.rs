@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::delegate::{Directory, fork_for_skill};
 use super::session::{Session, close_dangling_calls};
 use crate::conversation::{Block, ChatMessage, Speaker};
-use crate::skills::catalog::Catalog;
+use crate::skills::catalog::SkillCatalog;
 use crate::skills::install::{InstallOptions, InstallScope, install, install_root};
 use crate::skills::parse::{ForkContext, SkillMode};
 use crate::skills::render::{ActiveSkills, render_body};
@@ -39,13 +39,13 @@ pub(crate) struct SkillFork {
 /// The skills of one turn: the catalog and the task's active skills.
 #[derive(Debug)]
 pub(crate) struct SkillState {
-    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) catalog: Arc<SkillCatalog>,
     active: Mutex<ActiveSkills>,
 }
 
 impl SkillState {
     /// The state of a turn that starts with `active`.
-    pub(crate) fn new(catalog: Arc<Catalog>, active: ActiveSkills) -> Self {
+    pub(crate) fn new(catalog: Arc<SkillCatalog>, active: ActiveSkills) -> Self {
         Self {
             catalog,
             active: Mutex::new(active),
@@ -230,7 +230,7 @@ impl Tool for LoadSkill {
 /// `InstallSkill`: installs a skill from GitHub (tree, raw or skills.sh URL), then reloads the
 /// catalog.
 pub(crate) struct InstallSkill {
-    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) catalog: Arc<SkillCatalog>,
     pub(crate) options: InstallOptions,
     pub(crate) home: Option<PathBuf>,
     pub(crate) project: PathBuf,

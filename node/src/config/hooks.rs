@@ -12,7 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::LoadedConfig;
 
-/// `hooks:` — settings of the hook engine.
+/// `hooks:` — settings of the hook dispatcher.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct HooksConfig {
     /// The names of the environment variables shell hooks get from the node's environment

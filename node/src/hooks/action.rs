@@ -253,7 +253,7 @@ pub(crate) trait SubagentRunner: Send + Sync {
     ) -> Result<String, String>;
 }
 
-/// What an action needs from the engine.
+/// What an action needs from the dispatcher.
 #[derive(Clone, Copy)]
 pub(crate) struct ActionContext<'a> {
     /// The node's environment snapshot.

@@ -32,10 +32,10 @@
 //! # Payload
 //!
 //! A hook receives one JSON object (on stdin for a shell hook, as the POST body for an http
-//! hook). The engine adds the common fields to what [`Payload`]'s constructors put in:
+//! hook). The dispatcher adds the common fields to what [`Payload`]'s constructors put in:
 //!
 //! - `event` and `hook_event_name`: the event's name (the second is Claude Code's field);
-//! - `session_id`: never empty (a [`super::engine::HookContext`] cannot be made without one);
+//! - `session_id`: never empty (a [`super::dispatcher::HookContext`] cannot be made without one);
 //! - `cwd`: the working directory;
 //! - `mode` and `permission_mode`: the permission mode (`default`, `acceptEdits`, ...).
 //!
@@ -207,7 +207,7 @@ impl fmt::Display for HookEvent {
     }
 }
 
-/// An event and its own fields; the engine adds the common ones when it dispatches.
+/// An event and its own fields; the dispatcher adds the common ones when it dispatches.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Payload {
     event: HookEvent,

@@ -6,19 +6,19 @@
 //! - [`matcher`]: conditions on payload fields, and Claude Code's `matcher` strings.
 //! - [`action`]: shell, http, prompt and subagent actions.
 //! - [`output`]: Claude Code's exit-code and JSON protocol, and the merged [`HookOutcome`].
-//! - [`engine`]: [`HookEngine::dispatch`], `only_once`, `async` hooks, timeouts, fail modes.
+//! - [`dispatcher`]: [`HookDispatcher::dispatch`], `only_once`, `async` hooks, timeouts, fail modes.
 //! - [`trust`]: project hooks run only once the user trusted their content.
 //!
 //! Typical use by a dispatch point:
 //!
 //! ```ignore
-//! let outcome = engine.dispatch(Payload::pre_tool_use(name, &input, id), &ctx).await;
+//! let outcome = dispatcher.dispatch(Payload::pre_tool_use(name, &input, id), &ctx).await;
 //! if let Some((hook, reason)) = outcome.refusal() { /* the call fails with the reason */ }
 //! ```
 
 pub(crate) mod action;
 pub(crate) mod condition;
-pub(crate) mod engine;
+pub(crate) mod dispatcher;
 pub(crate) mod event;
 pub(crate) mod output;
 pub(crate) mod rules;
@@ -30,25 +30,25 @@ mod tests;
 // The API the dispatch points use.
 pub(crate) use self::{
     action::SubagentRunner,
-    engine::{HookContext, HookEngine, HookSettings},
+    dispatcher::{HookContext, HookDispatcher, HookSettings},
     event::{HookEvent, MAX_STOP_BLOCKS, Payload},
     output::{HookOutcome, PermissionDecision},
     rules::{HookProblem, load, standard_files},
     trust::{TrustStore, default_trust_file, trust_project, untrust_project},
 };
 
-/// The hooks of one run: the node's engine and who dispatches (the session is the task's
+/// The hooks of one run: the node's dispatcher and who dispatches (the session is the task's
 /// context, the cwd the project, the mode the run's permission mode, the cancel token the
 /// task's). Cheap to clone behind an `Arc`.
 pub(crate) struct RunHooks {
-    pub(crate) engine: std::sync::Arc<HookEngine>,
+    pub(crate) dispatcher: std::sync::Arc<HookDispatcher>,
     pub(crate) ctx: HookContext,
 }
 
 impl RunHooks {
     /// Dispatches `payload` when some rule listens to its event; an empty outcome otherwise.
     pub(crate) async fn dispatch(&self, payload: Payload) -> HookOutcome {
-        self.engine.dispatch(payload, &self.ctx).await
+        self.dispatcher.dispatch(payload, &self.ctx).await
     }
 }
 

@@ -52,7 +52,7 @@ use super::rules::FailMode;
 /// A hook's permission decision on a tool call.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum PermissionDecision {
-    /// Run it without asking (the permission engine's deny rules still apply).
+    /// Run it without asking (the permission policy's deny rules still apply).
     Allow,
     /// Ask the user, whatever the mode and the rules would do.
     Ask,

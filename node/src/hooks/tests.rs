@@ -1,4 +1,4 @@
-//! Engine tests with real `sh` processes, a local http server and a fake subagent runner.
+//! Dispatcher tests with real `sh` processes, a local http server and a fake subagent runner.
 
 use std::collections::HashMap;
 use std::fs;
@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::action::SubagentRunner;
-use super::engine::{EmptySessionId, HookContext, HookEngine, HookSettings};
+use super::dispatcher::{EmptySessionId, HookContext, HookDispatcher, HookSettings};
 use super::event::Payload;
 use super::output::{HookOutcome, PermissionDecision};
 use super::rules::{Format, RuleSource, Scope, load, parse_mew, project_files};
@@ -50,8 +50,8 @@ fn settings(dir: &Path) -> HookSettings {
     }
 }
 
-/// An engine for `rules` (a JSON list of `hooks.yaml` rules; JSON is YAML), in `dir`.
-fn engine_with(rules: Value, settings: HookSettings) -> HookEngine {
+/// An dispatcher for `rules` (a JSON list of `hooks.yaml` rules; JSON is YAML), in `dir`.
+fn dispatcher_with(rules: Value, settings: HookSettings) -> HookDispatcher {
     let source = Arc::new(RuleSource {
         path: settings.project_dir.join("hooks.yaml"),
         scope: Scope::User,
@@ -60,11 +60,11 @@ fn engine_with(rules: Value, settings: HookSettings) -> HookEngine {
     });
     let (rules, problems) = parse_mew(&json!({ "hooks": rules }).to_string(), &source);
     assert_eq!(problems, [], "the test's rules must compile");
-    HookEngine::new(rules, settings).unwrap()
+    HookDispatcher::new(rules, settings).unwrap()
 }
 
-fn engine(dir: &Path, rules: Value) -> HookEngine {
-    engine_with(rules, settings(dir))
+fn dispatcher(dir: &Path, rules: Value) -> HookDispatcher {
+    dispatcher_with(rules, settings(dir))
 }
 
 fn ctx(dir: &Path) -> HookContext {
@@ -136,7 +136,7 @@ fn a_context_needs_a_session_id() {
 async fn exit_2_blocks_a_matching_tool_call_and_ends_the_dispatch() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("second-ran");
-    let engine = engine(
+    let dispatcher = dispatcher(
         dir.path(),
         json!([
             {
@@ -151,13 +151,13 @@ async fn exit_2_blocks_a_matching_tool_call_and_ends_the_dispatch() {
             shell("after", "PreToolUse", &format!("touch '{}'", marker.display())),
         ]),
     );
-    let outcome = engine
+    let outcome = dispatcher
         .dispatch(bash_call("rm -rf /"), &ctx(dir.path()))
         .await;
     assert_eq!(outcome.refusal(), Some(("no-rm", "rm -rf is not allowed")));
     assert!(!marker.exists(), "no rule runs after a block");
 
-    let outcome = engine.dispatch(bash_call("ls"), &ctx(dir.path())).await;
+    let outcome = dispatcher.dispatch(bash_call("ls"), &ctx(dir.path())).await;
     assert_eq!(outcome, HookOutcome::default());
     assert!(marker.exists(), "the second rule runs when nothing blocks");
 }
@@ -165,7 +165,7 @@ async fn exit_2_blocks_a_matching_tool_call_and_ends_the_dispatch() {
 #[tokio::test]
 async fn the_payload_on_stdin_has_the_common_fields() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = engine(
+    let dispatcher = dispatcher(
         dir.path(),
         json!([shell(
             "capture",
@@ -174,7 +174,7 @@ async fn the_payload_on_stdin_has_the_common_fields() {
         )]),
     );
     let ctx = ctx(dir.path()).with_mode("acceptEdits");
-    let outcome = engine.dispatch(bash_call("ls"), &ctx).await;
+    let outcome = dispatcher.dispatch(bash_call("ls"), &ctx).await;
     assert_eq!(outcome.errors, Vec::<String>::new());
     let payload: Value =
         serde_json::from_str(&fs::read_to_string(dir.path().join("payload.json")).unwrap())
@@ -199,7 +199,7 @@ async fn the_payload_on_stdin_has_the_common_fields() {
 async fn json_output_allow_ask_deny_and_updated_input_chain() {
     let dir = tempfile::tempdir().unwrap();
     let print = |json: &str| format!("printf '%s' '{json}'");
-    let engine = engine(
+    let dispatcher = dispatcher(
         dir.path(),
         json!([
             {
@@ -227,7 +227,7 @@ async fn json_output_allow_ask_deny_and_updated_input_chain() {
             },
         ]),
     );
-    let outcome = engine.dispatch(bash_call("ls"), &ctx(dir.path())).await;
+    let outcome = dispatcher.dispatch(bash_call("ls"), &ctx(dir.path())).await;
     let permission = outcome.permission.clone().unwrap();
     assert_eq!(
         (permission.decision, permission.hook.as_str()),
@@ -237,7 +237,7 @@ async fn json_output_allow_ask_deny_and_updated_input_chain() {
     assert_eq!(outcome.additional_context, ["saw ls -a"]);
     assert_eq!(outcome.refusal(), None);
 
-    let outcome = engine
+    let outcome = dispatcher
         .dispatch(bash_call("git status"), &ctx(dir.path()))
         .await;
     let permission = outcome.permission.clone().unwrap();
@@ -247,7 +247,7 @@ async fn json_output_allow_ask_deny_and_updated_input_chain() {
     );
     assert_eq!(outcome.updated_input, None);
 
-    let outcome = engine
+    let outcome = dispatcher
         .dispatch(bash_call("git push"), &ctx(dir.path()))
         .await;
     assert_eq!(outcome.refusal(), Some(("deny-push", "no pushing")));
@@ -256,7 +256,7 @@ async fn json_output_allow_ask_deny_and_updated_input_chain() {
 #[tokio::test]
 async fn json_output_continue_system_message_and_suppress_output() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = engine(
+    let dispatcher = dispatcher(
         dir.path(),
         json!([
             shell("visible", "UserPromptSubmit", "echo 'Today is a holiday.'"),
@@ -273,7 +273,7 @@ async fn json_output_continue_system_message_and_suppress_output() {
             shell("never", "UserPromptSubmit", "echo never"),
         ]),
     );
-    let outcome = engine
+    let outcome = dispatcher
         .dispatch(Payload::user_prompt_submit("hello"), &ctx(dir.path()))
         .await;
     assert_eq!(outcome.additional_context, ["Today is a holiday.", "ctx"]);
@@ -306,8 +306,8 @@ async fn a_hook_that_times_out_is_killed_with_its_process_group() {
     );
     // Long enough for the script to record its pids first; the test does not time anything.
     rule["timeout"] = json!("2s");
-    let engine = engine(dir.path(), json!([rule]));
-    let outcome = engine.dispatch(bash_call("ls"), &ctx(dir.path())).await;
+    let dispatcher = dispatcher(dir.path(), json!([rule]));
+    let outcome = dispatcher.dispatch(bash_call("ls"), &ctx(dir.path())).await;
     assert_eq!(outcome.errors, ["hook `slow`: timed out after 2s"]);
     assert_eq!(outcome.blocked, None, "a timeout fails open by default");
     all_gone(&wait_for_file(&pids).await).await;
@@ -319,7 +319,7 @@ async fn hook_processes_are_in_the_process_ledger_while_they_run() {
     let ledger = dir.path().join("processes");
     let mut settings = settings(dir.path());
     settings.ledger_dir = Some(ledger.clone());
-    let engine = engine_with(
+    let dispatcher = dispatcher_with(
         // From its first command the hook is in the ledger: pending under its token, or under
         // its group id (written before the pending entry goes, so checked second). Then it
         // waits for its own entry, and shows it.
@@ -335,7 +335,7 @@ async fn hook_processes_are_in_the_process_ledger_while_they_run() {
         )]),
         settings,
     );
-    let outcome = engine
+    let outcome = dispatcher
         .dispatch(Payload::user_prompt_submit("hi"), &ctx(dir.path()))
         .await;
     assert_eq!(outcome.errors, Vec::<String>::new());
@@ -355,7 +355,7 @@ async fn hook_processes_are_in_the_process_ledger_while_they_run() {
 async fn cancelling_the_run_kills_a_running_hook() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
-    let engine = engine(
+    let dispatcher = dispatcher(
         dir.path(),
         json!([shell(
             "slow",
@@ -375,7 +375,7 @@ async fn cancelling_the_run_kills_a_running_hook() {
             cancel.cancel();
         })
     };
-    let outcome = engine.dispatch(bash_call("ls"), &ctx).await;
+    let outcome = dispatcher.dispatch(bash_call("ls"), &ctx).await;
     canceller.await.unwrap();
     assert_eq!(outcome.errors, ["hook `slow`: canceled"]);
     all_gone(&fs::read_to_string(&pid_file).unwrap()).await;
@@ -391,8 +391,8 @@ async fn fail_closed_turns_a_hook_error_into_a_block() {
     );
     closed["fail"] = json!("closed");
     let open = shell("lenient", "PreToolUse", "exit 1");
-    let engine = engine(dir.path(), json!([open, closed]));
-    let outcome = engine.dispatch(bash_call("ls"), &ctx(dir.path())).await;
+    let dispatcher = dispatcher(dir.path(), json!([open, closed]));
+    let outcome = dispatcher.dispatch(bash_call("ls"), &ctx(dir.path())).await;
     assert_eq!(
         outcome.errors,
         [
@@ -411,8 +411,8 @@ async fn fail_closed_turns_a_hook_error_into_a_block() {
     // Invalid JSON is an error too, so a broken policy script blocks when it fails closed.
     let mut broken = shell("broken", "PreToolUse", "echo '{\"decision\": '");
     broken["fail"] = json!("closed");
-    let engine = engine_with(json!([broken]), settings(dir.path()));
-    let outcome = engine.dispatch(bash_call("ls"), &ctx(dir.path())).await;
+    let dispatcher = dispatcher_with(json!([broken]), settings(dir.path()));
+    let outcome = dispatcher.dispatch(bash_call("ls"), &ctx(dir.path())).await;
     assert!(
         outcome
             .blocked
@@ -425,7 +425,7 @@ async fn fail_closed_turns_a_hook_error_into_a_block() {
 #[tokio::test]
 async fn only_once_runs_once_per_session_until_reset() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = engine(
+    let dispatcher = dispatcher(
         dir.path(),
         json!([{
             "name": "welcome",
@@ -438,27 +438,30 @@ async fn only_once_runs_once_per_session_until_reset() {
     let second = HookContext::new("b", dir.path()).unwrap();
     let start = || Payload::session_start("startup");
     assert_eq!(
-        engine.dispatch(start(), &first).await.additional_context,
+        dispatcher
+            .dispatch(start(), &first)
+            .await
+            .additional_context,
         ["read CONTRIBUTING.md first"]
     );
     assert!(
-        engine
+        dispatcher
             .dispatch(start(), &first)
             .await
             .additional_context
             .is_empty()
     );
     assert_eq!(
-        engine
+        dispatcher
             .dispatch(start(), &second)
             .await
             .additional_context
             .len(),
         1
     );
-    engine.reset_session("a");
+    dispatcher.reset_session("a");
     assert_eq!(
-        engine
+        dispatcher
             .dispatch(start(), &first)
             .await
             .additional_context
@@ -466,7 +469,7 @@ async fn only_once_runs_once_per_session_until_reset() {
         1
     );
     assert!(
-        engine
+        dispatcher
             .dispatch(start(), &second)
             .await
             .additional_context
@@ -498,16 +501,16 @@ async fn async_hooks_run_in_the_background_and_die_at_shutdown() {
     );
     sleeper["async"] = json!(true);
     sleeper["timeout"] = json!("10m");
-    let engine = engine(dir.path(), json!([logger, sleeper]));
+    let dispatcher = dispatcher(dir.path(), json!([logger, sleeper]));
     let payload = Payload::post_tool_use("bash", &json!({"command": "ls"}), "c", "a b", false);
     // The dispatch does not wait for them, and their answers do not count.
-    let outcome = engine.dispatch(payload, &ctx(dir.path())).await;
+    let outcome = dispatcher.dispatch(payload, &ctx(dir.path())).await;
     assert_eq!(outcome, HookOutcome::default());
     let logged: Value = serde_json::from_str(&wait_for_file(&done).await).unwrap();
     assert_eq!(logged["tool_response"], "a b");
 
     let pid = wait_for_file(&pid_file).await;
-    tokio::time::timeout(Duration::from_secs(10), engine.shutdown())
+    tokio::time::timeout(Duration::from_secs(10), dispatcher.shutdown())
         .await
         .expect("shutdown waits for the async hooks it kills, not for their timeout");
     all_gone(&pid).await;
@@ -526,10 +529,10 @@ async fn an_async_hook_dies_with_the_run_that_started_it() {
         ),
     );
     sleeper["async"] = json!(true);
-    let engine = engine(dir.path(), json!([sleeper]));
+    let dispatcher = dispatcher(dir.path(), json!([sleeper]));
     let cancel = CancellationToken::new();
     let ctx = ctx(dir.path()).with_cancel(cancel.clone());
-    engine
+    dispatcher
         .dispatch(Payload::notification("permission_prompt", "run ls?"), &ctx)
         .await;
     let pid = wait_for_file(&pid_file).await;
@@ -542,8 +545,8 @@ async fn a_shell_hook_sees_only_the_allowlisted_environment() {
     let dir = tempfile::tempdir().unwrap();
     let mut settings = settings(dir.path());
     settings.extra_env = vec!["EXTRA_ONE".to_owned(), "NOT_IN_SNAPSHOT".to_owned()];
-    let engine = engine_with(json!([shell("env", "UserPromptSubmit", "env")]), settings);
-    let outcome = engine
+    let dispatcher = dispatcher_with(json!([shell("env", "UserPromptSubmit", "env")]), settings);
+    let outcome = dispatcher
         .dispatch(Payload::user_prompt_submit("hi"), &ctx(dir.path()))
         .await;
     let env = &outcome.additional_context[0];
@@ -615,16 +618,16 @@ exit 0
     assert_eq!(loaded.rules.len(), 1);
     let mut settings = settings(&project);
     settings.project_dir = super::rules::normalize_dir(&project);
-    let engine = HookEngine::new(loaded.rules, settings).unwrap();
-    assert_eq!(engine.rules().count(), 1);
+    let dispatcher = HookDispatcher::new(loaded.rules, settings).unwrap();
+    assert_eq!(dispatcher.rules().count(), 1);
     let ctx = ctx(&project);
 
-    let outcome = engine.dispatch(bash_call("rm -rf /"), &ctx).await;
+    let outcome = dispatcher.dispatch(bash_call("rm -rf /"), &ctx).await;
     let (hook, reason) = outcome.refusal().unwrap();
     assert_eq!(reason, "Blocked: rm -rf is not allowed");
     assert_eq!(hook, ".claude/settings.json#PreToolUse[0][0]");
 
-    let outcome = engine.dispatch(bash_call("ls -la"), &ctx).await;
+    let outcome = dispatcher.dispatch(bash_call("ls -la"), &ctx).await;
     assert_eq!(outcome, HookOutcome::default());
 
     // The `Bash` matcher does not select write_file (the script would fail on its name).
@@ -633,13 +636,16 @@ exit 0
         &json!({"file_path": "a", "content": "rm -rf"}),
         "c",
     );
-    assert_eq!(engine.dispatch(write, &ctx).await, HookOutcome::default());
+    assert_eq!(
+        dispatcher.dispatch(write, &ctx).await,
+        HookOutcome::default()
+    );
 }
 
 #[tokio::test]
 async fn prompt_actions_add_context() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = engine(
+    let dispatcher = dispatcher(
         dir.path(),
         json!([{
             "name": "style",
@@ -647,13 +653,13 @@ async fn prompt_actions_add_context() {
             "action": {"type": "prompt", "text": "Answer in English."}
         }]),
     );
-    let outcome = engine
+    let outcome = dispatcher
         .dispatch(Payload::pre_user_message(3), &ctx(dir.path()))
         .await;
     assert_eq!(outcome.additional_context, ["Answer in English."]);
     // Other events do not run it.
     assert_eq!(
-        engine
+        dispatcher
             .dispatch(Payload::pre_user_message(3).with("x", 1), &ctx(dir.path()))
             .await
             .additional_context
@@ -661,7 +667,7 @@ async fn prompt_actions_add_context() {
         1
     );
     assert_eq!(
-        engine
+        dispatcher
             .dispatch(Payload::session_start("startup"), &ctx(dir.path()))
             .await,
         HookOutcome::default()
@@ -735,16 +741,16 @@ async fn http_hooks_post_the_payload_and_read_the_answer() {
     let dir = tempfile::tempdir().unwrap();
     let received = Received::default();
     let base = http_server(received.clone()).await;
-    let engine = engine(
+    let dispatcher = dispatcher(
         dir.path(),
         json!([http_rule("remote", &format!("{base}/hook"))]),
     );
 
-    let outcome = engine
+    let outcome = dispatcher
         .dispatch(bash_call("rm -rf /"), &ctx(dir.path()))
         .await;
     assert_eq!(outcome.refusal(), Some(("remote", "remote says no")));
-    let outcome = engine.dispatch(bash_call("ls"), &ctx(dir.path())).await;
+    let outcome = dispatcher.dispatch(bash_call("ls"), &ctx(dir.path())).await;
     assert_eq!(outcome.additional_context, ["remote ok"]);
     assert_eq!(outcome.errors, Vec::<String>::new());
 
@@ -761,7 +767,7 @@ async fn http_body_templates_substitute_fields_only_and_stay_valid_json() {
     let dir = tempfile::tempdir().unwrap();
     let received = Received::default();
     let base = http_server(received.clone()).await;
-    let engine = engine(
+    let dispatcher = dispatcher(
         dir.path(),
         json!([{
             "name": "templated",
@@ -774,7 +780,7 @@ async fn http_body_templates_substitute_fields_only_and_stay_valid_json() {
             }
         }]),
     );
-    let outcome = engine
+    let outcome = dispatcher
         .dispatch(bash_call("echo \"quoted\" \\ back"), &ctx(dir.path()))
         .await;
     assert_eq!(outcome.errors, Vec::<String>::new());
@@ -816,7 +822,7 @@ async fn http_failures_and_redirects() {
     let dir = tempfile::tempdir().unwrap();
     let received = Received::default();
     let base = http_server(received.clone()).await;
-    let engine = engine(
+    let dispatcher = dispatcher(
         dir.path(),
         json!([
             http_rule("fails", &format!("{base}/fail")),
@@ -824,7 +830,7 @@ async fn http_failures_and_redirects() {
             http_rule("other-origin", &format!("{base}/other")),
         ]),
     );
-    let outcome = engine.dispatch(bash_call("ls"), &ctx(dir.path())).await;
+    let outcome = dispatcher.dispatch(bash_call("ls"), &ctx(dir.path())).await;
     assert_eq!(outcome.errors.len(), 2, "{:?}", outcome.errors);
     assert_eq!(outcome.errors[0], "hook `fails`: HTTP status 500: db down");
     assert!(
@@ -886,7 +892,7 @@ async fn subagent_answers_are_context_and_can_block() {
         answer: Some(Ok("Deploying needs approval.\n```json\n{\"decision\": \"block\", \"reason\": \"needs a human\"}\n```".to_owned())),
         ..FakeRunner::default()
     });
-    let hooks = engine(dir.path(), subagent_rule("30s")).with_subagents(runner.clone());
+    let hooks = dispatcher(dir.path(), subagent_rule("30s")).with_subagents(runner.clone());
     let outcome = hooks.dispatch(delegation(), &ctx(dir.path())).await;
     assert_eq!(outcome.refusal(), Some(("reviewer", "needs a human")));
     assert!(outcome.additional_context[0].starts_with("Deploying needs approval."));
@@ -903,7 +909,7 @@ async fn subagent_answers_are_context_and_can_block() {
         answer: Some(Ok("Looks safe.".to_owned())),
         ..FakeRunner::default()
     });
-    let hooks = engine(dir.path(), subagent_rule("30s")).with_subagents(fine);
+    let hooks = dispatcher(dir.path(), subagent_rule("30s")).with_subagents(fine);
     let outcome = hooks.dispatch(delegation(), &ctx(dir.path())).await;
     assert_eq!(outcome.refusal(), None);
     assert_eq!(outcome.additional_context, ["Looks safe."]);
@@ -912,7 +918,7 @@ async fn subagent_answers_are_context_and_can_block() {
 #[tokio::test]
 async fn subagent_failures_are_hook_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let outcome = engine(dir.path(), subagent_rule("30s"))
+    let outcome = dispatcher(dir.path(), subagent_rule("30s"))
         .dispatch(delegation(), &ctx(dir.path()))
         .await;
     assert_eq!(
@@ -924,7 +930,7 @@ async fn subagent_failures_are_hook_errors() {
         answer: Some(Err("role not found".to_owned())),
         ..FakeRunner::default()
     });
-    let outcome = engine(dir.path(), subagent_rule("30s"))
+    let outcome = dispatcher(dir.path(), subagent_rule("30s"))
         .with_subagents(failing)
         .dispatch(delegation(), &ctx(dir.path()))
         .await;
@@ -934,7 +940,7 @@ async fn subagent_failures_are_hook_errors() {
     );
 
     let stuck = Arc::new(FakeRunner::default());
-    let outcome = engine(dir.path(), subagent_rule("100ms"))
+    let outcome = dispatcher(dir.path(), subagent_rule("100ms"))
         .with_subagents(stuck)
         .dispatch(delegation(), &ctx(dir.path()))
         .await;

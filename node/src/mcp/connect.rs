@@ -22,8 +22,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::McpContext;
+use super::client::McpClient;
 use super::http::HttpClient;
-use super::server::Server;
 use super::stderr::StderrTail;
 use crate::config::mcp::{McpServerConfig, McpTransport};
 use crate::process::{BASE_ENV, ProcessGroup, command, pass_env};
@@ -52,7 +52,7 @@ const MAX_REDIRECTS: usize = 10;
 #[derive(Clone)]
 pub(super) struct Handler {
     /// The server the connection belongs to.
-    pub(super) server: Weak<Server>,
+    pub(super) server: Weak<McpClient>,
     /// Which of its connections this is.
     pub(super) generation: u64,
     /// The server's name, for logs.

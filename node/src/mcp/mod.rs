@@ -64,10 +64,10 @@
 //! every other tool is `Exec`. `notifications/tools/list_changed` (on 2026-07-28, through a
 //! `subscriptions/listen` subscription) reloads that server's tools.
 
+mod client;
 mod connect;
 mod content;
 mod http;
-mod server;
 mod stderr;
 mod tool;
 
@@ -87,7 +87,7 @@ use tokio::sync::watch;
 use crate::config::mcp::McpServerConfig;
 use crate::tools::Tool;
 
-use server::Server;
+use client::McpClient;
 
 /// What the servers run with.
 #[derive(Debug, Clone)]
@@ -157,7 +157,7 @@ pub(crate) struct ServerStatus {
 /// The MCP servers of the configuration, and their tools.
 pub(crate) struct McpManager {
     /// By name.
-    servers: Vec<Arc<Server>>,
+    servers: Vec<Arc<McpClient>>,
     /// Bumped whenever a server's tool set changes.
     changes: watch::Sender<u64>,
 }
@@ -180,9 +180,11 @@ impl McpManager {
     ) -> Arc<Self> {
         let ctx = Arc::new(ctx);
         let (changes, _) = watch::channel(0);
-        let servers: Vec<Arc<Server>> = servers
+        let servers: Vec<Arc<McpClient>> = servers
             .iter()
-            .map(|(name, config)| Server::new(name, config.clone(), ctx.clone(), changes.clone()))
+            .map(|(name, config)| {
+                McpClient::new(name, config.clone(), ctx.clone(), changes.clone())
+            })
             .collect();
         futures_util::future::join_all(servers.iter().map(|server| server.start())).await;
         Arc::new(Self { servers, changes })

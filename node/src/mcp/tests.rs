@@ -1022,7 +1022,7 @@ async fn http_headers_are_checked() {
 
 #[test]
 fn backoff_doubles_up_to_a_limit() {
-    use super::server::backoff;
+    use super::client::backoff;
     assert_eq!(backoff(1), Duration::from_millis(250));
     assert_eq!(backoff(2), Duration::from_millis(500));
     assert_eq!(backoff(3), Duration::from_secs(1));

@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::server::Server;
+use super::client::McpClient;
 use crate::config::mcp::McpServerConfig;
 use crate::tools::registry::MCP_PREFIX;
 use crate::tools::{Category, Tool, ToolContext, ToolOutput};
@@ -44,7 +44,7 @@ pub(super) fn full_name(server: &str, tool: &str) -> String {
 
 /// One tool of an MCP server.
 pub(super) struct McpTool {
-    server: Weak<Server>,
+    server: Weak<McpClient>,
     server_name: String,
     /// `mcp__<server>__<tool>`.
     name: String,
@@ -58,7 +58,7 @@ pub(super) struct McpTool {
 /// The tools of `server` from its `tools/list` answer, filtered by its configuration, and the
 /// names that were skipped (with a warning) for breaking the naming rules.
 pub(super) fn adapt(
-    server: &Weak<Server>,
+    server: &Weak<McpClient>,
     server_name: &str,
     config: &McpServerConfig,
     listed: Vec<rmcp::model::Tool>,

@@ -1,6 +1,6 @@
 //! Permissions: modes and allow/deny/ask rules that decide whether a tool call may run.
 //!
-//! [`PermissionEngine::check`] decides one call, in this order:
+//! [`PermissionPolicy::check`] decides one call, in this order:
 //!
 //! 1. a matching **deny** rule: [`Decision::Deny`], in every mode, `bypassPermissions` included;
 //! 2. `plan` mode and an [`Category::Edit`] tool: `Deny` ("plan mode: no edits"), whatever the
@@ -100,7 +100,7 @@ pub(crate) enum PermissionError {
 /// compiled rules and no state.
 #[derive(Debug, Clone)]
 #[cfg_attr(not(test), allow(dead_code))] // wired by the agent runtime
-pub(crate) struct PermissionEngine {
+pub(crate) struct PermissionPolicy {
     mode: PermissionMode,
     deny: Vec<Rule>,
     ask: Vec<Rule>,
@@ -109,8 +109,8 @@ pub(crate) struct PermissionEngine {
 }
 
 #[cfg_attr(not(test), allow(dead_code))] // wired by the agent runtime
-impl PermissionEngine {
-    /// The engine for the rules of `config`. Relative tool paths and relative path patterns resolve
+impl PermissionPolicy {
+    /// The policy for the rules of `config`. Relative tool paths and relative path patterns resolve
     /// against `project_dir` (absolute; the directory the file tools resolve relative paths
     /// against); `~/` patterns against `home_dir`.
     pub(crate) fn new(

@@ -1,4 +1,4 @@
-//! Tests of the permission engine: mode defaults, rule order, questions, and the `permissions:` configuration with `.claude/settings.json`.
+//! Tests of the permission policy: mode defaults, rule order, questions, and the `permissions:` configuration with `.claude/settings.json`.
 
 use std::path::{Path, PathBuf};
 
@@ -18,14 +18,14 @@ const MODES: [PermissionMode; 5] = [
     PermissionMode::DontAsk,
 ];
 
-fn engine(allow: &[&str], deny: &[&str], ask: &[&str]) -> PermissionEngine {
+fn policy(allow: &[&str], deny: &[&str], ask: &[&str]) -> PermissionPolicy {
     let config = PermissionsConfig {
         mode: PermissionMode::Default,
         allow: rules(allow),
         deny: rules(deny),
         ask: rules(ask),
     };
-    PermissionEngine::new(
+    PermissionPolicy::new(
         &config,
         Path::new("/srv/project"),
         Some(Path::new("/home/me")),
@@ -59,10 +59,10 @@ fn file(path: &str) -> Value {
 
 #[test]
 fn every_mode_and_category_has_its_default() {
-    let engine = engine(&[], &[], &[]);
-    let read = |mode| engine.check(mode, "read_file", Category::Read, &file("src/lib.rs"));
-    let edit = |mode| engine.check(mode, "edit_file", Category::Edit, &file("src/lib.rs"));
-    let exec = |mode| engine.check(mode, "bash", Category::Exec, &run("make"));
+    let policy = policy(&[], &[], &[]);
+    let read = |mode| policy.check(mode, "read_file", Category::Read, &file("src/lib.rs"));
+    let edit = |mode| policy.check(mode, "edit_file", Category::Edit, &file("src/lib.rs"));
+    let exec = |mode| policy.check(mode, "bash", Category::Exec, &run("make"));
     let asked_edit = ask("edit_file wants to change src/lib.rs");
     let asked_exec = ask("bash wants to run: make");
     let expected = [
@@ -89,7 +89,7 @@ fn every_mode_and_category_has_its_default() {
     }
     // MCP tools without a read-only hint are Exec.
     assert_eq!(
-        engine.check(
+        policy.check(
             PermissionMode::Default,
             "mcp__github__create_issue",
             category_for("mcp__github__create_issue", false),
@@ -101,57 +101,57 @@ fn every_mode_and_category_has_its_default() {
 
 #[test]
 fn deny_beats_allow_beats_the_mode() {
-    let engine = engine(
+    let policy = policy(
         &["bash(git *)", "edit_file(src/**)"],
         &["bash(git push *)"],
         &[],
     );
     let mode = PermissionMode::Default;
     assert_eq!(
-        engine.check(mode, "bash", Category::Exec, &run("git push origin main")),
+        policy.check(mode, "bash", Category::Exec, &run("git push origin main")),
         deny("denied by permission rule `bash(git push *)`")
     );
     assert_eq!(
-        engine.check(mode, "bash", Category::Exec, &run("git status")),
+        policy.check(mode, "bash", Category::Exec, &run("git status")),
         allow()
     );
     assert_eq!(
-        engine.check(mode, "bash", Category::Exec, &run("cargo build")),
+        policy.check(mode, "bash", Category::Exec, &run("cargo build")),
         ask("bash wants to run: cargo build")
     );
     assert_eq!(
-        engine.check(mode, "edit_file", Category::Edit, &file("src/a.rs")),
+        policy.check(mode, "edit_file", Category::Edit, &file("src/a.rs")),
         allow()
     );
     assert_eq!(
-        engine.check(mode, "edit_file", Category::Edit, &file("Cargo.toml")),
+        policy.check(mode, "edit_file", Category::Edit, &file("Cargo.toml")),
         ask("edit_file wants to change Cargo.toml")
     );
     // A deny rule also turns down what the mode would allow.
-    let engine = self::engine(&[], &["Read(**/.env)"], &[]);
+    let policy = self::policy(&[], &["Read(**/.env)"], &[]);
     assert_eq!(
-        engine.check(mode, "read_file", Category::Read, &file("config/.env")),
+        policy.check(mode, "read_file", Category::Read, &file("config/.env")),
         deny("denied by permission rule `Read(**/.env)`")
     );
 }
 
 #[test]
 fn deny_rules_hold_in_every_mode_even_bypass() {
-    let engine = engine(&["bash"], &["bash(rm *)", "mcp__prod"], &[]);
+    let policy = policy(&["bash"], &["bash(rm *)", "mcp__prod"], &[]);
     for mode in MODES {
         assert_eq!(
-            engine.check(mode, "bash", Category::Exec, &run("ls && rm -rf /")),
+            policy.check(mode, "bash", Category::Exec, &run("ls && rm -rf /")),
             deny("denied by permission rule `bash(rm *)`"),
             "{mode}"
         );
         assert_eq!(
-            engine.check(mode, "mcp__prod__drop_table", Category::Exec, &json!({})),
+            policy.check(mode, "mcp__prod__drop_table", Category::Exec, &json!({})),
             deny("denied by permission rule `mcp__prod`"),
             "{mode}"
         );
     }
     assert_eq!(
-        engine.check(
+        policy.check(
             PermissionMode::BypassPermissions,
             "bash",
             Category::Exec,
@@ -163,7 +163,7 @@ fn deny_rules_hold_in_every_mode_even_bypass() {
 
 #[test]
 fn ask_rules_beat_allow_rules_except_in_bypass_and_dont_ask() {
-    let engine = engine(&["bash"], &[], &["Bash(git push:*)"]);
+    let policy = policy(&["bash"], &[], &["Bash(git push:*)"]);
     let push = run("git push origin main");
     let expected = [
         (
@@ -183,13 +183,13 @@ fn ask_rules_beat_allow_rules_except_in_bypass_and_dont_ask() {
     ];
     for (mode, decision) in expected {
         assert_eq!(
-            engine.check(mode, "bash", Category::Exec, &push),
+            policy.check(mode, "bash", Category::Exec, &push),
             decision,
             "{mode}"
         );
     }
     assert_eq!(
-        engine.check(
+        policy.check(
             PermissionMode::Default,
             "bash",
             Category::Exec,
@@ -201,53 +201,53 @@ fn ask_rules_beat_allow_rules_except_in_bypass_and_dont_ask() {
 
 #[test]
 fn dont_ask_approves_everything_no_deny_rule_refuses() {
-    let engine = engine(&[], &["write_file(/etc/**)"], &["edit_file"]);
+    let policy = policy(&[], &["write_file(/etc/**)"], &["edit_file"]);
     let mode = PermissionMode::DontAsk;
     assert_eq!(
-        engine.check(mode, "bash", Category::Exec, &run("rm -rf target")),
+        policy.check(mode, "bash", Category::Exec, &run("rm -rf target")),
         allow()
     );
     assert_eq!(
-        engine.check(mode, "edit_file", Category::Edit, &file("a.rs")),
+        policy.check(mode, "edit_file", Category::Edit, &file("a.rs")),
         allow()
     );
     assert_eq!(
-        engine.check(mode, "mcp__x__y", Category::Exec, &json!({"a": 1})),
+        policy.check(mode, "mcp__x__y", Category::Exec, &json!({"a": 1})),
         allow()
     );
     assert_eq!(
-        engine.check(mode, "write_file", Category::Edit, &file("/etc/hosts")),
+        policy.check(mode, "write_file", Category::Edit, &file("/etc/hosts")),
         deny("denied by permission rule `write_file(/etc/**)`")
     );
 }
 
 #[test]
 fn plan_mode_refuses_edits_whatever_the_rules_but_allow_rules_open_commands() {
-    let engine = engine(&["edit_file", "bash(git log:*)"], &[], &["write_file"]);
+    let policy = policy(&["edit_file", "bash(git log:*)"], &[], &["write_file"]);
     let mode = PermissionMode::Plan;
     assert_eq!(
-        engine.check(mode, "edit_file", Category::Edit, &file("a.rs")),
+        policy.check(mode, "edit_file", Category::Edit, &file("a.rs")),
         deny("plan mode: no edits")
     );
     assert_eq!(
-        engine.check(mode, "write_file", Category::Edit, &file("a.rs")),
+        policy.check(mode, "write_file", Category::Edit, &file("a.rs")),
         deny("plan mode: no edits")
     );
     assert_eq!(
-        engine.check(mode, "bash", Category::Exec, &run("git log -5")),
+        policy.check(mode, "bash", Category::Exec, &run("git log -5")),
         allow()
     );
     assert_eq!(
-        engine.check(mode, "bash", Category::Exec, &run("git commit")),
+        policy.check(mode, "bash", Category::Exec, &run("git commit")),
         deny("plan mode: no commands")
     );
 }
 
 #[test]
 fn allow_rules_approve_a_compound_command_only_piece_by_piece() {
-    let engine = engine(&["bash(git *)", "Bash(cargo test:*)"], &[], &[]);
+    let policy = policy(&["bash(git *)", "Bash(cargo test:*)"], &[], &[]);
     let mode = PermissionMode::Default;
-    let check = |command: &str| engine.check(mode, "bash", Category::Exec, &run(command));
+    let check = |command: &str| policy.check(mode, "bash", Category::Exec, &run(command));
     assert_eq!(check("git status && cargo test -p x"), allow());
     assert_eq!(
         check("git fetch; git rebase origin/main | cat"),
@@ -264,18 +264,18 @@ fn allow_rules_approve_a_compound_command_only_piece_by_piece() {
     assert_eq!(check("git commit -m 'a; b && c'"), allow());
     assert_eq!(check(""), ask("bash wants to run: "));
     // A tool-wide rule approves any command.
-    let engine = self::engine(&["Bash"], &[], &[]);
+    let policy = self::policy(&["Bash"], &[], &[]);
     assert_eq!(
-        engine.check(mode, "bash", Category::Exec, &run("echo $(id) && make")),
+        policy.check(mode, "bash", Category::Exec, &run("echo $(id) && make")),
         allow()
     );
 }
 
 #[test]
 fn questions_say_what_the_tool_wants_to_do() {
-    let engine = engine(&[], &[], &[]);
+    let policy = policy(&[], &[], &[]);
     let mode = PermissionMode::Default;
-    let question = |tool: &str, category, input: Value| engine.check(mode, tool, category, &input);
+    let question = |tool: &str, category, input: Value| policy.check(mode, tool, category, &input);
     assert_eq!(
         question("bash", Category::Exec, run("  git push origin main\n")),
         ask("bash wants to run: git push origin main")
@@ -317,7 +317,7 @@ fn questions_say_what_the_tool_wants_to_do() {
     );
     // Claude Code's tool names are accepted in calls too.
     assert_eq!(
-        engine.check(mode, "Bash", Category::Exec, &run("ls")),
+        policy.check(mode, "Bash", Category::Exec, &run("ls")),
         ask("bash wants to run: ls")
     );
 }
@@ -338,7 +338,7 @@ fn categories_follow_the_read_only_hint_and_the_edit_tools() {
 
 #[test]
 fn bad_rules_are_errors_that_name_the_rule() {
-    // A rule is compiled when it is read, so a bad one never reaches the engine.
+    // A rule is compiled when it is read, so a bad one never reaches the policy.
     assert_eq!(Rule::parse("bash(").unwrap_err(), RuleError::Parentheses);
     let error = serde_yaml_ng::from_str::<Vec<Rule>>("['bash(']").unwrap_err();
     assert!(
@@ -359,7 +359,7 @@ fn bad_rules_are_errors_that_name_the_rule() {
         ask: rules(&["Read(~/.ssh/**)"]),
         ..PermissionsConfig::default()
     };
-    let error = PermissionEngine::new(&config, Path::new("/p"), None).unwrap_err();
+    let error = PermissionPolicy::new(&config, Path::new("/p"), None).unwrap_err();
     assert_eq!(
         error.to_string(),
         "permissions.ask: rule `Read(~/.ssh/**)` starts with ~ but no home directory is known"
@@ -482,17 +482,17 @@ fn user_claude_and_project_rules_all_apply_and_the_highest_mode_wins() {
     );
     let _ = user;
 
-    let engine = PermissionEngine::new(
+    let policy = PermissionPolicy::new(
         &config.permissions,
         &config.project_dir,
         config.home_dir.as_deref(),
     )
     .unwrap();
-    assert_eq!(engine.default_mode(), PermissionMode::Default);
-    let mode = engine.default_mode();
+    assert_eq!(policy.default_mode(), PermissionMode::Default);
+    let mode = policy.default_mode();
     let ssh = dirs.home.path().join(".ssh/id_ed25519");
     assert_eq!(
-        engine.check(
+        policy.check(
             mode,
             "read_file",
             Category::Read,
@@ -501,19 +501,19 @@ fn user_claude_and_project_rules_all_apply_and_the_highest_mode_wins() {
         deny("denied by permission rule `Read(~/.ssh/**)`")
     );
     assert_eq!(
-        engine.check(mode, "edit_file", Category::Edit, &file("src/main.rs")),
+        policy.check(mode, "edit_file", Category::Edit, &file("src/main.rs")),
         allow()
     );
     assert_eq!(
-        engine.check(mode, "bash", Category::Exec, &run("npm run test -- -u")),
+        policy.check(mode, "bash", Category::Exec, &run("npm run test -- -u")),
         allow()
     );
     assert_eq!(
-        engine.check(mode, "bash", Category::Exec, &run("git push")),
+        policy.check(mode, "bash", Category::Exec, &run("git push")),
         ask("bash wants to run: git push")
     );
     assert_eq!(
-        engine.check(mode, "bash", Category::Exec, &run("git clean && rm -rf .")),
+        policy.check(mode, "bash", Category::Exec, &run("git clean && rm -rf .")),
         deny("denied by permission rule `bash(rm *)`")
     );
 }

@@ -1,6 +1,6 @@
 //! The role catalog: builtin, user, project and Claude Code agent files, later layers overriding earlier ones.
 //!
-//! [`Catalog::load`] reads the layers in this order, a role in a later layer replacing the role of
+//! [`RoleCatalog::load`] reads the layers in this order, a role in a later layer replacing the role of
 //! the same name from an earlier one:
 //!
 //! 1. builtin: `Explore`, `Plan` and `general-purpose`, compiled in from `builtin/*.md`;
@@ -142,7 +142,7 @@ impl fmt::Display for Problem {
 /// Every role the node knows, by name, with what was shadowed and what went wrong on the way.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Catalog {
+pub(crate) struct RoleCatalog {
     roles: BTreeMap<String, Arc<RoleDefinition>>,
     /// Per name, the (source, path) of each definition a later layer replaced, earliest first.
     shadowed: BTreeMap<String, Vec<(RoleSource, String)>>,
@@ -150,9 +150,9 @@ pub(crate) struct Catalog {
 }
 
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
-impl Catalog {
+impl RoleCatalog {
     /// Loads the builtin roles, then each directory of `dirs` (see the module docs for the
-    /// order). Never fails: what goes wrong is in [`Catalog::problems`].
+    /// order). Never fails: what goes wrong is in [`RoleCatalog::problems`].
     ///
     /// In each directory only `*.md` regular files (or symlinks to them) are read, in sorted
     /// file-name order; dot-files and subdirectories are skipped, and a missing directory is
@@ -332,7 +332,7 @@ fn kind(role: &RoleDefinition) -> &'static str {
 /// is `{"roles": [{"name", "kind", "source", "path", "published", "description", "shadowed":
 /// [{"source", "path"}]}], "problems": [{"path", "severity", "message"}]}`.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
-pub(crate) fn render_agents(catalog: &Catalog, json: bool) -> String {
+pub(crate) fn render_agents(catalog: &RoleCatalog, json: bool) -> String {
     if json {
         render_json(catalog)
     } else {
@@ -341,7 +341,7 @@ pub(crate) fn render_agents(catalog: &Catalog, json: bool) -> String {
 }
 
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
-fn render_human(catalog: &Catalog) -> String {
+fn render_human(catalog: &RoleCatalog) -> String {
     const HEADER: [&str; 5] = ["NAME", "KIND", "SOURCE", "PUBLISHED", "PATH"];
     let rows: Vec<[&str; 5]> = catalog
         .roles()
@@ -396,7 +396,7 @@ fn render_human(catalog: &Catalog) -> String {
 }
 
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
-fn render_json(catalog: &Catalog) -> String {
+fn render_json(catalog: &RoleCatalog) -> String {
     let roles: Vec<serde_json::Value> = catalog
         .roles()
         .map(|role| {
@@ -463,7 +463,7 @@ mod tests {
 
     #[test]
     fn builtins_have_the_seed_fields() {
-        let catalog = Catalog::load(&RoleDirs::default());
+        let catalog = RoleCatalog::load(&RoleDirs::default());
         assert_eq!(catalog.problems(), &[]);
         assert_eq!(catalog.len(), 3);
         let names: Vec<&str> = catalog.roles().map(|r| r.name.as_str()).collect();
@@ -501,7 +501,7 @@ mod tests {
 
     #[test]
     fn get_is_case_sensitive() {
-        let catalog = Catalog::load(&RoleDirs::default());
+        let catalog = RoleCatalog::load(&RoleDirs::default());
         assert!(catalog.get("Explore").is_some());
         assert!(catalog.get("explore").is_none());
         assert!(catalog.get("plan").is_none());
@@ -526,7 +526,7 @@ mod tests {
 
         let mut dirs = RoleDirs::standard(Some(&home), &project);
         dirs.extra.push(extra.clone());
-        let catalog = Catalog::load(&dirs);
+        let catalog = RoleCatalog::load(&dirs);
         assert_eq!(catalog.problems(), &[]);
         assert_eq!(catalog.len(), 4);
 
@@ -574,7 +574,7 @@ mod tests {
             "Explore.md",
             "---\nname: Explore\ndescription: mine\nmaxTurns: 5\n---\nCustom.\n",
         );
-        let catalog = Catalog::load(&dirs);
+        let catalog = RoleCatalog::load(&dirs);
         let explore = catalog.get("Explore").unwrap();
         assert_eq!(explore.source, RoleSource::User);
         assert_eq!(explore.max_turns, 5);
@@ -598,7 +598,7 @@ mod tests {
             "a.md",
             role("reviewer", "cc"),
         );
-        let catalog = Catalog::load(&RoleDirs::standard(None, project));
+        let catalog = RoleCatalog::load(&RoleDirs::standard(None, project));
         let reviewer = catalog.get("reviewer").unwrap();
         assert_eq!(reviewer.source, RoleSource::Project);
         assert_eq!(reviewer.description, "mew");
@@ -642,7 +642,7 @@ mod tests {
         let no_front = write(dir, "c.md", "just text\n");
         let binary = write(dir, "d.md", b"---\nname: bin\xff\xfe\n---\n");
         write(dir, "e.md", role("good", "works"));
-        let catalog = Catalog::load(&only(dir));
+        let catalog = RoleCatalog::load(&only(dir));
 
         let problems = catalog.problems();
         assert_eq!(problems.len(), 4, "{problems:?}");
@@ -681,7 +681,7 @@ mod tests {
             "plan.md",
             "---\nname: Plan\n---\nno description\n",
         );
-        let catalog = Catalog::load(&only(tmp.path()));
+        let catalog = RoleCatalog::load(&only(tmp.path()));
         let plan = catalog.get("Plan").unwrap();
         assert_eq!(plan.source, RoleSource::Builtin);
         assert_eq!(catalog.problems().len(), 1);
@@ -693,7 +693,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let first = write(tmp.path(), "a.md", role("twin", "first"));
         let second = write(tmp.path(), "b.md", role("twin", "second"));
-        let catalog = Catalog::load(&only(tmp.path()));
+        let catalog = RoleCatalog::load(&only(tmp.path()));
         assert_eq!(catalog.get("twin").unwrap().description, "first");
         assert_eq!(catalog.shadowed("twin"), &[]);
         assert_eq!(
@@ -715,7 +715,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let bad = write(tmp.path(), "bad.md", role("9lives", "cat"));
         let slash = write(tmp.path(), "slash.md", role("a/b", "path"));
-        let catalog = Catalog::load(&only(tmp.path()));
+        let catalog = RoleCatalog::load(&only(tmp.path()));
         assert_eq!(catalog.len(), 3);
         let problems = catalog.problems();
         assert_eq!(problems.len(), 2);
@@ -742,7 +742,7 @@ mod tests {
         write(dir, "upper.MD", role("upper", "no"));
         write(&dir.join("sub.md"), "inner.md", role("inner", "no"));
         write(&dir.join("nested"), "deep.md", role("deep", "no"));
-        let catalog = Catalog::load(&only(dir));
+        let catalog = RoleCatalog::load(&only(dir));
         assert_eq!(catalog.problems(), &[]);
         let names: Vec<&str> = catalog.roles().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["Explore", "Plan", "general-purpose", "good"]);
@@ -764,7 +764,7 @@ mod tests {
         .unwrap();
         std::os::unix::fs::symlink("/dev/zero", dir.join("zero.md")).unwrap();
         // Loading returns (opening the FIFO would block forever) and says what each one is.
-        let catalog = Catalog::load(&only(dir));
+        let catalog = RoleCatalog::load(&only(dir));
         assert!(catalog.get("good").is_some());
         let problems: Vec<(&str, &str)> = catalog
             .problems()
@@ -792,7 +792,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         std::os::unix::fs::symlink(&target, dir.join("linked.md")).unwrap();
         std::os::unix::fs::symlink(tmp.path().join("gone"), dir.join("dangling.md")).unwrap();
-        let catalog = Catalog::load(&only(&dir));
+        let catalog = RoleCatalog::load(&only(&dir));
         assert_eq!(catalog.get("linked").unwrap().description, "via link");
         let problems = catalog.problems();
         assert_eq!(problems.len(), 1);
@@ -806,7 +806,7 @@ mod tests {
         let mut text = role("big", "huge");
         text.push_str(&"x".repeat(1024 * 1024));
         let big = write(tmp.path(), "big.md", text);
-        let catalog = Catalog::load(&only(tmp.path()));
+        let catalog = RoleCatalog::load(&only(tmp.path()));
         assert!(catalog.get("big").is_none());
         assert_eq!(
             catalog.problems(),
@@ -821,12 +821,12 @@ mod tests {
     fn missing_dirs_are_fine_and_a_file_as_dir_is_a_problem() {
         let tmp = tempfile::tempdir().unwrap();
         let missing = RoleDirs::standard(Some(&tmp.path().join("nohome")), tmp.path());
-        let catalog = Catalog::load(&missing);
+        let catalog = RoleCatalog::load(&missing);
         assert_eq!(catalog.problems(), &[]);
         assert_eq!(catalog.len(), 3);
 
         let file = write(tmp.path(), "agents", "not a directory");
-        let catalog = Catalog::load(&only(&file));
+        let catalog = RoleCatalog::load(&only(&file));
         assert_eq!(catalog.len(), 3);
         assert_eq!(catalog.problems().len(), 1);
         assert_eq!(catalog.problems()[0].path, display(&file));
@@ -848,7 +848,7 @@ mod tests {
              tools: Read, Grep\nmodel: sonnet\ncolor: blue\n---\n\
              You are a senior code reviewer.\n",
         );
-        let catalog = Catalog::load(&RoleDirs::standard(None, tmp.path()));
+        let catalog = RoleCatalog::load(&RoleDirs::standard(None, tmp.path()));
         assert_eq!(catalog.problems(), &[]);
         let reviewer = catalog.get("code-reviewer").unwrap();
         assert_eq!(reviewer.source, RoleSource::ClaudeProject);
@@ -867,7 +867,7 @@ mod tests {
             "w.md",
             "---\nname: warned\ndescription: d\nmaxTurns: -3\n---\n",
         );
-        let catalog = Catalog::load(&only(tmp.path()));
+        let catalog = RoleCatalog::load(&only(tmp.path()));
         assert_eq!(catalog.get("warned").unwrap().max_turns, 0);
         assert_eq!(
             catalog.problems(),
@@ -887,7 +887,7 @@ mod tests {
             "secret.md",
             "---\nname: secret\ndescription: local only\npublish: false\n---\n",
         );
-        let catalog = Catalog::load(&only(tmp.path()));
+        let catalog = RoleCatalog::load(&only(tmp.path()));
         assert_eq!(catalog.len(), 4);
         assert!(!catalog.get("secret").unwrap().publish);
         let published: Vec<&str> = catalog.published().map(|r| r.name.as_str()).collect();
@@ -895,7 +895,7 @@ mod tests {
     }
 
     /// A project with an overridden Explore, an unpublished command role and a broken file.
-    fn sample() -> (tempfile::TempDir, Catalog) {
+    fn sample() -> (tempfile::TempDir, RoleCatalog) {
         let tmp = tempfile::tempdir().unwrap();
         write(tmp.path(), "explore.md", role("Explore", "project explore"));
         write(
@@ -905,7 +905,7 @@ mod tests {
              publish: false\n---\n",
         );
         write(tmp.path(), "zz.md", "---\nname: broken\n---\n");
-        let catalog = Catalog::load(&only(tmp.path()));
+        let catalog = RoleCatalog::load(&only(tmp.path()));
         (tmp, catalog)
     }
 
@@ -933,7 +933,7 @@ mod tests {
 
     #[test]
     fn render_agents_human_without_problems_has_no_problem_section() {
-        let out = render_agents(&Catalog::load(&RoleDirs::default()), false);
+        let out = render_agents(&RoleCatalog::load(&RoleDirs::default()), false);
         assert_eq!(out.lines().count(), 4);
         assert!(out.starts_with("NAME "));
         assert!(!out.contains("problems:"));

@@ -13,7 +13,7 @@ use mew_cards::{
 use mew_transport::{AgentTransport, CallContext, Error, EventStream, collect_send};
 
 use crate::agent::delegate::Forker;
-use crate::hooks::{HookContext, HookEngine, HookEvent, Payload};
+use crate::hooks::{HookContext, HookDispatcher, HookEvent, Payload};
 use crate::tasks::manager::{Scope, Submission, TaskManager};
 
 /// A role served as an A2A agent. The node's front agent is one too: it runs
@@ -28,7 +28,7 @@ pub(crate) struct RoleAgent {
     /// Push notifications: `None` answers PushNotificationNotSupported.
     push: Option<crate::push::Webhooks>,
     /// The node's hooks: `TaskReceived` runs before a new task starts.
-    hooks: Option<Arc<HookEngine>>,
+    hooks: Option<Arc<HookDispatcher>>,
     /// The directory hooks run in (the project).
     hook_cwd: PathBuf,
     /// The card `GetExtendedAgentCard` answers authenticated callers with (`auth.extended_card`).
@@ -73,10 +73,10 @@ impl RoleAgent {
         }
     }
 
-    /// Runs `engine`'s `TaskReceived` hooks, in `cwd`, before each new task.
+    /// Runs `hooks`'s `TaskReceived` hooks, in `cwd`, before each new task.
     #[must_use]
-    pub(crate) fn with_hooks(mut self, engine: Arc<HookEngine>, cwd: PathBuf) -> Self {
-        self.hooks = Some(engine);
+    pub(crate) fn with_hooks(mut self, hooks: Arc<HookDispatcher>, cwd: PathBuf) -> Self {
+        self.hooks = Some(hooks);
         self.hook_cwd = cwd;
         self
     }
@@ -178,8 +178,8 @@ impl RoleAgent {
     /// which is given a fresh id first when it has none, and the hook is told the id the task
     /// will have (the task keeps both).
     async fn task_received(&self, submission: &mut Submission) -> Option<String> {
-        let engine = self.hooks.as_ref()?;
-        if submission.message.task_id.is_some() || !engine.listens_to(HookEvent::TaskReceived) {
+        let hooks = self.hooks.as_ref()?;
+        if submission.message.task_id.is_some() || !hooks.listens_to(HookEvent::TaskReceived) {
             return None;
         }
         let task_id = submission
@@ -204,7 +204,7 @@ impl RoleAgent {
             &self.role.name,
             &message.text(),
         );
-        let outcome = engine.dispatch(payload, &ctx).await;
+        let outcome = hooks.dispatch(payload, &ctx).await;
         for error in &outcome.errors {
             tracing::warn!(role = %self.role.name, "TaskReceived: {error}");
         }
@@ -501,7 +501,7 @@ mod tests {
             project_dir: project.clone(),
             ..HookSettings::default()
         };
-        let engine = Arc::new(HookEngine::new(loaded.rules, settings).unwrap());
+        let hooks = Arc::new(HookDispatcher::new(loaded.rules, settings).unwrap());
         let text = "---\nname: helper\ndescription: helps\ncommand: [true]\n---\n";
         let role = Arc::new(
             parse_role(text, "helper.md", RoleSource::Project)
@@ -512,7 +512,7 @@ mod tests {
         let manager = TaskManager::start(store, Arc::new(OneRole(role.clone())), Limits::default())
             .await
             .unwrap();
-        RoleAgent::role(manager, role, AgentCard::default()).with_hooks(engine, project)
+        RoleAgent::role(manager, role, AgentCard::default()).with_hooks(hooks, project)
     }
 
     async fn send(agent: &RoleAgent, message: Message) -> Result<Task, Error> {

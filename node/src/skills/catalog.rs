@@ -26,9 +26,9 @@
 //!
 //! # Sharing and activation
 //!
-//! The loaded skills form an immutable snapshot; [`Catalog::reload`] builds a new one and swaps
+//! The loaded skills form an immutable snapshot; [`SkillCatalog::reload`] builds a new one and swaps
 //! it in whole, so readers see either the old or the new catalog, never a mix. Skills handed
-//! out are shared read-only (`Arc`) or, by [`Catalog::activate`], freshly read owned copies:
+//! out are shared read-only (`Arc`) or, by [`SkillCatalog::activate`], freshly read owned copies:
 //! nothing a caller holds is ever written by the catalog.
 
 use std::collections::{BTreeMap, HashSet};
@@ -155,7 +155,7 @@ impl Skill {
     }
 }
 
-/// What [`Catalog::activate`] hands out.
+/// What [`SkillCatalog::activate`] hands out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Activation {
     /// A fresh copy of the skill, owned by the caller.
@@ -394,14 +394,14 @@ fn read_stable(path: &Path) -> Result<String, String> {
 /// Every skill of the skill roots, shared by the node's tasks.
 ///
 /// Cheap to share behind an `Arc`: readers clone the current snapshot's `Arc` and never block
-/// each other; [`Catalog::reload`] swaps in a whole new snapshot.
+/// each other; [`SkillCatalog::reload`] swaps in a whole new snapshot.
 #[derive(Debug)]
-pub(crate) struct Catalog {
+pub(crate) struct SkillCatalog {
     roots: Vec<SkillRoot>,
     current: RwLock<Arc<Snapshot>>,
 }
 
-impl Catalog {
+impl SkillCatalog {
     /// Loads the skills of `roots`, lowest first.
     pub(crate) fn load(roots: Vec<SkillRoot>) -> Self {
         let snapshot = Arc::new(Snapshot::load(&roots));
@@ -543,7 +543,7 @@ mod tests {
         format!("---\nname: {name}\ndescription: {description}\n---\n{body}\n")
     }
 
-    fn names(catalog: &Catalog) -> Vec<String> {
+    fn names(catalog: &SkillCatalog) -> Vec<String> {
         catalog.list().iter().map(|s| s.name().to_owned()).collect()
     }
 
@@ -610,7 +610,7 @@ mod tests {
             &skill_text("deploy", "mew", "m"),
         );
         write_skill(&extra, "deploy", &skill_text("deploy", "extra", "e"));
-        let catalog = Catalog::load(standard_roots(
+        let catalog = SkillCatalog::load(standard_roots(
             Some(&home),
             &project,
             std::slice::from_ref(&extra),
@@ -653,7 +653,7 @@ mod tests {
             "pdf-tools",
             &skill_text("PDF-Tools", "pdfs", "body"),
         );
-        let catalog = Catalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::User)]);
+        let catalog = SkillCatalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::User)]);
         for name in ["pdf-tools", "PDF-TOOLS", "Pdf-Tools", " /pdf-tools "] {
             assert_eq!(catalog.get(name).unwrap().name(), "pdf-tools", "{name}");
             assert_eq!(catalog.activate(name).unwrap().skill.name(), "pdf-tools");
@@ -676,7 +676,7 @@ mod tests {
         write_skill(&project, "good", &skill_text("good", "fine", "g"));
         fs::create_dir_all(project.join("no-skill-file")).unwrap();
         fs::write(project.join("stray.md"), "not a skill").unwrap();
-        let catalog = Catalog::load(vec![
+        let catalog = SkillCatalog::load(vec![
             SkillRoot::new(&user, SkillSource::User),
             SkillRoot::new(&project, SkillSource::Project),
         ]);
@@ -725,7 +725,7 @@ mod tests {
         mkfifo(&dir.join(SKILL_FILE));
         mkfifo(&root.join("stray"));
         fs::write(root.join("README.md"), "skills live here").unwrap();
-        let catalog = Catalog::load(vec![SkillRoot::new(&root, SkillSource::User)]);
+        let catalog = SkillCatalog::load(vec![SkillRoot::new(&root, SkillSource::User)]);
         assert_eq!(catalog.list().len(), 1);
         let messages: Vec<(String, String)> = catalog
             .problems()
@@ -760,7 +760,7 @@ mod tests {
         fs::write(lower.join("skill.md"), skill_text("lower", "d", "b")).unwrap();
         let file_root = tmp.path().join("file-root");
         fs::write(&file_root, "not a directory").unwrap();
-        let catalog = Catalog::load(vec![
+        let catalog = SkillCatalog::load(vec![
             SkillRoot::new(&root, SkillSource::User),
             SkillRoot::new(&file_root, SkillSource::User),
             SkillRoot::new(tmp.path().join("missing"), SkillSource::User),
@@ -786,7 +786,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let first = write_skill(tmp.path(), "a", &skill_text("twin", "first", "1"));
         let second = write_skill(tmp.path(), "b", &skill_text("twin", "second", "2"));
-        let catalog = Catalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::User)]);
+        let catalog = SkillCatalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::User)]);
         assert_eq!(catalog.get("twin").unwrap().meta.description, "first");
         let problems = catalog.problems();
         let errors: Vec<&Problem> = problems
@@ -810,7 +810,7 @@ mod tests {
         let root = tmp.path().join("skills");
         write_skill(&root, ".install-x", &skill_text("staged", "no", "no"));
         write_skill(&root, "real", &skill_text("real", "yes", "yes"));
-        let catalog = Catalog::load(vec![
+        let catalog = SkillCatalog::load(vec![
             SkillRoot::new(&root, SkillSource::User),
             SkillRoot::new(&root, SkillSource::Project),
         ]);
@@ -818,7 +818,7 @@ mod tests {
         assert_eq!(catalog.get("real").unwrap().source, SkillSource::User);
         assert_eq!(catalog.snapshot().shadowed("real"), &[]);
         // The home directory as the project: its .mew/skills is read as the user's only.
-        let catalog = Catalog::load(standard_roots(Some(tmp.path()), tmp.path(), &[]));
+        let catalog = SkillCatalog::load(standard_roots(Some(tmp.path()), tmp.path(), &[]));
         assert_eq!(catalog.problems(), &[]);
     }
 
@@ -830,7 +830,7 @@ mod tests {
             "demo",
             &skill_text("demo", "first", "Version one."),
         );
-        let catalog = Catalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::Project)]);
+        let catalog = SkillCatalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::Project)]);
 
         let mut first = catalog.activate("demo").unwrap();
         assert_eq!(first.warning, None);
@@ -857,7 +857,7 @@ mod tests {
     fn activation_falls_back_to_the_loaded_copy() {
         let tmp = tempfile::tempdir().unwrap();
         let path = write_skill(tmp.path(), "demo", &skill_text("demo", "d", "Loaded."));
-        let catalog = Catalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::Project)]);
+        let catalog = SkillCatalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::Project)]);
 
         fs::write(&path, "---\nname: demo\n").unwrap();
         let broken = catalog.activate("demo").unwrap();
@@ -888,7 +888,7 @@ mod tests {
     #[test]
     fn disclosure_follows_the_catalog() {
         let tmp = tempfile::tempdir().unwrap();
-        let catalog = Catalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::Project)]);
+        let catalog = SkillCatalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::Project)]);
         assert_eq!(catalog.disclosure(), None);
         write_skill(tmp.path(), "zeta", &skill_text("zeta", "Last.", "z"));
         write_skill(tmp.path(), "alpha", &skill_text("alpha", "First.", "a"));
@@ -903,7 +903,7 @@ mod tests {
     #[test]
     fn activating_an_unknown_skill_names_the_skills() {
         let tmp = tempfile::tempdir().unwrap();
-        let catalog = Catalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::Project)]);
+        let catalog = SkillCatalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::Project)]);
         assert_eq!(
             catalog.activate("nope").unwrap_err().to_string(),
             "no skill named \"nope\"; there are no skills"
@@ -930,7 +930,7 @@ mod tests {
             .collect();
         let text = |v: usize| skill_text("demo", &versions[v].0, &versions[v].1);
         let path = write_skill(tmp.path(), "demo", &text(0));
-        let catalog = Arc::new(Catalog::load(vec![SkillRoot::new(
+        let catalog = Arc::new(SkillCatalog::load(vec![SkillRoot::new(
             tmp.path(),
             SkillSource::Project,
         )]));
@@ -984,7 +984,7 @@ mod tests {
             "demo",
             "---\nname: demo\ndescription: d\nallowed-tools: Read Bash(git:*) mcp__gh__* Frobnicate\n---\n",
         );
-        let catalog = Catalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::Project)]);
+        let catalog = SkillCatalog::load(vec![SkillRoot::new(tmp.path(), SkillSource::Project)]);
         let problems = catalog.validate_tools(|name| ["read_file", "bash"].contains(&name));
         assert_eq!(
             problems,

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conversation::{ResultPart, ToolSpec};
 
-/// What a tool does to the world, for the permission engine.
+/// What a tool does to the world, for the permission policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Category {

@@ -23,7 +23,7 @@
 //! with what precedes it (`mcp__github__*`), and `mcp__server` alone matches all of that MCP
 //! server's tools, as in Claude Code. Anything else matches one name exactly; an entry with an
 //! argument pattern such as `Bash(git:*)` names no tool here (argument rules belong to the
-//! permission engine).
+//! permission policy).
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,18 +1,18 @@
-//! The engine: dispatches an event through the matching rules and merges their answers.
+//! The dispatcher: dispatches an event through the matching rules and merges their answers.
 //!
-//! [`HookEngine::dispatch`] runs the rules of the event in their load order:
+//! [`HookDispatcher::dispatch`] runs the rules of the event in their load order:
 //!
 //! 1. a rule matches when its Claude Code `matcher` (settings-file hooks) and its `if:`
 //!    (`hooks.yaml`) both hold for the payload;
 //! 2. an `only_once` rule runs at most once per session id, until
-//!    [`HookEngine::reset_session`];
+//!    [`HookDispatcher::reset_session`];
 //! 3. a synchronous rule runs to its end (at most its timeout; the dispatch's cancellation
 //!    kills it) and its answer is merged into the [`HookOutcome`]; a block, a deny or a stop
 //!    ends the dispatch;
-//! 4. an `async` rule (never on a blocking event) is started on the engine's task tracker and
+//! 4. an `async` rule (never on a blocking event) is started on the dispatcher's task tracker and
 //!    the dispatch goes on without it: its answer is only logged. It is killed when its
 //!    timeout passes, when the dispatch's cancellation token fires (the task it belongs to was
-//!    canceled), or at [`HookEngine::shutdown`].
+//!    canceled), or at [`HookDispatcher::shutdown`].
 //!
 //! A rule that updates the tool input hands the updated `tool_input` to the rules after it.
 
@@ -31,7 +31,7 @@ use super::event::{HookEvent, Payload};
 use super::output::{self, HookOutcome};
 use super::rules::HookRule;
 
-/// What the engine needs from the node.
+/// What the dispatcher needs from the node.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct HookSettings {
     /// The node's environment snapshot, read once at start-up. Shell hooks get
@@ -46,10 +46,10 @@ pub(crate) struct HookSettings {
     pub(crate) ledger_dir: Option<PathBuf>,
 }
 
-/// The engine could not be built.
+/// The dispatcher could not be built.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub(crate) struct HookEngineError(String);
+pub(crate) struct HookDispatcherError(String);
 
 /// A dispatch without a session id: every payload names its session, and `only_once` is kept
 /// per session.
@@ -106,7 +106,7 @@ impl HookContext {
 }
 
 /// Runs hook rules. Cheap to share behind an `Arc`; every method takes `&self`.
-pub(crate) struct HookEngine {
+pub(crate) struct HookDispatcher {
     rules: Vec<Arc<HookRule>>,
     settings: Arc<HookSettings>,
     subagents: Option<Arc<dyn SubagentRunner>>,
@@ -117,26 +117,26 @@ pub(crate) struct HookEngine {
     shutdown: CancellationToken,
 }
 
-impl std::fmt::Debug for HookEngine {
+impl std::fmt::Debug for HookDispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HookEngine")
+        f.debug_struct("HookDispatcher")
             .field("rules", &self.rules.len())
             .field("subagents", &self.subagents.is_some())
             .finish_non_exhaustive()
     }
 }
 
-impl HookEngine {
-    /// An engine for `rules` (from [`super::rules::load`]), in order.
+impl HookDispatcher {
+    /// An dispatcher for `rules` (from [`super::rules::load`]), in order.
     pub(crate) fn new(
         rules: Vec<HookRule>,
         settings: HookSettings,
-    ) -> Result<Self, HookEngineError> {
+    ) -> Result<Self, HookDispatcherError> {
         Ok(Self {
             rules: rules.into_iter().map(Arc::new).collect(),
             settings: Arc::new(settings),
             subagents: None,
-            http: http_client().map_err(HookEngineError)?,
+            http: http_client().map_err(HookDispatcherError)?,
             fired: Mutex::new(HashMap::new()),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),

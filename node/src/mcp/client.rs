@@ -1,4 +1,5 @@
-//! One configured MCP server through its life: connect, call, reconnect, give up, stop.
+//! Mew's client of one configured MCP server, through its life: connect, call, reconnect,
+//! give up, stop.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -42,11 +43,11 @@ pub(super) fn backoff(n: u32) -> Duration {
 }
 
 /// One configured server.
-pub(super) struct Server {
+pub(super) struct McpClient {
     name: String,
     config: McpServerConfig,
     ctx: Arc<McpContext>,
-    me: Weak<Server>,
+    me: Weak<McpClient>,
     shared: Mutex<Shared>,
     /// Held while a connection is made, so concurrent calls wait for one restart.
     reconnecting: tokio::sync::Mutex<()>,
@@ -83,7 +84,7 @@ enum Outcome {
     Stopped,
 }
 
-impl Server {
+impl McpClient {
     pub(super) fn new(
         name: &str,
         config: McpServerConfig,

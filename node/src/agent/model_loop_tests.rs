@@ -11,11 +11,11 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
-use super::engine::{Agent, Observer, Outcome, Resume};
+use super::model_loop::{Agent, Observer, Outcome, Resume};
 use super::session::{AgentError, AgentSettings, Session, close_dangling_calls};
 use crate::config::PermissionsConfig;
 use crate::conversation::{Block, ChatMessage, Speaker};
-use crate::permission::PermissionEngine;
+use crate::permission::PermissionPolicy;
 use crate::provider::openai::OpenAiProvider;
 use crate::provider::{HttpSettings, KeySource, Provider, ProviderSetup};
 use crate::tools::registry::ToolRegistry;
@@ -98,7 +98,7 @@ fn provider(model: &ScriptedModel) -> Arc<dyn Provider> {
 
 fn agent(model: &ScriptedModel, tools: ToolRegistry, unknown_tool_limit: u32) -> Agent {
     let dir = std::env::temp_dir();
-    let permissions = PermissionEngine::new(&PermissionsConfig::default(), &dir, None).unwrap();
+    let permissions = PermissionPolicy::new(&PermissionsConfig::default(), &dir, None).unwrap();
     Agent {
         provider: provider(model),
         tools,
@@ -364,9 +364,9 @@ fn run_hooks(dir: &std::path::Path, rules: Value) -> Arc<crate::hooks::RunHooks>
         project_dir: dir.to_owned(),
         ledger_dir: None,
     };
-    let engine = crate::hooks::HookEngine::new(rules, settings).unwrap();
+    let dispatcher = crate::hooks::HookDispatcher::new(rules, settings).unwrap();
     Arc::new(crate::hooks::RunHooks {
-        engine: Arc::new(engine),
+        dispatcher: Arc::new(dispatcher),
         ctx: crate::hooks::HookContext::new("context-1", dir).unwrap(),
     })
 }
@@ -732,7 +732,7 @@ async fn a_pre_tool_use_allow_does_not_lift_a_deny_rule() {
         deny: vec![crate::permission::rules::Rule::parse("record").unwrap()],
         ..PermissionsConfig::default()
     };
-    agent.permissions = Arc::new(PermissionEngine::new(&config, dir.path(), None).unwrap());
+    agent.permissions = Arc::new(PermissionPolicy::new(&config, dir.path(), None).unwrap());
     let mut s = session("record 1");
     agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
     assert!(order.lock().unwrap().is_empty());
@@ -874,7 +874,7 @@ async fn each_call_meets_its_pre_tool_use_hooks_once_across_an_approval() {
     };
     assert_eq!(pending.id, "c1");
     // What the hooks said travels with the task's state (it is serialized there).
-    let pending: super::engine::PendingCall =
+    let pending: super::model_loop::PendingCall =
         serde_json::from_value(serde_json::to_value(&pending).unwrap()).unwrap();
     let resume = Resume::Approval {
         pending,

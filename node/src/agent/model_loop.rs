@@ -21,7 +21,7 @@ use crate::conversation::{
     Block, ChatMessage, Delta, ModelRequest, ResultPart, Speaker, StopReason,
 };
 use crate::hooks::{HookOutcome, MAX_STOP_BLOCKS, Payload, PermissionDecision};
-use crate::permission::{Decision, PermissionEngine};
+use crate::permission::{Decision, PermissionPolicy};
 use crate::provider::{Provider, ProviderError};
 use crate::tools::registry::ToolRegistry;
 use crate::tools::{Category, ToolContext, ToolOutput};
@@ -90,7 +90,7 @@ pub(crate) trait Observer: Send + Sync {
 pub(crate) struct Agent {
     pub(crate) provider: Arc<dyn Provider>,
     pub(crate) tools: ToolRegistry,
-    pub(crate) permissions: Arc<PermissionEngine>,
+    pub(crate) permissions: Arc<PermissionPolicy>,
     pub(crate) settings: AgentSettings,
     pub(crate) context: ToolContext,
 }
