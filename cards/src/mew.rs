@@ -144,6 +144,33 @@ impl MewMetadata {
         }
     }
 
+    /// Sets `metadata.mew.usage` to `usage`, leaving the rest of `mew` (a caller's own fields,
+    /// say) as it is.
+    pub fn set_usage(metadata: &mut Metadata, usage: &Usage) {
+        if let Ok(value) = serde_json::to_value(usage) {
+            change_mew(metadata, |mew| {
+                mew.insert("usage".to_owned(), value);
+            });
+        }
+    }
+
+    /// Appends `link` to `metadata.mew.children` (a list that is not one is replaced), leaving
+    /// the rest of `mew` as it is.
+    pub fn push_child(metadata: &mut Metadata, link: &ChildLink) {
+        let Ok(value) = serde_json::to_value(link) else {
+            return;
+        };
+        change_mew(metadata, |mew| {
+            match mew
+                .entry("children")
+                .or_insert_with(|| Value::Array(Vec::new()))
+            {
+                Value::Array(items) => items.push(value),
+                other => *other = Value::Array(vec![value]),
+            }
+        });
+    }
+
     /// Removes the fields only the node writes ([`NODE_OWNED_FIELDS`]) from `metadata.mew`,
     /// leaving everything else as the caller sent it.
     pub fn strip_node_owned(metadata: &mut Metadata) {
@@ -153,6 +180,17 @@ impl MewMetadata {
             }
         }
     }
+}
+
+/// Runs `change` on the `mew` object of `metadata` (an empty one if there is none or it is not
+/// an object) and puts the result back.
+fn change_mew(metadata: &mut Metadata, change: impl FnOnce(&mut Map<String, Value>)) {
+    let mut mew = match metadata.remove(METADATA_KEY) {
+        Some(Value::Object(mew)) => mew,
+        _ => Map::new(),
+    };
+    change(&mut mew);
+    metadata.insert(METADATA_KEY.to_owned(), Value::Object(mew));
 }
 
 /// One field of the `mew` object, if it is there and parses.
@@ -314,5 +352,33 @@ mod tests {
         let mut forged = metadata(json!({"mew": {"children": [], "usage": {}, "depth": 1}}));
         MewMetadata::strip_node_owned(&mut forged);
         assert_eq!(Value::Object(forged), json!({"mew": {"depth": 1}}));
+    }
+
+    #[test]
+    fn annotations_change_one_field_and_keep_the_rest_of_mew() {
+        let mut m = metadata(json!({"mew": {"custom": true, "children": "not a list"}, "x": 1}));
+        let link = ChildLink {
+            task_id: "c1".into(),
+            agent: "helper".into(),
+            ..ChildLink::default()
+        };
+        MewMetadata::push_child(&mut m, &link);
+        MewMetadata::push_child(&mut m, &link);
+        MewMetadata::set_usage(
+            &mut m,
+            &Usage {
+                input_tokens: 3,
+                ..Usage::default()
+            },
+        );
+        let mew = MewMetadata::read(Some(&m));
+        assert_eq!(mew.children, vec![link.clone(), link]);
+        assert_eq!(mew.usage.map(|u| u.input_tokens), Some(3));
+        assert_eq!(m["mew"]["custom"], json!(true));
+        assert_eq!(m["x"], json!(1));
+
+        let mut not_an_object = metadata(json!({"mew": 5}));
+        MewMetadata::set_usage(&mut not_an_object, &Usage::default());
+        assert!(not_an_object["mew"].is_object());
     }
 }

@@ -171,36 +171,10 @@ impl LiveState {
 /// Applies `annotation` to a task's metadata: sets `mew.usage`, or appends to `mew.children`.
 /// Only that field changes: whatever else `mew` holds (a caller's fields, say) stays as it is.
 fn apply_annotation(annotation: &Annotation, metadata: &mut Option<mew_cards::Metadata>) {
-    let (key, value, append) = match annotation {
-        Annotation::Usage(usage) => ("usage", serde_json::to_value(usage), false),
-        Annotation::Child(link) => ("children", serde_json::to_value(link), true),
-    };
-    // Plain data always serializes.
-    let Ok(value) = value else {
-        return;
-    };
-    {
-        let mew = metadata
-            .get_or_insert_with(Default::default)
-            .entry(mew_cards::mew::METADATA_KEY)
-            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
-        if !mew.is_object() {
-            *mew = serde_json::Value::Object(serde_json::Map::new());
-        }
-        let Some(mew) = mew.as_object_mut() else {
-            return;
-        };
-        if append {
-            let list = mew
-                .entry(key)
-                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
-            match list.as_array_mut() {
-                Some(items) => items.push(value),
-                None => *list = serde_json::Value::Array(vec![value]),
-            }
-        } else {
-            mew.insert(key.to_owned(), value);
-        }
+    let metadata = metadata.get_or_insert_with(Default::default);
+    match annotation {
+        Annotation::Usage(usage) => mew_cards::mew::MewMetadata::set_usage(metadata, usage),
+        Annotation::Child(link) => mew_cards::mew::MewMetadata::push_child(metadata, link),
     }
 }
 
