@@ -151,12 +151,9 @@ impl Runtime {
         let identity = Arc::new(crate::identity::NodeKey::load_or_create(
             &config.node.data_dir,
         )?);
-        let store = crate::tasks::open_store(&config.node.data_dir).with_context(|| {
-            format!(
-                "cannot open the task store in {}",
-                config.node.data_dir.display()
-            )
-        })?;
+        let store = crate::tasks::open_store(&config.store, &config.node.data_dir, &env)
+            .await
+            .context("cannot open the task store")?;
         // Before the task manager fails the tasks a crashed node left running: kill their commands.
         let ledger = ledger_dir(&config.node.data_dir);
         for reaped in reap_orphans(&ledger) {

@@ -3,6 +3,7 @@
 pub mod mcp;
 pub mod model;
 pub mod node;
+pub mod postgres;
 pub mod process;
 pub mod python;
 pub mod tls;

@@ -258,6 +258,15 @@ impl MewNode {
         Self::start_with_config(&format!("{ECHO_CONFIG}{config}"), &all).await
     }
 
+    /// The directories of a node whose default role is the echo role, with no process yet
+    /// ([`MewNode::start_echo`] without the launch).
+    pub fn new_echo(config: &str) -> anyhow::Result<Self> {
+        let node = Self::new()?;
+        node.write_config(&format!("{ECHO_CONFIG}{config}"))?;
+        node.write_role("echo.md", &echo_role("echo")?)?;
+        Ok(node)
+    }
+
     /// Gives the node an environment variable (from its next launch on).
     pub fn set_env(&mut self, name: &str, value: &str) {
         self.env.push((name.to_owned(), value.to_owned()));

@@ -106,6 +106,7 @@ pub(crate) const ENV_VARS: &[(&str, &str, EnvKind)] = &[
     ("MEW_DATA_DIR", "node.data_dir", EnvKind::String),
     ("MEW_LOG_LEVEL", "log.level", EnvKind::String),
     ("MEW_LOG_FORMAT", "log.format", EnvKind::String),
+    ("MEW_STORE_URL", "store.url", EnvKind::String),
 ];
 
 /// How an environment variable's text becomes a configuration value.

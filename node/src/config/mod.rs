@@ -32,6 +32,7 @@ pub(crate) mod push;
 mod resolve;
 mod schema;
 mod skills;
+pub(crate) mod store;
 pub(crate) mod tls;
 
 #[cfg(test)]
@@ -108,6 +109,8 @@ pub struct Config {
     pub tls: TlsConfig,
     /// `push:` — where push notifications may go, and how hard the node tries to deliver them.
     pub push: PushConfig,
+    /// `store:` — where the tasks live: SQLite in the data directory, or a PostgreSQL server.
+    pub store: crate::tasks::StoreConfig,
     /// `agent:` — which provider and model run model-driven roles.
     pub agent: AgentConfig,
     /// `providers:` — the model services, by the names the user gave them.

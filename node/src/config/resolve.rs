@@ -121,6 +121,7 @@ impl LoadedConfig {
             auth: self.resolve_auth()?,
             tls: self.resolve_tls(home, &project)?,
             push: self.resolve_push()?,
+            store: self.resolve_store()?,
             agent: self.resolve_agent(),
             providers: self.resolve_providers()?,
             peers: self.resolve_peers()?,
@@ -144,7 +145,7 @@ impl LoadedConfig {
             .collect())
     }
 
-    fn origin_of(&self, key: &str) -> Origin {
+    pub(super) fn origin_of(&self, key: &str) -> Origin {
         self.origins.get(key).cloned().unwrap_or(Origin::Default)
     }
 

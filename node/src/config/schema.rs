@@ -14,6 +14,7 @@ use super::peers::{PeerSettings, peer_entry_schema};
 use super::providers::{AgentSettings, ProviderSettings, provider_entry_schema};
 use super::push::PushSettings;
 use super::skills::SkillsSettings;
+use super::store::StoreSettings;
 use super::tls::TlsSettings;
 use crate::duration;
 use crate::permission::rules::Rule;
@@ -33,6 +34,7 @@ pub(crate) struct Settings {
     pub(crate) auth: AuthSettings,
     pub(crate) tls: TlsSettings,
     pub(crate) push: PushSettings,
+    pub(crate) store: StoreSettings,
     pub(crate) agent: AgentSettings,
     pub(crate) providers: BTreeMap<String, ProviderSettings>,
     pub(crate) peers: BTreeMap<String, PeerSettings>,

@@ -2,20 +2,106 @@
 
 pub(crate) mod executor;
 pub(crate) mod manager;
+pub(crate) mod postgres;
+mod rows;
 pub(crate) mod sqlite;
 pub(crate) mod store;
 
 #[cfg(test)]
 mod manager_tests;
+#[cfg(test)]
+pub(crate) mod store_tests;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use serde::Serialize;
+
 use self::store::{StoreError, TaskStore};
 
-/// Opens the node's task store in its data directory: the SQLite database `tasks.db`.
-pub(crate) fn open_store(data_dir: &Path) -> Result<Arc<dyn TaskStore>, StoreError> {
-    Ok(Arc::new(sqlite::SqliteStore::open(
-        &data_dir.join("tasks.db"),
-    )?))
+/// `store:` — where the node keeps its tasks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StoreConfig {
+    /// A PostgreSQL URL (`MEW_STORE_URL`); `None`: SQLite, `tasks.db` in the data directory.
+    #[serde(serialize_with = "serialize_url")]
+    pub url: Option<String>,
+    /// The environment variable that holds the database password, when the URL has none.
+    pub password_env: String,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            password_env: "MEW_STORE_PASSWORD".to_owned(),
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Whether a `postgres://user:password@host` URL names a password.
+    pub(crate) fn url_has_password(url: &str) -> bool {
+        redacted(url).is_some()
+    }
+}
+
+/// `url` with its password replaced by `***`, if it has one.
+fn redacted(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let (userinfo, host) = authority.rsplit_once('@')?;
+    let (user, _password) = userinfo.split_once(':')?;
+    Some(format!("{scheme}://{user}:***@{host}{tail}"))
+}
+
+/// Writes the URL without its password (what `mew config show` prints).
+fn serialize_url<S: serde::Serializer>(url: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    match url {
+        Some(url) => s.serialize_some(&redacted(url).unwrap_or_else(|| url.clone())),
+        None => s.serialize_none(),
+    }
+}
+
+/// Opens the node's task store: the PostgreSQL database of `config.url`, with the password
+/// from `env` if the URL has none, or else the SQLite database `tasks.db` in `data_dir`.
+pub(crate) async fn open_store(
+    config: &StoreConfig,
+    data_dir: &Path,
+    env: &HashMap<String, String>,
+) -> Result<Arc<dyn TaskStore>, StoreError> {
+    match &config.url {
+        Some(url) => {
+            let password = env.get(&config.password_env).map(String::as_str);
+            Ok(Arc::new(
+                postgres::PostgresStore::open(url, password).await?,
+            ))
+        }
+        None => {
+            let path = data_dir.join("tasks.db");
+            let store = tokio::task::spawn_blocking(move || sqlite::SqliteStore::open(&path))
+                .await
+                .map_err(|e| {
+                    StoreError::Backend(format!("opening the task store failed: {e}"))
+                })??;
+            Ok(Arc::new(store))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_found_and_redacted() {
+        assert_eq!(
+            redacted("postgres://mew:s3cr:et@db:5432/mew?sslmode=require").as_deref(),
+            Some("postgres://mew:***@db:5432/mew?sslmode=require")
+        );
+        assert!(StoreConfig::url_has_password("postgresql://a:b@h/d"));
+        assert!(!StoreConfig::url_has_password("postgres://mew@db/mew"));
+        assert!(!StoreConfig::url_has_password("postgres://db/mew"));
+    }
 }

@@ -21,14 +21,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mew_cards::{
-    ContextId, Message, StreamResponse, Task, TaskId, TaskPushNotificationConfig, TaskState,
-    TaskStatus, TaskStatusUpdateEvent, Timestamp,
+    ContextId, StreamResponse, TaskId, TaskPushNotificationConfig, TaskState, Timestamp,
 };
 use rusqlite::config::DbConfig;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, ErrorCode, OpenFlags, params, params_from_iter};
 use tokio::sync::{mpsc, oneshot};
 
+use super::rows::{ConfigRow, Row, assemble, bound_nanos, decode_config, decode_task, fail_task};
 use super::store::{
     Cursor, OutboxRow, PendingPush, StoreError, StoredTask, TaskPage, TaskQuery, TaskStore,
 };
@@ -582,17 +582,6 @@ fn write_error(what: &str, e: rusqlite::Error) -> StoreError {
     StoreError::Backend(format!("cannot {what}: {e}"))
 }
 
-/// Nanoseconds since the epoch as stored, or `None` outside the years 1677..2262.
-fn stored_nanos(time: Timestamp) -> Option<i64> {
-    i64::try_from(time.unix_nanos()).ok()
-}
-
-/// Nanoseconds since the epoch for a query bound, clamped to the stored range.
-fn bound_nanos(time: Timestamp) -> i64 {
-    let nanos = time.unix_nanos();
-    i64::try_from(nanos).unwrap_or(if nanos < 0 { i64::MIN } else { i64::MAX })
-}
-
 /// Idle read connections, opened on demand.
 struct ReadPool {
     path: PathBuf,
@@ -627,99 +616,22 @@ impl ReadPool {
     }
 }
 
-/// A task as its columns, encoded by the caller so the writer only writes.
-struct Row {
-    id: String,
-    context_id: String,
-    role: String,
-    owner: Option<String>,
-    parent: Option<String>,
-    state: i32,
-    status_time: i64,
-    created: i64,
-    task: String,
-    private: String,
-}
-
-impl Row {
-    fn encode(stored: &StoredTask) -> Result<Self, StoreError> {
-        let id = stored.task.id.as_str();
-        if id.is_empty() {
-            return Err(StoreError::Backend(
-                "cannot store a task without an id".to_owned(),
-            ));
-        }
-        let out_of_range = |what: &str, time: Timestamp| {
-            StoreError::Backend(format!(
-                "cannot store task {id}: its {what} {time} is outside the years 1677 to 2262"
-            ))
-        };
-        let status_time = stored.status_time();
-        let status_time =
-            stored_nanos(status_time).ok_or_else(|| out_of_range("status time", status_time))?;
-        let created = stored_nanos(stored.created)
-            .ok_or_else(|| out_of_range("creation time", stored.created))?;
-        let encode_error = |what: &str, e: serde_json::Error| {
-            StoreError::Backend(format!("cannot encode the {what} of task {id}: {e}"))
-        };
-        Ok(Self {
-            id: id.to_owned(),
-            context_id: stored.task.context_id.as_str().to_owned(),
-            role: stored.role.clone(),
-            owner: stored.owner.clone(),
-            parent: stored.parent.as_ref().map(|p| p.as_str().to_owned()),
-            state: stored.task.status.state.number(),
-            status_time,
-            created,
-            task: serde_json::to_string(&stored.task).map_err(|e| encode_error("task", e))?,
-            private: serde_json::to_string(&stored.private)
-                .map_err(|e| encode_error("private state", e))?,
-        })
-    }
-}
-
 /// Reads one row selected with [`COLUMNS`].
 fn decode(row: &rusqlite::Row<'_>) -> Result<StoredTask, StoreError> {
     let id: String = row
         .get(0)
         .map_err(|e| StoreError::Backend(format!("cannot read a task id: {e}")))?;
-    let corrupt = |reason: String| StoreError::Corrupt {
+    let column = |e: rusqlite::Error| StoreError::Corrupt {
         id: id.clone(),
-        reason,
+        reason: format!("a column cannot be read: {e}"),
     };
-    let column = |e: rusqlite::Error| corrupt(format!("a column cannot be read: {e}"));
     let role: String = row.get(1).map_err(column)?;
     let owner: Option<String> = row.get(2).map_err(column)?;
     let parent: Option<String> = row.get(3).map_err(column)?;
     let created: i64 = row.get(4).map_err(column)?;
     let task: String = row.get(6).map_err(column)?;
     let private: String = row.get(7).map_err(column)?;
-    let task = decode_task(&id, &task)?;
-    let private = serde_json::from_str(&private)
-        .map_err(|e| corrupt(format!("its private state is not valid JSON: {e}")))?;
-    Ok(StoredTask {
-        task,
-        role,
-        owner,
-        parent: parent.map(TaskId::from),
-        created: Timestamp::from_unix_nanos(i128::from(created)),
-        private,
-    })
-}
-
-/// Parses the `task` column of the row with this id.
-fn decode_task(id: &str, json: &str) -> Result<Task, StoreError> {
-    let task: Task = serde_json::from_str(json).map_err(|e| StoreError::Corrupt {
-        id: id.to_owned(),
-        reason: format!("its task JSON does not parse: {e}"),
-    })?;
-    if task.id.as_str() != id {
-        return Err(StoreError::Corrupt {
-            id: id.to_owned(),
-            reason: format!("its task JSON has the id {:?}", task.id.as_str()),
-        });
-    }
-    Ok(task)
+    assemble(id, role, owner, parent, created, &task, &private)
 }
 
 fn decode_all(mut rows: rusqlite::Rows<'_>, what: &str) -> Result<Vec<StoredTask>, StoreError> {
@@ -1061,45 +973,6 @@ fn in_savepoint(
     Ok(ids)
 }
 
-/// A push config as its columns, encoded by the caller.
-struct ConfigRow {
-    task_id: String,
-    id: String,
-    config: String,
-}
-
-impl ConfigRow {
-    fn encode(config: &TaskPushNotificationConfig) -> Result<Self, StoreError> {
-        if config.task_id.as_str().is_empty() || config.id.is_empty() {
-            return Err(StoreError::Backend(
-                "cannot store a push config without a task id and an id".to_owned(),
-            ));
-        }
-        let json = serde_json::to_string(config).map_err(|e| {
-            StoreError::Backend(format!(
-                "cannot encode push config {} of task {}: {e}",
-                config.id, config.task_id
-            ))
-        })?;
-        Ok(Self {
-            task_id: config.task_id.as_str().to_owned(),
-            id: config.id.clone(),
-            config: json,
-        })
-    }
-}
-
-fn decode_config(
-    task_id: &str,
-    id: &str,
-    json: &str,
-) -> Result<TaskPushNotificationConfig, StoreError> {
-    serde_json::from_str(json).map_err(|e| StoreError::Corrupt {
-        id: task_id.to_owned(),
-        reason: format!("its push config {id} does not parse: {e}"),
-    })
-}
-
 fn put_config(conn: &Connection, row: &ConfigRow) -> Result<(), StoreError> {
     conn.prepare_cached(
         "INSERT INTO push_configs (task_id, id, config) VALUES (?1, ?2, ?3)
@@ -1238,11 +1111,7 @@ fn fail_unfinished(conn: &Connection, reason: &str) -> Result<Vec<TaskId>, Store
     let mut ids = Vec::with_capacity(unfinished.len());
     for (id, json) in unfinished {
         let mut task = decode_task(&id, &json)?;
-        let mut message = Message::agent_text(reason);
-        message.task_id = Some(task.id.clone());
-        message.context_id = Some(task.context_id.clone());
-        task.history.push(message.clone());
-        task.status = TaskStatus::with_message(TaskState::Failed, message);
+        let event = fail_task(&mut task, reason);
         let now = task.status.timestamp.unwrap_or_else(Timestamp::now);
         let json = serde_json::to_string(&task).map_err(|e| {
             StoreError::Backend(format!("cannot encode the task {id} as failed: {e}"))
@@ -1255,16 +1124,7 @@ fn fail_unfinished(conn: &Connection, reason: &str) -> Result<Vec<TaskId>, Store
                 json
             ])
             .map_err(fail)?;
-        enqueue_for_configs(
-            conn,
-            &task.id,
-            &StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-                task_id: task.id.clone(),
-                context_id: task.context_id.clone(),
-                status: task.status.clone(),
-                metadata: None,
-            }),
-        )?;
+        enqueue_for_configs(conn, &task.id, &event)?;
         ids.push(task.id);
     }
     Ok(ids)
@@ -1306,43 +1166,11 @@ fn enqueue_for_configs(
 mod tests {
     use std::collections::BTreeSet;
 
-    use mew_cards::{Artifact, Part, PartContent, Role};
-    use serde_json::{Value, json};
+    use mew_cards::{Message, Role};
     use tempfile::TempDir;
 
     use super::*;
-
-    /// 2023-11-14T22:13:20Z, safely in the past.
-    const T0: i128 = 1_700_000_000_000_000_000;
-
-    fn at(nanos: i128) -> Timestamp {
-        Timestamp::from_unix_nanos(nanos)
-    }
-
-    fn stored(id: &str, context: &str, role: &str, state: TaskState, time: i128) -> StoredTask {
-        StoredTask {
-            task: Task {
-                id: id.into(),
-                context_id: context.into(),
-                status: TaskStatus {
-                    state,
-                    message: None,
-                    timestamp: Some(at(time)),
-                },
-                ..Task::default()
-            },
-            role: role.to_owned(),
-            owner: None,
-            parent: None,
-            created: at(time),
-            private: Value::Null,
-        }
-    }
-
-    fn owned(mut task: StoredTask, owner: &str) -> StoredTask {
-        task.owner = Some(owner.to_owned());
-        task
-    }
+    use crate::tasks::store_tests::*;
 
     fn db_path(dir: &TempDir) -> PathBuf {
         dir.path().join("tasks.db")
@@ -1350,68 +1178,6 @@ mod tests {
 
     fn open(dir: &TempDir) -> SqliteStore {
         SqliteStore::open(&db_path(dir)).unwrap()
-    }
-
-    fn ids(tasks: &[StoredTask]) -> Vec<&str> {
-        tasks.iter().map(|t| t.task.id.as_str()).collect()
-    }
-
-    fn query(limit: usize) -> TaskQuery {
-        TaskQuery {
-            limit,
-            ..TaskQuery::default()
-        }
-    }
-
-    fn error_text(result: Result<impl std::fmt::Debug, StoreError>) -> String {
-        result.unwrap_err().to_string()
-    }
-
-    /// Follows `next` from the first page to the last; returns every page's ids.
-    async fn all_pages(store: &SqliteStore, mut q: TaskQuery) -> Vec<Vec<String>> {
-        let mut pages = Vec::new();
-        loop {
-            let page = store.list(&q).await.unwrap();
-            pages.push(ids(&page.tasks).into_iter().map(str::to_owned).collect());
-            match page.next {
-                Some(next) => q.after = Some(next),
-                None => return pages,
-            }
-        }
-    }
-
-    fn rich_task() -> StoredTask {
-        let mut question = Message::user_text("summarise this");
-        question.context_id = Some("ctx-1".into());
-        question.task_id = Some("task-1".into());
-        question
-            .parts
-            .push(Part::new(PartContent::Raw(vec![0, 1, 2, 254, 255])));
-        question.parts.push(Part::data(json!({"rows": [1, 2, 3]})));
-        let mut answer = Message::agent_text("which part?");
-        answer.context_id = Some("ctx-1".into());
-        answer.task_id = Some("task-1".into());
-        let mut artifact = Artifact::new("summary", vec![Part::text("short")]);
-        artifact.metadata = json!({"score": 0.5}).as_object().cloned();
-        StoredTask {
-            task: Task {
-                id: "task-1".into(),
-                context_id: "ctx-1".into(),
-                status: TaskStatus {
-                    state: TaskState::InputRequired,
-                    message: Some(answer.clone()),
-                    timestamp: Some(at(T0 + 5_123)),
-                },
-                artifacts: vec![artifact],
-                history: vec![question, answer],
-                metadata: json!({"origin": "test"}).as_object().cloned(),
-            },
-            role: "summariser".to_owned(),
-            owner: Some("alice".to_owned()),
-            parent: Some("task-0".into()),
-            created: at(T0),
-            private: json!({"conversation": [{"role": "user", "text": "summarise this"}], "usage": {"tokens": 12}}),
-        }
     }
 
     #[tokio::test]
@@ -1465,346 +1231,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn put_replaces_the_task_with_the_same_id() {
-        let dir = TempDir::new().unwrap();
-        let store = open(&dir);
-        store.put(&rich_task()).await.unwrap();
-
-        let mut replaced = rich_task();
-        replaced.task.status = TaskStatus {
-            state: TaskState::Completed,
-            message: Some(Message::agent_text("done")),
-            timestamp: Some(at(T0 + 9_000)),
-        };
-        replaced.task.history.truncate(1);
-        replaced.role = "writer".to_owned();
-        replaced.owner = None;
-        replaced.private = json!({"usage": {"tokens": 40}});
-        store.put(&replaced).await.unwrap();
-
-        assert_eq!(
-            store.get(&"task-1".into()).await.unwrap(),
-            Some(replaced.clone())
-        );
-        let all = store.list(&query(10)).await.unwrap();
-        assert_eq!((ids(&all.tasks), all.total), (vec!["task-1"], 1));
-        let old_role = TaskQuery {
-            role: Some("summariser".to_owned()),
-            ..query(10)
-        };
-        assert_eq!(store.list(&old_role).await.unwrap().total, 0);
-        let old_owner = TaskQuery {
-            owner: Some("alice".to_owned()),
-            ..query(10)
-        };
-        assert_eq!(store.list(&old_owner).await.unwrap().total, 0);
-        let completed = TaskQuery {
-            state: Some(TaskState::Completed),
-            ..query(10)
-        };
-        assert_eq!(store.list(&completed).await.unwrap().total, 1);
-    }
-
-    #[tokio::test]
-    async fn list_pages_through_equal_times_by_id() {
-        let dir = TempDir::new().unwrap();
-        let store = open(&dir);
-        for i in 0..25 {
-            let task = stored(&format!("task-{i:02}"), "c", "r", TaskState::Working, T0);
-            store.put(&task).await.unwrap();
-        }
-
-        let first = store.list(&query(10)).await.unwrap();
-        assert_eq!(
-            ids(&first.tasks),
-            [
-                "task-24", "task-23", "task-22", "task-21", "task-20", "task-19", "task-18",
-                "task-17", "task-16", "task-15"
-            ]
-        );
-        assert_eq!(first.total, 25);
-        assert_eq!(
-            first.next,
-            Some(Cursor {
-                status_time: at(T0),
-                id: "task-15".into()
-            })
-        );
-
-        let second = store
-            .list(&TaskQuery {
-                after: first.next,
-                ..query(10)
-            })
-            .await
-            .unwrap();
-        assert_eq!(ids(&second.tasks)[0], "task-14");
-        assert_eq!(ids(&second.tasks)[9], "task-05");
-        assert_eq!(second.total, 25);
-        let third = store
-            .list(&TaskQuery {
-                after: second.next,
-                ..query(10)
-            })
-            .await
-            .unwrap();
-        assert_eq!(
-            ids(&third.tasks),
-            ["task-04", "task-03", "task-02", "task-01", "task-00"]
-        );
-        assert_eq!((third.total, third.next), (25, None));
-
-        // A page that ends exactly at the last task has no next page.
-        let pages = all_pages(&store, query(5)).await;
-        assert_eq!(pages.len(), 5);
-        assert_eq!(
-            pages[4],
-            ["task-04", "task-03", "task-02", "task-01", "task-00"]
-        );
-        let everything = store.list(&query(25)).await.unwrap();
-        assert_eq!((everything.tasks.len(), everything.next), (25, None));
-        let all_but_one = store.list(&query(24)).await.unwrap();
-        assert_eq!(all_but_one.next.map(|c| c.id), Some("task-01".into()));
-        let none = store.list(&query(0)).await.unwrap();
-        assert_eq!((none.tasks.len(), none.total, none.next), (0, 25, None));
-    }
-
-    #[tokio::test]
-    async fn list_orders_by_status_time_then_id_across_pages() {
-        let dir = TempDir::new().unwrap();
-        let store = open(&dir);
-        // Ids in a different order than times; tasks 20..25 share one time.
-        for i in 0..25i128 {
-            let id = format!("task-{:02}", (i * 7) % 25);
-            let time = T0 + i.min(20) * 1_000;
-            store
-                .put(&stored(&id, "c", "r", TaskState::Completed, time))
-                .await
-                .unwrap();
-        }
-        let pages = all_pages(&store, query(7)).await;
-        assert_eq!(pages.iter().map(Vec::len).collect::<Vec<_>>(), [7, 7, 7, 4]);
-        let listed: Vec<String> = pages.concat();
-        // i = 20..24 share the newest time: ids 15, 22, 04, 11, 18, descending by id.
-        let mut expected: Vec<String> = [22, 18, 15, 11, 4]
-            .iter()
-            .map(|n| format!("task-{n:02}"))
-            .collect();
-        expected.extend((0..20).rev().map(|i| format!("task-{:02}", (i * 7) % 25)));
-        assert_eq!(listed, expected);
-    }
-
-    #[tokio::test]
-    async fn list_filters_and_counts() {
-        let dir = TempDir::new().unwrap();
-        let store = open(&dir);
-        for task in [
-            owned(
-                stored("a", "c1", "coder", TaskState::Working, T0 + 1),
-                "alice",
-            ),
-            owned(
-                stored("b", "c2", "coder", TaskState::Completed, T0 + 2),
-                "bob",
-            ),
-            owned(
-                stored("c", "c1", "planner", TaskState::Completed, T0 + 3),
-                "alice",
-            ),
-            stored("d", "c3", "planner", TaskState::Failed, T0 + 4),
-            owned(
-                stored("e", "c1", "coder", TaskState::Completed, T0 + 5),
-                "alice",
-            ),
-        ] {
-            store.put(&task).await.unwrap();
-        }
-        let cases = [
-            (query(10), vec!["e", "d", "c", "b", "a"]),
-            (
-                TaskQuery {
-                    role: Some("coder".to_owned()),
-                    ..query(10)
-                },
-                vec!["e", "b", "a"],
-            ),
-            (
-                TaskQuery {
-                    owner: Some("alice".to_owned()),
-                    ..query(10)
-                },
-                vec!["e", "c", "a"],
-            ),
-            (
-                TaskQuery {
-                    context_id: Some("c1".into()),
-                    ..query(10)
-                },
-                vec!["e", "c", "a"],
-            ),
-            (
-                TaskQuery {
-                    state: Some(TaskState::Completed),
-                    ..query(10)
-                },
-                vec!["e", "c", "b"],
-            ),
-            (
-                TaskQuery {
-                    status_after: Some(at(T0 + 3)),
-                    ..query(10)
-                },
-                vec!["e", "d", "c"],
-            ),
-            (
-                TaskQuery {
-                    role: Some("coder".to_owned()),
-                    owner: Some("alice".to_owned()),
-                    context_id: Some("c1".into()),
-                    state: Some(TaskState::Completed),
-                    status_after: Some(at(T0 + 2)),
-                    ..query(10)
-                },
-                vec!["e"],
-            ),
-            (
-                TaskQuery {
-                    role: Some("nobody".to_owned()),
-                    ..query(10)
-                },
-                vec![],
-            ),
-        ];
-        for (q, expected) in cases {
-            let page = store.list(&q).await.unwrap();
-            assert_eq!(ids(&page.tasks), expected, "{q:?}");
-            assert_eq!(page.total, expected.len(), "{q:?}");
-            assert_eq!(page.next, None, "{q:?}");
-        }
-
-        // The total ignores the cursor; the cursor composes with the filters.
-        let coder = TaskQuery {
-            role: Some("coder".to_owned()),
-            ..query(1)
-        };
-        let first = store.list(&coder).await.unwrap();
-        assert_eq!((ids(&first.tasks), first.total), (vec!["e"], 3));
-        let second = store
-            .list(&TaskQuery {
-                after: first.next.clone(),
-                ..coder.clone()
-            })
-            .await
-            .unwrap();
-        assert_eq!((ids(&second.tasks), second.total), (vec!["b"], 3));
-        let third = store
-            .list(&TaskQuery {
-                after: second.next.clone(),
-                ..coder.clone()
-            })
-            .await
-            .unwrap();
-        assert_eq!(
-            (ids(&third.tasks), third.total, third.next),
-            (vec!["a"], 3, None)
-        );
-    }
-
-    #[tokio::test]
-    async fn context_lists_a_context_oldest_first() {
-        let dir = TempDir::new().unwrap();
-        let store = open(&dir);
-        for (id, context, created) in [
-            ("x", "c", T0 + 30),
-            ("y", "c", T0 + 10),
-            ("z", "c", T0 + 20),
-            ("w", "c", T0 + 10),
-            ("other", "d", T0 + 15),
-        ] {
-            let mut task = stored(id, context, "r", TaskState::Completed, T0 + 100);
-            task.created = at(created);
-            store.put(&task).await.unwrap();
-        }
-        let tasks = store.context(&"c".into(), None).await.unwrap();
-        assert_eq!(ids(&tasks), ["w", "y", "z", "x"]);
-        assert_eq!(tasks[3].created, at(T0 + 30));
-        assert_eq!(store.context(&"none".into(), None).await.unwrap(), []);
-    }
-
-    #[tokio::test]
-    async fn context_reads_only_the_owners_tasks() {
-        let dir = TempDir::new().unwrap();
-        let store = open(&dir);
-        for (id, owner) in [("a1", Some("alice")), ("b1", Some("bob")), ("n1", None)] {
-            let mut task = stored(id, "c", "r", TaskState::Completed, T0);
-            task.owner = owner.map(str::to_owned);
-            store.put(&task).await.unwrap();
-        }
-        let of = |owner: Option<&'static str>| {
-            let store = store.clone();
-            async move { ids(&store.context(&"c".into(), owner).await.unwrap()).join(",") }
-        };
-        assert_eq!(of(Some("alice")).await, "a1");
-        assert_eq!(of(Some("bob")).await, "b1");
-        assert_eq!(of(None).await, "n1");
-        assert_eq!(of(Some("carol")).await, "");
-    }
-
-    #[tokio::test]
-    async fn a_new_task_in_another_owners_context_is_refused_and_not_written() {
-        let dir = TempDir::new().unwrap();
-        let store = open(&dir);
-        let first = owned(stored("a1", "c", "r", TaskState::Completed, T0), "alice");
-        store.create(&first, &[], &[]).await.unwrap();
-        assert!(
-            store
-                .context_admits(&"c".into(), Some("alice"))
-                .await
-                .unwrap()
-        );
-        assert!(
-            !store
-                .context_admits(&"c".into(), Some("bob"))
-                .await
-                .unwrap()
-        );
-        assert!(!store.context_admits(&"c".into(), None).await.unwrap());
-        assert!(
-            store
-                .context_admits(&"new".into(), Some("bob"))
-                .await
-                .unwrap()
-        );
-
-        // Bob's task naming Alice's context: refused, with its push config and notification.
-        let intruder = owned(stored("b1", "c", "r", TaskState::Submitted, T0 + 1), "bob");
-        let refused = store
-            .create(
-                &intruder,
-                &[hook("b1", "h")],
-                &[for_config(event("b1", 0), "h")],
-            )
-            .await;
-        assert!(
-            matches!(&refused, Err(StoreError::ForeignContext(c)) if c.as_str() == "c"),
-            "{refused:?}"
-        );
-        assert_eq!(store.get(&"b1".into()).await.unwrap(), None);
-        assert_eq!(store.push_configs(&"b1".into()).await.unwrap(), []);
-        assert_eq!(store.push_heads(10).await.unwrap(), []);
-        // An anonymous task too; Alice's own second task is welcome.
-        let anonymous = stored("n1", "c", "r", TaskState::Submitted, T0 + 2);
-        assert!(store.create(&anonymous, &[], &[]).await.is_err());
-        let second = owned(
-            stored("a2", "c", "r", TaskState::Submitted, T0 + 3),
-            "alice",
-        );
-        store.create(&second, &[], &[]).await.unwrap();
-        let tasks = store.context(&"c".into(), Some("alice")).await.unwrap();
-        assert_eq!(ids(&tasks), ["a1", "a2"]);
-    }
-
-    #[tokio::test]
     async fn cached_reads_are_not_prepared_again_for_new_bindings() {
         let dir = TempDir::new().unwrap();
         let store = open(&dir);
@@ -1835,47 +1261,6 @@ mod tests {
             reprepared, 0,
             "the context query was parsed and planned again"
         );
-    }
-
-    fn hook(task: &str, id: &str) -> TaskPushNotificationConfig {
-        TaskPushNotificationConfig {
-            id: id.to_owned(),
-            task_id: task.into(),
-            url: format!("https://hooks.example/{id}"),
-            token: "secret".to_owned(),
-            ..TaskPushNotificationConfig::default()
-        }
-    }
-
-    fn event(task: &str, n: usize) -> OutboxRow {
-        OutboxRow {
-            task_id: task.into(),
-            config_id: String::new(),
-            body: format!("{{\"n\": {n}}}"),
-        }
-    }
-
-    fn for_config(row: OutboxRow, config: &str) -> OutboxRow {
-        OutboxRow {
-            config_id: config.to_owned(),
-            ..row
-        }
-    }
-
-    /// (task, config, body) of each head.
-    fn heads(heads: &[PendingPush]) -> Vec<(String, String, String)> {
-        heads
-            .iter()
-            .map(|h| (h.task_id.to_string(), h.config_id.clone(), h.body.clone()))
-            .collect()
-    }
-
-    fn head(task: &str, config: &str, n: usize) -> (String, String, String) {
-        (
-            task.to_owned(),
-            config.to_owned(),
-            format!("{{\"n\": {n}}}"),
-        )
     }
 
     #[tokio::test]
@@ -1979,59 +1364,6 @@ mod tests {
         );
         store.push_done(orphan[0].seq).await.unwrap();
         assert_eq!(store.push_heads(10).await.unwrap(), []);
-    }
-
-    #[tokio::test]
-    async fn configs_without_ids_are_refused_before_the_writer() {
-        let dir = TempDir::new().unwrap();
-        let store = open(&dir);
-        assert_eq!(
-            error_text(store.put_push_config(&hook("t", "")).await),
-            "task store: cannot store a push config without a task id and an id"
-        );
-        let task = stored("t", "c", "r", TaskState::Working, T0);
-        assert!(
-            store
-                .put_with_events(&task, &[hook("", "a")], &[])
-                .await
-                .is_err()
-        );
-        assert_eq!(store.get(&"t".into()).await.unwrap(), None);
-    }
-
-    #[tokio::test]
-    async fn fail_unfinished_tells_the_webhooks_of_the_failed_tasks() {
-        let dir = TempDir::new().unwrap();
-        let store = open(&dir);
-        let running = stored("w", "c", "r", TaskState::Working, T0);
-        store
-            .put_with_events(&running, &[hook("w", "a")], &[])
-            .await
-            .unwrap();
-        store
-            .put(&stored("q", "c", "r", TaskState::Working, T0))
-            .await
-            .unwrap();
-        let done = stored("d", "c", "r", TaskState::Completed, T0);
-        store
-            .put_with_events(&done, &[hook("d", "a")], &[])
-            .await
-            .unwrap();
-
-        store.fail_unfinished("restart").await.unwrap();
-        let pending = store.push_heads(10).await.unwrap();
-        assert_eq!(pending.len(), 1);
-        assert_eq!(
-            (pending[0].task_id.as_str(), pending[0].config_id.as_str()),
-            ("w", "a")
-        );
-        let event: StreamResponse = serde_json::from_str(&pending[0].body).unwrap();
-        let StreamResponse::StatusUpdate(update) = event else {
-            panic!("expected a status update, got {event:?}");
-        };
-        assert_eq!(update.task_id.as_str(), "w");
-        assert_eq!(update.status.state, TaskState::Failed);
-        assert_eq!(update.status.message.unwrap().text(), "restart");
     }
 
     #[tokio::test]
@@ -2513,27 +1845,5 @@ mod tests {
         other.close().await.unwrap();
         let store = open(&dir);
         assert_eq!(ids(&store.list(&query(10)).await.unwrap().tasks), ["t"]);
-    }
-
-    #[tokio::test]
-    async fn tasks_that_cannot_be_stored_are_refused_before_the_writer() {
-        let dir = TempDir::new().unwrap();
-        let store = open(&dir);
-        let no_id = stored("", "c", "r", TaskState::Working, T0);
-        assert_eq!(
-            error_text(store.put(&no_id).await),
-            "task store: cannot store a task without an id"
-        );
-        let far = stored("far", "c", "r", TaskState::Working, T0);
-        let far = StoredTask {
-            created: Timestamp::from_unix(10_000_000_000, 0),
-            ..far
-        };
-        assert_eq!(
-            error_text(store.put(&far).await),
-            "task store: cannot store task far: its creation time 2286-11-20T17:46:40Z \
-             is outside the years 1677 to 2262"
-        );
-        assert_eq!(store.list(&query(10)).await.unwrap().total, 0);
     }
 }

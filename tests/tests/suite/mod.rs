@@ -15,6 +15,7 @@ mod node_peer_auth;
 mod node_push;
 mod node_signing;
 mod node_skills;
+mod node_store;
 mod node_tls;
 mod python_client;
 mod server_errors;

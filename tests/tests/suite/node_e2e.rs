@@ -562,7 +562,21 @@ async fn cancel_kills_the_role_process_group() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn crash_marks_running_tasks_failed_and_keeps_the_rest() -> anyhow::Result<()> {
-    let mut node = MewNode::start_echo("", &[]).await?;
+    crash_keeps_finished_tasks(MewNode::new_echo("")?).await
+}
+
+#[tokio::test]
+async fn crash_marks_running_tasks_failed_and_keeps_the_rest_on_postgres() -> anyhow::Result<()> {
+    let mut node = MewNode::new_echo("")?;
+    node.set_env("MEW_STORE_URL", &mew_tests::postgres::database().await?);
+    crash_keeps_finished_tasks(node).await?;
+    Ok(())
+}
+
+/// Runs tasks on `node` (not launched yet), kills it mid-task, restarts it: the finished
+/// tasks are as they were, the running one FAILED with the reason.
+async fn crash_keeps_finished_tasks(mut node: MewNode) -> anyhow::Result<()> {
+    node.launch().await?;
     let agent = node.agent("", Binding::JsonRpc).await?;
     let one = send_text(&agent, "echo one").await?;
     let two = send_text(&agent, "echo two").await?;

@@ -1,0 +1,71 @@
+//! The `store:` section: where the node keeps its tasks.
+//!
+//! ```yaml
+//! store:
+//!   url: postgres://mew@db.internal:5432/mew   # MEW_STORE_URL; unset: SQLite in the data directory
+//!   password_env: MEW_STORE_PASSWORD            # the variable holding the password (the default)
+//! ```
+//!
+//! Without `url` the tasks live in `tasks.db` in the data directory. A password belongs in the
+//! environment, never in a file: a `url` from a file that holds one is refused.
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, LoadedConfig, Origin};
+use crate::tasks::StoreConfig;
+
+impl LoadedConfig {
+    pub(super) fn resolve_store(&self) -> Result<StoreConfig, ConfigError> {
+        let settings = &self.settings.store;
+        let error = |key: &str, message: String| ConfigError::Resolve {
+            origin: self.origin_of(key),
+            key: key.to_owned(),
+            message,
+        };
+        if let Some(url) = &settings.url {
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err(error(
+                    "store.url",
+                    "must be a PostgreSQL URL (postgres://user@host:port/database)".to_owned(),
+                ));
+            }
+            let in_file = matches!(self.origin_of("store.url"), Origin::File(_));
+            if in_file && StoreConfig::url_has_password(url) {
+                return Err(error(
+                    "store.url",
+                    format!(
+                        "holds a password: put it in the environment variable {} (store.password_env) \
+                         instead, or give the whole URL as MEW_STORE_URL",
+                        settings.password_env
+                    ),
+                ));
+            }
+        }
+        if settings.password_env.is_empty() {
+            return Err(error(
+                "store.password_env",
+                "must name an environment variable".to_owned(),
+            ));
+        }
+        Ok(StoreConfig {
+            url: settings.url.clone(),
+            password_env: settings.password_env.clone(),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct StoreSettings {
+    pub(crate) url: Option<String>,
+    pub(crate) password_env: String,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            url: None,
+            password_env: "MEW_STORE_PASSWORD".to_owned(),
+        }
+    }
+}

@@ -1,0 +1,618 @@
+//! The behaviour every `TaskStore` shares, run on each implementation: SQLite in a temporary
+//! directory, and PostgreSQL in a fresh database of the server `MEW_TEST_POSTGRES_URL` names
+//! (`scripts/test` starts a throwaway one). The helpers are shared with each store's own tests.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use mew_cards::{
+    Artifact, Message, Part, PartContent, StreamResponse, Task, TaskPushNotificationConfig,
+    TaskState, TaskStatus, Timestamp,
+};
+use serde_json::{Value, json};
+
+use super::store::{Cursor, OutboxRow, PendingPush, StoreError, StoredTask, TaskQuery, TaskStore};
+
+/// Every contract test, once per store.
+macro_rules! on_every_store {
+    ($($test:ident),* $(,)?) => {
+        mod on_sqlite {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let dir = tempfile::TempDir::new().unwrap();
+                    let store = super::super::sqlite::SqliteStore::open(&dir.path().join("tasks.db"))
+                        .unwrap();
+                    super::$test(std::sync::Arc::new(store)).await;
+                }
+            )*
+        }
+        mod on_postgres {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let store = super::postgres_store().await;
+                    super::$test(store).await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_store!(
+    put_replaces_the_task_with_the_same_id,
+    list_pages_through_equal_times_by_id,
+    list_orders_by_status_time_then_id_across_pages,
+    list_filters_and_counts,
+    context_lists_a_context_oldest_first,
+    context_reads_only_the_owners_tasks,
+    a_new_task_in_another_owners_context_is_refused_and_not_written,
+    configs_without_ids_are_refused_before_the_writer,
+    fail_unfinished_tells_the_webhooks_of_the_failed_tasks,
+    tasks_that_cannot_be_stored_are_refused_before_the_writer,
+);
+
+/// The URL of the test server, whose user may create databases.
+pub(crate) fn postgres_server() -> String {
+    std::env::var("MEW_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "MEW_TEST_POSTGRES_URL is not set: run the suite with scripts/test, which starts a \
+             throwaway PostgreSQL, or point it at a server whose user may create databases"
+        )
+    })
+}
+
+/// A new, empty database on the test server; its URL.
+pub(crate) async fn postgres_database() -> String {
+    let server = postgres_server();
+    let (client, connection) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL at {server}: {e}"));
+    tokio::spawn(connection);
+    let name = format!("t_{}", uuid::Uuid::now_v7().simple());
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let (base, _) = server.rsplit_once('/').unwrap();
+    format!("{base}/{name}")
+}
+
+/// A PostgreSQL store on a new database.
+pub(crate) async fn postgres_store() -> Arc<dyn TaskStore> {
+    let url = postgres_database().await;
+    Arc::new(
+        super::postgres::PostgresStore::open(&url, None)
+            .await
+            .unwrap(),
+    )
+}
+
+/// 2023-11-14T22:13:20Z, safely in the past.
+pub(crate) const T0: i128 = 1_700_000_000_000_000_000;
+
+pub(crate) fn at(nanos: i128) -> Timestamp {
+    Timestamp::from_unix_nanos(nanos)
+}
+
+pub(crate) fn stored(
+    id: &str,
+    context: &str,
+    role: &str,
+    state: TaskState,
+    time: i128,
+) -> StoredTask {
+    StoredTask {
+        task: Task {
+            id: id.into(),
+            context_id: context.into(),
+            status: TaskStatus {
+                state,
+                message: None,
+                timestamp: Some(at(time)),
+            },
+            ..Task::default()
+        },
+        role: role.to_owned(),
+        owner: None,
+        parent: None,
+        created: at(time),
+        private: Value::Null,
+    }
+}
+
+pub(crate) fn owned(mut task: StoredTask, owner: &str) -> StoredTask {
+    task.owner = Some(owner.to_owned());
+    task
+}
+
+pub(crate) fn ids(tasks: &[StoredTask]) -> Vec<&str> {
+    tasks.iter().map(|t| t.task.id.as_str()).collect()
+}
+
+pub(crate) fn query(limit: usize) -> TaskQuery {
+    TaskQuery {
+        limit,
+        ..TaskQuery::default()
+    }
+}
+
+pub(crate) fn error_text(result: Result<impl std::fmt::Debug, StoreError>) -> String {
+    result.unwrap_err().to_string()
+}
+
+/// Follows `next` from the first page to the last; returns every page's ids.
+pub(crate) async fn all_pages(store: &dyn TaskStore, mut q: TaskQuery) -> Vec<Vec<String>> {
+    let mut pages = Vec::new();
+    loop {
+        let page = store.list(&q).await.unwrap();
+        pages.push(ids(&page.tasks).into_iter().map(str::to_owned).collect());
+        match page.next {
+            Some(next) => q.after = Some(next),
+            None => return pages,
+        }
+    }
+}
+
+pub(crate) fn rich_task() -> StoredTask {
+    let mut question = Message::user_text("summarise this");
+    question.context_id = Some("ctx-1".into());
+    question.task_id = Some("task-1".into());
+    question
+        .parts
+        .push(Part::new(PartContent::Raw(vec![0, 1, 2, 254, 255])));
+    question.parts.push(Part::data(json!({"rows": [1, 2, 3]})));
+    let mut answer = Message::agent_text("which part?");
+    answer.context_id = Some("ctx-1".into());
+    answer.task_id = Some("task-1".into());
+    let mut artifact = Artifact::new("summary", vec![Part::text("short")]);
+    artifact.metadata = json!({"score": 0.5}).as_object().cloned();
+    StoredTask {
+        task: Task {
+            id: "task-1".into(),
+            context_id: "ctx-1".into(),
+            status: TaskStatus {
+                state: TaskState::InputRequired,
+                message: Some(answer.clone()),
+                timestamp: Some(at(T0 + 5_123)),
+            },
+            artifacts: vec![artifact],
+            history: vec![question, answer],
+            metadata: json!({"origin": "test"}).as_object().cloned(),
+        },
+        role: "summariser".to_owned(),
+        owner: Some("alice".to_owned()),
+        parent: Some("task-0".into()),
+        created: at(T0),
+        private: json!({"conversation": [{"role": "user", "text": "summarise this"}], "usage": {"tokens": 12}}),
+    }
+}
+
+pub(crate) fn hook(task: &str, id: &str) -> TaskPushNotificationConfig {
+    TaskPushNotificationConfig {
+        id: id.to_owned(),
+        task_id: task.into(),
+        url: format!("https://hooks.example/{id}"),
+        token: "secret".to_owned(),
+        ..TaskPushNotificationConfig::default()
+    }
+}
+
+pub(crate) fn event(task: &str, n: usize) -> OutboxRow {
+    OutboxRow {
+        task_id: task.into(),
+        config_id: String::new(),
+        body: format!("{{\"n\": {n}}}"),
+    }
+}
+
+pub(crate) fn for_config(row: OutboxRow, config: &str) -> OutboxRow {
+    OutboxRow {
+        config_id: config.to_owned(),
+        ..row
+    }
+}
+
+/// (task, config, body) of each head.
+pub(crate) fn heads(heads: &[PendingPush]) -> Vec<(String, String, String)> {
+    heads
+        .iter()
+        .map(|h| (h.task_id.to_string(), h.config_id.clone(), h.body.clone()))
+        .collect()
+}
+
+pub(crate) fn head(task: &str, config: &str, n: usize) -> (String, String, String) {
+    (
+        task.to_owned(),
+        config.to_owned(),
+        format!("{{\"n\": {n}}}"),
+    )
+}
+
+async fn put_replaces_the_task_with_the_same_id(store: Arc<dyn TaskStore>) {
+    store.put(&rich_task()).await.unwrap();
+
+    let mut replaced = rich_task();
+    replaced.task.status = TaskStatus {
+        state: TaskState::Completed,
+        message: Some(Message::agent_text("done")),
+        timestamp: Some(at(T0 + 9_000)),
+    };
+    replaced.task.history.truncate(1);
+    replaced.role = "writer".to_owned();
+    replaced.owner = None;
+    replaced.private = json!({"usage": {"tokens": 40}});
+    store.put(&replaced).await.unwrap();
+
+    assert_eq!(
+        store.get(&"task-1".into()).await.unwrap(),
+        Some(replaced.clone())
+    );
+    let all = store.list(&query(10)).await.unwrap();
+    assert_eq!((ids(&all.tasks), all.total), (vec!["task-1"], 1));
+    let old_role = TaskQuery {
+        role: Some("summariser".to_owned()),
+        ..query(10)
+    };
+    assert_eq!(store.list(&old_role).await.unwrap().total, 0);
+    let old_owner = TaskQuery {
+        owner: Some("alice".to_owned()),
+        ..query(10)
+    };
+    assert_eq!(store.list(&old_owner).await.unwrap().total, 0);
+    let completed = TaskQuery {
+        state: Some(TaskState::Completed),
+        ..query(10)
+    };
+    assert_eq!(store.list(&completed).await.unwrap().total, 1);
+}
+
+async fn list_pages_through_equal_times_by_id(store: Arc<dyn TaskStore>) {
+    for i in 0..25 {
+        let task = stored(&format!("task-{i:02}"), "c", "r", TaskState::Working, T0);
+        store.put(&task).await.unwrap();
+    }
+
+    let first = store.list(&query(10)).await.unwrap();
+    assert_eq!(
+        ids(&first.tasks),
+        [
+            "task-24", "task-23", "task-22", "task-21", "task-20", "task-19", "task-18", "task-17",
+            "task-16", "task-15"
+        ]
+    );
+    assert_eq!(first.total, 25);
+    assert_eq!(
+        first.next,
+        Some(Cursor {
+            status_time: at(T0),
+            id: "task-15".into()
+        })
+    );
+
+    let second = store
+        .list(&TaskQuery {
+            after: first.next,
+            ..query(10)
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(&second.tasks)[0], "task-14");
+    assert_eq!(ids(&second.tasks)[9], "task-05");
+    assert_eq!(second.total, 25);
+    let third = store
+        .list(&TaskQuery {
+            after: second.next,
+            ..query(10)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&third.tasks),
+        ["task-04", "task-03", "task-02", "task-01", "task-00"]
+    );
+    assert_eq!((third.total, third.next), (25, None));
+
+    // A page that ends exactly at the last task has no next page.
+    let pages = all_pages(&*store, query(5)).await;
+    assert_eq!(pages.len(), 5);
+    assert_eq!(
+        pages[4],
+        ["task-04", "task-03", "task-02", "task-01", "task-00"]
+    );
+    let everything = store.list(&query(25)).await.unwrap();
+    assert_eq!((everything.tasks.len(), everything.next), (25, None));
+    let all_but_one = store.list(&query(24)).await.unwrap();
+    assert_eq!(all_but_one.next.map(|c| c.id), Some("task-01".into()));
+    let none = store.list(&query(0)).await.unwrap();
+    assert_eq!((none.tasks.len(), none.total, none.next), (0, 25, None));
+}
+
+async fn list_orders_by_status_time_then_id_across_pages(store: Arc<dyn TaskStore>) {
+    // Ids in a different order than times; tasks 20..25 share one time.
+    for i in 0..25i128 {
+        let id = format!("task-{:02}", (i * 7) % 25);
+        let time = T0 + i.min(20) * 1_000;
+        store
+            .put(&stored(&id, "c", "r", TaskState::Completed, time))
+            .await
+            .unwrap();
+    }
+    let pages = all_pages(&*store, query(7)).await;
+    assert_eq!(pages.iter().map(Vec::len).collect::<Vec<_>>(), [7, 7, 7, 4]);
+    let listed: Vec<String> = pages.concat();
+    // i = 20..24 share the newest time: ids 15, 22, 04, 11, 18, descending by id.
+    let mut expected: Vec<String> = [22, 18, 15, 11, 4]
+        .iter()
+        .map(|n| format!("task-{n:02}"))
+        .collect();
+    expected.extend((0..20).rev().map(|i| format!("task-{:02}", (i * 7) % 25)));
+    assert_eq!(listed, expected);
+}
+
+async fn list_filters_and_counts(store: Arc<dyn TaskStore>) {
+    for task in [
+        owned(
+            stored("a", "c1", "coder", TaskState::Working, T0 + 1),
+            "alice",
+        ),
+        owned(
+            stored("b", "c2", "coder", TaskState::Completed, T0 + 2),
+            "bob",
+        ),
+        owned(
+            stored("c", "c1", "planner", TaskState::Completed, T0 + 3),
+            "alice",
+        ),
+        stored("d", "c3", "planner", TaskState::Failed, T0 + 4),
+        owned(
+            stored("e", "c1", "coder", TaskState::Completed, T0 + 5),
+            "alice",
+        ),
+    ] {
+        store.put(&task).await.unwrap();
+    }
+    let cases = [
+        (query(10), vec!["e", "d", "c", "b", "a"]),
+        (
+            TaskQuery {
+                role: Some("coder".to_owned()),
+                ..query(10)
+            },
+            vec!["e", "b", "a"],
+        ),
+        (
+            TaskQuery {
+                owner: Some("alice".to_owned()),
+                ..query(10)
+            },
+            vec!["e", "c", "a"],
+        ),
+        (
+            TaskQuery {
+                context_id: Some("c1".into()),
+                ..query(10)
+            },
+            vec!["e", "c", "a"],
+        ),
+        (
+            TaskQuery {
+                state: Some(TaskState::Completed),
+                ..query(10)
+            },
+            vec!["e", "c", "b"],
+        ),
+        (
+            TaskQuery {
+                status_after: Some(at(T0 + 3)),
+                ..query(10)
+            },
+            vec!["e", "d", "c"],
+        ),
+        (
+            TaskQuery {
+                role: Some("coder".to_owned()),
+                owner: Some("alice".to_owned()),
+                context_id: Some("c1".into()),
+                state: Some(TaskState::Completed),
+                status_after: Some(at(T0 + 2)),
+                ..query(10)
+            },
+            vec!["e"],
+        ),
+        (
+            TaskQuery {
+                role: Some("nobody".to_owned()),
+                ..query(10)
+            },
+            vec![],
+        ),
+    ];
+    for (q, expected) in cases {
+        let page = store.list(&q).await.unwrap();
+        assert_eq!(ids(&page.tasks), expected, "{q:?}");
+        assert_eq!(page.total, expected.len(), "{q:?}");
+        assert_eq!(page.next, None, "{q:?}");
+    }
+
+    // The total ignores the cursor; the cursor composes with the filters.
+    let coder = TaskQuery {
+        role: Some("coder".to_owned()),
+        ..query(1)
+    };
+    let first = store.list(&coder).await.unwrap();
+    assert_eq!((ids(&first.tasks), first.total), (vec!["e"], 3));
+    let second = store
+        .list(&TaskQuery {
+            after: first.next.clone(),
+            ..coder.clone()
+        })
+        .await
+        .unwrap();
+    assert_eq!((ids(&second.tasks), second.total), (vec!["b"], 3));
+    let third = store
+        .list(&TaskQuery {
+            after: second.next.clone(),
+            ..coder.clone()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (ids(&third.tasks), third.total, third.next),
+        (vec!["a"], 3, None)
+    );
+}
+
+async fn context_lists_a_context_oldest_first(store: Arc<dyn TaskStore>) {
+    for (id, context, created) in [
+        ("x", "c", T0 + 30),
+        ("y", "c", T0 + 10),
+        ("z", "c", T0 + 20),
+        ("w", "c", T0 + 10),
+        ("other", "d", T0 + 15),
+    ] {
+        let mut task = stored(id, context, "r", TaskState::Completed, T0 + 100);
+        task.created = at(created);
+        store.put(&task).await.unwrap();
+    }
+    let tasks = store.context(&"c".into(), None).await.unwrap();
+    assert_eq!(ids(&tasks), ["w", "y", "z", "x"]);
+    assert_eq!(tasks[3].created, at(T0 + 30));
+    assert_eq!(store.context(&"none".into(), None).await.unwrap(), []);
+}
+
+async fn context_reads_only_the_owners_tasks(store: Arc<dyn TaskStore>) {
+    for (id, owner) in [("a1", Some("alice")), ("b1", Some("bob")), ("n1", None)] {
+        let mut task = stored(id, "c", "r", TaskState::Completed, T0);
+        task.owner = owner.map(str::to_owned);
+        store.put(&task).await.unwrap();
+    }
+    let of = |owner: Option<&'static str>| {
+        let store = store.clone();
+        async move { ids(&store.context(&"c".into(), owner).await.unwrap()).join(",") }
+    };
+    assert_eq!(of(Some("alice")).await, "a1");
+    assert_eq!(of(Some("bob")).await, "b1");
+    assert_eq!(of(None).await, "n1");
+    assert_eq!(of(Some("carol")).await, "");
+}
+
+async fn a_new_task_in_another_owners_context_is_refused_and_not_written(
+    store: Arc<dyn TaskStore>,
+) {
+    let first = owned(stored("a1", "c", "r", TaskState::Completed, T0), "alice");
+    store.create(&first, &[], &[]).await.unwrap();
+    assert!(
+        store
+            .context_admits(&"c".into(), Some("alice"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .context_admits(&"c".into(), Some("bob"))
+            .await
+            .unwrap()
+    );
+    assert!(!store.context_admits(&"c".into(), None).await.unwrap());
+    assert!(
+        store
+            .context_admits(&"new".into(), Some("bob"))
+            .await
+            .unwrap()
+    );
+
+    // Bob's task naming Alice's context: refused, with its push config and notification.
+    let intruder = owned(stored("b1", "c", "r", TaskState::Submitted, T0 + 1), "bob");
+    let refused = store
+        .create(
+            &intruder,
+            &[hook("b1", "h")],
+            &[for_config(event("b1", 0), "h")],
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(StoreError::ForeignContext(c)) if c.as_str() == "c"),
+        "{refused:?}"
+    );
+    assert_eq!(store.get(&"b1".into()).await.unwrap(), None);
+    assert_eq!(store.push_configs(&"b1".into()).await.unwrap(), []);
+    assert_eq!(store.push_heads(10).await.unwrap(), []);
+    // An anonymous task too; Alice's own second task is welcome.
+    let anonymous = stored("n1", "c", "r", TaskState::Submitted, T0 + 2);
+    assert!(store.create(&anonymous, &[], &[]).await.is_err());
+    let second = owned(
+        stored("a2", "c", "r", TaskState::Submitted, T0 + 3),
+        "alice",
+    );
+    store.create(&second, &[], &[]).await.unwrap();
+    let tasks = store.context(&"c".into(), Some("alice")).await.unwrap();
+    assert_eq!(ids(&tasks), ["a1", "a2"]);
+}
+
+async fn configs_without_ids_are_refused_before_the_writer(store: Arc<dyn TaskStore>) {
+    assert_eq!(
+        error_text(store.put_push_config(&hook("t", "")).await),
+        "task store: cannot store a push config without a task id and an id"
+    );
+    let task = stored("t", "c", "r", TaskState::Working, T0);
+    assert!(
+        store
+            .put_with_events(&task, &[hook("", "a")], &[])
+            .await
+            .is_err()
+    );
+    assert_eq!(store.get(&"t".into()).await.unwrap(), None);
+}
+
+async fn fail_unfinished_tells_the_webhooks_of_the_failed_tasks(store: Arc<dyn TaskStore>) {
+    let running = stored("w", "c", "r", TaskState::Working, T0);
+    store
+        .put_with_events(&running, &[hook("w", "a")], &[])
+        .await
+        .unwrap();
+    store
+        .put(&stored("q", "c", "r", TaskState::Working, T0))
+        .await
+        .unwrap();
+    let done = stored("d", "c", "r", TaskState::Completed, T0);
+    store
+        .put_with_events(&done, &[hook("d", "a")], &[])
+        .await
+        .unwrap();
+
+    store.fail_unfinished("restart").await.unwrap();
+    let pending = store.push_heads(10).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].task_id.as_str(), pending[0].config_id.as_str()),
+        ("w", "a")
+    );
+    let event: StreamResponse = serde_json::from_str(&pending[0].body).unwrap();
+    let StreamResponse::StatusUpdate(update) = event else {
+        panic!("expected a status update, got {event:?}");
+    };
+    assert_eq!(update.task_id.as_str(), "w");
+    assert_eq!(update.status.state, TaskState::Failed);
+    assert_eq!(update.status.message.unwrap().text(), "restart");
+}
+
+async fn tasks_that_cannot_be_stored_are_refused_before_the_writer(store: Arc<dyn TaskStore>) {
+    let no_id = stored("", "c", "r", TaskState::Working, T0);
+    assert_eq!(
+        error_text(store.put(&no_id).await),
+        "task store: cannot store a task without an id"
+    );
+    let far = stored("far", "c", "r", TaskState::Working, T0);
+    let far = StoredTask {
+        created: Timestamp::from_unix(10_000_000_000, 0),
+        ..far
+    };
+    assert_eq!(
+        error_text(store.put(&far).await),
+        "task store: cannot store task far: its creation time 2286-11-20T17:46:40Z \
+         is outside the years 1677 to 2262"
+    );
+    assert_eq!(store.list(&query(10)).await.unwrap().total, 0);
+}

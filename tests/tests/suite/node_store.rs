@@ -1,0 +1,69 @@
+//! The task store from outside: `mew up` on PostgreSQL (`store.url` / `MEW_STORE_URL`).
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use mew_tests::node::{MewNode, poll_until, send_text};
+use mew_tests::postgres;
+use mew_transport::{AgentTransport, Binding, CallContext};
+
+#[tokio::test]
+async fn a_node_keeps_its_tasks_in_postgres_and_a_second_node_on_the_database_is_refused()
+-> anyhow::Result<()> {
+    let url = postgres::database().await?;
+    let mut first = MewNode::new_echo("")?;
+    first.set_env("MEW_STORE_URL", &url);
+    first.launch().await?;
+    // The banner names the database (the lines after `listening` arrive a moment later).
+    poll_until(
+        "the banner's store line",
+        Duration::from_secs(30),
+        || async {
+            Ok(first
+                .output()
+                .contains("tasks in postgres://127.0.0.1:")
+                .then_some(()))
+        },
+    )
+    .await?;
+    let task = send_text(&first, "echo", "echo kept").await?;
+
+    // Another node, with its own data directory, on the same database: refused at start,
+    // with the reason, and the first node's task untouched.
+    let mut second = MewNode::new_echo("")?;
+    second.set_env("MEW_STORE_URL", &url);
+    let refused = second.launch().await;
+    ensure!(refused.is_err(), "a second node started on one database");
+    ensure!(
+        second.log().contains("in use by another Mew node"),
+        "the reason: {}",
+        second.log()
+    );
+
+    // The tasks live in the database, not in the data directory: a node with a new data
+    // directory sees them once the first has stopped.
+    first.stop().await?;
+    second.launch().await?;
+    let agent = second.agent("", Binding::HttpJson).await?;
+    let request = mew_cards::GetTaskRequest {
+        id: task.id.clone(),
+        ..Default::default()
+    };
+    let got = agent.get_task(&CallContext::default(), request).await?;
+    ensure!(got == task, "{got:?} vs {task:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_password_in_a_config_file_is_refused_and_never_printed() -> anyhow::Result<()> {
+    let mut node = MewNode::new_echo("store:\n  url: postgres://mew:hunter2@127.0.0.1:1/mew\n")?;
+    ensure!(node.launch().await.is_err(), "the node started");
+    let log = node.log();
+    ensure!(log.contains("store.url"), "{log}");
+    ensure!(log.contains("MEW_STORE_PASSWORD"), "{log}");
+    ensure!(
+        !log.contains("hunter2"),
+        "the password is in the log: {log}"
+    );
+    Ok(())
+}
