@@ -123,7 +123,10 @@ impl PostgresStore {
         let location = describe(&config);
         let tls = tls()?;
         let fail = |what: &str, e: tokio_postgres::Error| {
-            StoreError::Backend(format!("cannot {what} the task store {location}: {e}"))
+            StoreError::Backend(format!(
+                "cannot {what} the task store {location}: {}",
+                full(&e)
+            ))
         };
 
         let (mut lock, connection) = config
@@ -224,7 +227,23 @@ fn tls() -> Result<MakeRustlsConnect, StoreError> {
 }
 
 fn db_error(what: &str, e: tokio_postgres::Error) -> StoreError {
-    StoreError::Backend(format!("cannot {what}: {e}"))
+    StoreError::Backend(format!("cannot {what}: {}", full(&e)))
+}
+
+/// `e` with its causes: tokio-postgres says "error connecting to server" and keeps the why
+/// (connection refused, a bad password) in its source.
+fn full(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Brings the schema to the version this build writes, under the migration lock.
@@ -864,6 +883,7 @@ mod tests {
             text.contains(&format!("postgres://127.0.0.1:{port}/tasks")),
             "{text}"
         );
+        assert!(text.contains("refused"), "the cause is given: {text}");
         assert!(!text.contains("hunter2"), "{text}");
     }
 }
