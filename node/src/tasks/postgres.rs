@@ -335,6 +335,24 @@ async fn put(client: &impl GenericClient, row: &Row) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A task, push configs saved with it, and the notifications of its change: in the caller's
+/// transaction.
+async fn put_with_events(
+    tx: &impl GenericClient,
+    row: &Row,
+    configs: &[ConfigRow],
+    outbox: &[OutboxRow],
+) -> Result<(), StoreError> {
+    put(tx, row).await?;
+    for config in configs {
+        put_config(tx, config).await?;
+    }
+    for event in outbox {
+        enqueue(tx, event).await?;
+    }
+    Ok(())
+}
+
 async fn put_config(client: &impl GenericClient, row: &ConfigRow) -> Result<(), StoreError> {
     client
         .execute(
@@ -534,14 +552,7 @@ impl TaskStore for PostgresStore {
                     row.context_id.as_str(),
                 )));
             }
-            put(tx, &row).await?;
-            for config in &configs {
-                put_config(tx, config).await?;
-            }
-            for event in outbox {
-                enqueue(tx, event).await?;
-            }
-            Ok(())
+            put_with_events(tx, &row, &configs, outbox).await
         })
         .await
     }
@@ -569,14 +580,7 @@ impl TaskStore for PostgresStore {
             .map(ConfigRow::encode)
             .collect::<Result<_, _>>()?;
         self.in_transaction("store a task", async |tx| {
-            put(tx, &row).await?;
-            for config in &configs {
-                put_config(tx, config).await?;
-            }
-            for event in outbox {
-                enqueue(tx, event).await?;
-            }
-            Ok(())
+            put_with_events(tx, &row, &configs, outbox).await
         })
         .await
     }
