@@ -21,7 +21,7 @@ const MAX_NAME_LEN: usize = 32;
 const MAX_MODEL_LEN: usize = 128;
 
 /// Frontmatter keys this parser reads; every other key goes to `RoleDefinition::extra`.
-const KNOWN_KEYS: [&str; 16] = [
+const KNOWN_KEYS: [&str; 17] = [
     "name",
     "description",
     "tools",
@@ -38,10 +38,11 @@ const KNOWN_KEYS: [&str; 16] = [
     "env",
     "timeout",
     "input",
+    "resumable",
 ];
 
 /// Keys that only mean something next to `command`.
-const COMMAND_KEYS: [&str; 4] = ["cwd", "env", "timeout", "input"];
+const COMMAND_KEYS: [&str; 5] = ["cwd", "env", "timeout", "input", "resumable"];
 
 /// A parsed role: its settings and system prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,6 +239,9 @@ pub struct CommandSpec {
     pub timeout: Option<Duration>,
     /// What the program gets on stdin (`input`).
     pub input: CommandInput,
+    /// Whether running the program again with the same input is safe (`resumable`): a turn
+    /// whose node was lost while it ran is then run again; otherwise it fails.
+    pub resumable: bool,
 }
 
 /// What a command-driven role's program reads on stdin.
@@ -722,6 +726,11 @@ fn command_spec<'a>(
         env,
         timeout: get("timeout").map(timeout).transpose()?,
         input,
+        resumable: match get("resumable") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => return Err(wrong_type("resumable", "true or false", other)),
+        },
     })
 }
 

@@ -553,8 +553,19 @@ fn command_as_string_with_quotes() {
             env: Vec::new(),
             timeout: None,
             input: CommandInput::Text,
+            resumable: false,
         })
     );
+}
+
+#[test]
+fn resumable_is_a_command_key_and_a_boolean() {
+    let role = parse_fields("command: ./run\nresumable: true\n").definition;
+    assert!(role.command.as_ref().is_some_and(|c| c.resumable));
+    let role = parse_fields("command: ./run\n").definition;
+    assert!(role.command.as_ref().is_some_and(|c| !c.resumable));
+    let error = error(&with_fields("command: ./run\nresumable: yes please\n")).to_string();
+    assert!(error.contains("resumable"), "{error}");
 }
 
 #[test]

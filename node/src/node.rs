@@ -172,6 +172,7 @@ impl Runtime {
             event_buffer: config.limits.event_buffer,
             list_history: config.limits.list_history,
             max_list_bytes: config.limits.max_list_bytes,
+            max_attempts: config.limits.max_attempts,
         };
         let providers = Arc::new(
             Providers::new(&config.providers, config.agent.provider.as_deref(), &env)
@@ -608,6 +609,17 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     let config = &runtime.config;
     let manager = &runtime.manager;
     let providers = &runtime.providers;
+    // What the last run left unfinished is taken up before any request is served.
+    let recovery = manager
+        .recover()
+        .await
+        .context("cannot take up the tasks the last run left unfinished")?;
+    if recovery != Default::default() {
+        println!(
+            "mew: tasks left unfinished by the last run: {} started, {} resumed, {} failed",
+            recovery.started, recovery.resumed, recovery.failed
+        );
+    }
 
     let published: Vec<Arc<RoleDefinition>> = runtime.catalog().published().cloned().collect();
     let problems: Vec<_> = runtime.catalog().problems().to_vec();

@@ -10,6 +10,11 @@
 //! one model answer run concurrently; the others run one after another.
 //! When the next request would near the context window, the older part of the
 //! conversation is first replaced by a summary the model writes (`compact.rs`).
+//!
+//! The loop checkpoints the session (through its observer) before it runs the tools of a
+//! model answer and after each batch of results: a run whose node was lost continues from
+//! there (`Resume::Recovered`). A read-only call that had no result yet runs again; any other
+//! gets a result saying it was interrupted with an unknown outcome, and the model decides.
 
 use std::sync::Arc;
 
@@ -72,7 +77,16 @@ pub(crate) enum Resume {
         approved: bool,
         reason: String,
     },
+    /// From a checkpoint of a run whose node was lost: the calls of the last model answer
+    /// without a result are settled first (see the module's comment).
+    Recovered,
 }
+
+/// The result of a call that was running when the node running it was lost, and that is not
+/// run again because it may have had effects.
+pub(crate) const INTERRUPTED: &str = "[interrupted: this call was running when the node \
+     running this task was lost, and it is not run again; whether it took effect is unknown. \
+     Check before you repeat it.]";
 
 /// What the loop reports while it runs.
 pub(crate) trait Observer: Send + Sync {
@@ -84,6 +98,11 @@ pub(crate) trait Observer: Send + Sync {
     fn tool_finished(&self, id: &str, name: &str, output: &ToolOutput);
     /// Something the user should know about the run that is not part of the answer.
     fn warning(&self, _text: &str) {}
+    /// The session as it is now, to keep durably before the loop goes on: what a run that
+    /// loses its node continues from. The loop waits for it.
+    fn checkpoint<'a>(&'a self, _session: &'a Session) -> futures_util::future::BoxFuture<'a, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// One agent: a model, its tools and its permissions.
@@ -126,6 +145,11 @@ impl Agent {
         environment: &str,
         observer: &dyn Observer,
     ) -> Result<Outcome, AgentError> {
+        if let Resume::Recovered = resume
+            && let Some(outcome) = self.settle_interrupted(session, observer).await?
+        {
+            return Ok(outcome);
+        }
         if let Resume::Approval {
             pending,
             approved,
@@ -169,6 +193,7 @@ impl Agent {
             }
             observer.tool_finished(&pending.id, &pending.name, &output);
             self.push_result(session, result_block(&pending.id, output));
+            observer.checkpoint(session).await;
             if let Some(outcome) = self
                 .run_calls(session, calls, pending.hooks, observer)
                 .await?
@@ -324,6 +349,8 @@ impl Agent {
                 speaker: Speaker::User,
                 content: Vec::new(),
             });
+            // What the model asked for is kept before anything runs.
+            observer.checkpoint(session).await;
             if let Some(outcome) = self.run_calls(session, calls, Vec::new(), observer).await? {
                 return Ok(outcome);
             }
@@ -496,6 +523,7 @@ impl Agent {
                 close_dangling_calls(session);
                 return Err(AgentError::HookStopped(reason));
             }
+            observer.checkpoint(session).await;
             if let Some(mut pending) = relayed {
                 pending.hooks.extend(said(&calls[end..], &pre[end..]));
                 self.notify("permission_prompt", &pending.question).await;
@@ -663,6 +691,42 @@ impl Agent {
             .filter(|(id, _, _)| !answered.contains(*id))
             .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
             .collect()
+    }
+
+    /// Settles the calls of the last model answer that have no result, in a run continued
+    /// from a checkpoint: read-only ones run again, the others get [`INTERRUPTED`].
+    async fn settle_interrupted(
+        &self,
+        session: &mut Session,
+        observer: &dyn Observer,
+    ) -> Result<Option<Outcome>, AgentError> {
+        let answered = answered_ids(session);
+        let Some(assistant) = session
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.speaker == Speaker::Assistant)
+        else {
+            return Ok(None);
+        };
+        let (again, lost): (Vec<_>, Vec<_>) = assistant
+            .tool_uses()
+            .filter(|(id, _, _)| !answered.contains(*id))
+            .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
+            .partition(|(_, name, _)| {
+                self.tools
+                    .get(name)
+                    .is_some_and(|tool| tool.category() == Category::Read)
+            });
+        for (id, name, _) in &lost {
+            let output = ToolOutput::error(INTERRUPTED);
+            observer.tool_finished(id, name, &output);
+            self.push_result(session, result_block(id, output));
+        }
+        if again.is_empty() {
+            return Ok(None);
+        }
+        self.run_calls(session, again, Vec::new(), observer).await
     }
 
     /// Gives every tool call without a result a placeholder result, so the

@@ -891,3 +891,170 @@ async fn each_call_meets_its_pre_tool_use_hooks_once_across_an_approval() {
     assert_eq!(seen, ["c1", "c2"], "{logged}");
     model.assert_done();
 }
+
+/// A read-only tool that counts its calls.
+struct Look(Arc<Mutex<u32>>);
+
+#[async_trait]
+impl Tool for Look {
+    fn name(&self) -> &str {
+        "look"
+    }
+    fn description(&self) -> String {
+        "looks".into()
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn category(&self) -> Category {
+        Category::Read
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> ToolOutput {
+        *self.0.lock().unwrap() += 1;
+        ToolOutput::text("seen")
+    }
+}
+
+fn tool_use(id: &str, name: &str, input: Value) -> Block {
+    Block::ToolUse {
+        id: id.into(),
+        name: name.into(),
+        input,
+    }
+}
+
+fn tool_result(id: &str, text: &str) -> Block {
+    Block::ToolResult {
+        id: id.into(),
+        content: vec![crate::conversation::ResultPart::Text { text: text.into() }],
+        is_error: false,
+    }
+}
+
+/// The text of the result of call `id` in the session.
+fn result_text(session: &Session, id: &str) -> (String, bool) {
+    session
+        .messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .find_map(|b| match b {
+            Block::ToolResult {
+                id: found,
+                content,
+                is_error,
+            } if found == id => Some((
+                content
+                    .iter()
+                    .map(|part| match part {
+                        crate::conversation::ResultPart::Text { text } => text.clone(),
+                        crate::conversation::ResultPart::Image { .. } => String::new(),
+                    })
+                    .collect(),
+                *is_error,
+            )),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no result for {id}"))
+}
+
+#[tokio::test]
+async fn a_recovered_run_runs_interrupted_reads_again_and_tells_the_model_of_other_calls() {
+    let looks = Arc::new(Mutex::new(0));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let model = ScriptedModel::start(vec![
+        Step::text("carried on").expect_tool_results(["c1", "c2", "c3"]),
+    ])
+    .unwrap();
+    let mut tools = ToolRegistry::new();
+    tools.register(Arc::new(Look(looks.clone())));
+    tools.register(Arc::new(Recorder(order.clone())));
+    let agent = agent(&model, tools, 3);
+    // A checkpoint taken after the first call's result: the other two were under way.
+    let mut s = Session {
+        messages: vec![
+            ChatMessage::user("go"),
+            ChatMessage {
+                speaker: Speaker::Assistant,
+                content: vec![
+                    tool_use("c1", "look", json!({})),
+                    tool_use("c2", "record", json!({"n": 2})),
+                    tool_use("c3", "look", json!({})),
+                ],
+            },
+            ChatMessage {
+                speaker: Speaker::User,
+                content: vec![tool_result("c1", "seen before")],
+            },
+        ],
+        model_calls: 1,
+        ..Session::default()
+    };
+    let outcome = agent
+        .run(&mut s, Resume::Recovered, "", &Quiet)
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Answered("carried on".into()));
+    assert_eq!(
+        *looks.lock().unwrap(),
+        1,
+        "only the unanswered read runs again"
+    );
+    assert!(
+        order.lock().unwrap().is_empty(),
+        "the exec call is not run again"
+    );
+    assert_eq!(result_text(&s, "c1"), ("seen before".to_owned(), false));
+    assert_eq!(
+        result_text(&s, "c2"),
+        (super::model_loop::INTERRUPTED.to_owned(), true)
+    );
+    assert_eq!(result_text(&s, "c3"), ("seen".to_owned(), false));
+    // The model was asked again with all three results.
+    model.assert_done();
+}
+
+/// Records what each checkpoint held: the messages, the results, and the exec calls run.
+struct Checkpoints {
+    order: Arc<Mutex<Vec<i64>>>,
+    seen: Mutex<Vec<(usize, usize, usize)>>,
+}
+
+impl Observer for Checkpoints {
+    fn text(&self, _: &str) {}
+    fn tool_started(&self, _: &str, _: &str, _: &Value) {}
+    fn tool_finished(&self, _: &str, _: &str, _: &ToolOutput) {}
+    fn checkpoint<'a>(&'a self, session: &'a Session) -> futures_util::future::BoxFuture<'a, ()> {
+        let results = super::session::answered_ids(session).len();
+        let ran = self.order.lock().unwrap().len();
+        self.seen
+            .lock()
+            .unwrap()
+            .push((session.messages.len(), results, ran));
+        Box::pin(std::future::ready(()))
+    }
+}
+
+#[tokio::test]
+async fn the_loop_checkpoints_before_a_call_runs_and_after_its_result() {
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("c1", "record", json!({"n": 1})),
+        Step::text("done").expect_tool_results(["c1"]),
+    ])
+    .unwrap();
+    let mut tools = ToolRegistry::new();
+    tools.register(Arc::new(Recorder(order.clone())));
+    let agent = agent(&model, tools, 3);
+    let observer = Checkpoints {
+        order: order.clone(),
+        seen: Mutex::default(),
+    };
+    let mut s = session("record");
+    agent
+        .run(&mut s, Resume::Fresh, "", &observer)
+        .await
+        .unwrap();
+    // Before: the call is in the conversation and has not run; after: its result is.
+    assert_eq!(*observer.seen.lock().unwrap(), [(3, 0, 0), (3, 1, 1)]);
+    model.assert_done();
+}

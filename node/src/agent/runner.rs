@@ -39,6 +39,52 @@ struct RunnerState {
     /// Set when this task runs a fork skill: its tool filter and model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     skill_fork: Option<SkillFork>,
+    /// The message (its id) of the turn whose progress `session` holds, when it was saved by
+    /// a checkpoint: a turn started over after its node was lost continues from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checkpoint_of: Option<String>,
+}
+
+/// [`RunnerState`] as a checkpoint writes it, borrowing the session (the fields and their
+/// names are `RunnerState`'s; a test reads one back as the other).
+#[derive(Serialize)]
+struct CheckpointState<'a> {
+    session: &'a Session,
+    pending: Option<&'a PendingCall>,
+    active_skills: ActiveSkills,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skill_fork: Option<&'a SkillFork>,
+    checkpoint_of: &'a str,
+}
+
+/// Saves a run's checkpoints into its task.
+struct Checkpoints {
+    sink: Arc<dyn EventSink>,
+    skills: Option<Arc<SkillState>>,
+    skill_fork: Option<SkillFork>,
+    /// The id of the message the turn answers.
+    turn: String,
+}
+
+impl Checkpoints {
+    async fn save(&self, session: &Session) {
+        let state = CheckpointState {
+            session,
+            pending: None,
+            active_skills: self
+                .skills
+                .as_ref()
+                .map(|skills| skills.active())
+                .unwrap_or_default(),
+            skill_fork: self.skill_fork.as_ref(),
+            checkpoint_of: &self.turn,
+        };
+        match serde_json::to_value(&state) {
+            // A closed sink means the task is over: the loop learns it from its token.
+            Ok(value) => drop(self.sink.checkpoint(value).await),
+            Err(e) => tracing::warn!(error = %e, "cannot encode a checkpoint"),
+        }
+    }
 }
 
 /// The active skills a new task of a context starts with: those of the newest earlier task.
@@ -238,6 +284,7 @@ enum Report {
 /// artifact, tool calls as progress notes.
 struct Reporter {
     queue: mpsc::UnboundedSender<Report>,
+    checkpoints: Checkpoints,
 }
 
 impl Observer for Reporter {
@@ -267,6 +314,10 @@ impl Observer for Reporter {
             name: name.to_owned(),
             detail,
         });
+    }
+
+    fn checkpoint<'a>(&'a self, session: &'a Session) -> futures_util::future::BoxFuture<'a, ()> {
+        Box::pin(self.checkpoints.save(session))
     }
 }
 
@@ -352,6 +403,11 @@ async fn forward(mut queue: mpsc::UnboundedReceiver<Report>, sink: Arc<dyn Event
 
 #[async_trait]
 impl Executor for ModelExecutor {
+    /// A model role continues from its last checkpoint.
+    fn resumable(&self, _role: &mew_cards::RoleDefinition) -> bool {
+        true
+    }
+
     async fn run(&self, turn: Turn, sink: Arc<dyn EventSink>) -> Result<(), ExecError> {
         let provider = self.providers.default().ok_or_else(|| {
             ExecError(format!(
@@ -481,9 +537,16 @@ impl Executor for ModelExecutor {
         let mut message_blocks = blocks_of(&turn.message);
         let hooks = super::scope::hooks(&agent.context).cloned();
         let approval = turn.resumed && state.pending.is_some();
+        // A turn started over after its node was lost, with a checkpoint of its own: the run
+        // continues from it, and what ran before the checkpoint (hooks, a skill) does not
+        // run again.
+        let recovering = turn.recovered
+            && state.pending.is_none()
+            && !state.session.messages.is_empty()
+            && state.checkpoint_of.as_deref() == Some(turn.message.message_id.as_str());
         // Context the SessionStart and UserPromptSubmit hooks add to the user's message.
         let mut hook_context = Vec::new();
-        if let Some(hooks) = hooks.as_ref().filter(|_| !approval) {
+        if let Some(hooks) = hooks.as_ref().filter(|_| !approval && !recovering) {
             if !turn.resumed && turn.history.is_empty() && state.session.messages.is_empty() {
                 let outcome = hooks
                     .dispatch(crate::hooks::Payload::session_start("startup"))
@@ -514,6 +577,7 @@ impl Executor for ModelExecutor {
             hook_context.extend(outcome.additional_context);
         }
         if !turn.resumed
+            && !recovering
             && state.pending.is_none()
             && let (Some(directory), Some(skill_state)) = (&self.directory, &skills)
             && let Some((name, args)) = parse_slash(&turn.message.text())
@@ -557,9 +621,19 @@ impl Executor for ModelExecutor {
                     .to_owned(),
             }];
         }
+        let checkpoints = Checkpoints {
+            sink: sink.clone(),
+            skills: skills.clone(),
+            skill_fork: state.skill_fork.clone(),
+            turn: turn.message.message_id.as_str().to_owned(),
+        };
         let resume = match state.pending.take() {
+            _ if recovering => Resume::Recovered,
             Some(pending) if turn.resumed => {
                 let approved = approves(&turn.message);
+                // The answer is taken: a turn started over from here does not run the call
+                // again unless it is read-only.
+                checkpoints.save(&state.session).await;
                 Resume::Approval {
                     pending,
                     approved,
@@ -597,7 +671,7 @@ impl Executor for ModelExecutor {
                 &mut state.session,
                 resume,
                 &self.environment(),
-                &Reporter { queue },
+                &Reporter { queue, checkpoints },
             )
             .await;
         // The reporter is gone: the forwarder drains what is left and ends.
@@ -688,5 +762,42 @@ impl Executor for ModelExecutor {
                 .await;
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_reads_back_as_the_runner_state() {
+        let session = Session {
+            messages: vec![ChatMessage::user("go")],
+            model_calls: 2,
+            ..Session::default()
+        };
+        let fork = SkillFork {
+            name: "deploy".into(),
+            allowed_tools: vec!["Read".into()],
+            model: None,
+        };
+        let written = serde_json::to_value(CheckpointState {
+            session: &session,
+            pending: None,
+            active_skills: ActiveSkills::default(),
+            skill_fork: Some(&fork),
+            checkpoint_of: "m-1",
+        })
+        .unwrap();
+        let read: RunnerState = serde_json::from_value(written.clone()).unwrap();
+        assert_eq!(read.session, session);
+        assert_eq!(read.pending, None);
+        assert_eq!(read.checkpoint_of.as_deref(), Some("m-1"));
+        assert_eq!(
+            read.skill_fork.as_ref().map(|f| f.name.as_str()),
+            Some("deploy")
+        );
+        // And back: nothing a checkpoint writes is lost when the runner saves its state.
+        assert_eq!(serde_json::to_value(&read).unwrap(), written);
     }
 }

@@ -214,6 +214,9 @@ pub struct LimitsConfig {
     pub list_history: usize,
     /// A `ListTasks` page ends early when its tasks pass this many bytes of JSON.
     pub max_list_bytes: usize,
+    /// How many times a turn starts over after the node running it was lost (0: never);
+    /// the next loss fails the task.
+    pub max_attempts: u32,
 }
 
 /// `roles:` — where role definitions are found.

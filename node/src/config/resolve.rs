@@ -108,6 +108,7 @@ impl LoadedConfig {
                 idle_timeout: limits.idle_timeout,
                 list_history: limits.list_history,
                 max_list_bytes: limits.max_list_bytes.get(),
+                max_attempts: limits.max_attempts,
             },
             roles: RolesConfig { dirs },
             skills,

@@ -115,6 +115,7 @@ pub(crate) struct LimitsSettings {
     pub(crate) idle_timeout: Duration,
     pub(crate) list_history: usize,
     pub(crate) max_list_bytes: NonZeroUsize,
+    pub(crate) max_attempts: u32,
 }
 
 impl Default for LimitsSettings {
@@ -132,6 +133,7 @@ impl Default for LimitsSettings {
             idle_timeout: Duration::from_secs(120),
             list_history: 10,
             max_list_bytes: nonzero(4 * 1024 * 1024),
+            max_attempts: 3,
         }
     }
 }

@@ -443,6 +443,7 @@ mod tests {
             parent: None,
             created: Timestamp::now(),
             private: serde_json::Value::Null,
+            attempts: 0,
         };
         let rows: Vec<OutboxRow> = (0..n)
             .map(|i| OutboxRow {

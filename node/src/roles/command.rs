@@ -13,8 +13,10 @@
 //! - **exit status**: 0 completes the task (unless an event already ended or interrupted it);
 //!   anything else fails it, with the end of stderr as the reason.
 //! - **environment**: only allowlisted variables (see [`crate::process::BASE_ENV`] and the
-//!   role's `env`), plus `MEW_TASK_ID`, `MEW_CONTEXT_ID`, `MEW_ROLE` and `MEW_RESUMED` (`1`
-//!   when the message answers the task's INPUT_REQUIRED question).
+//!   role's `env`), plus `MEW_TASK_ID`, `MEW_CONTEXT_ID`, `MEW_ROLE`, `MEW_RESUMED` (`1`
+//!   when the message answers the task's INPUT_REQUIRED question) and `MEW_RECOVERED` (`1` when
+//!   the turn runs again because the node running it was lost: only for a role with
+//!   `resumable: true`, whose program may be run again with the same input).
 //!
 //! The program runs in its own process group. Cancel and timeout send SIGTERM to the group,
 //! then SIGKILL; when the program exits, whatever it left running in its group is killed. While
@@ -312,6 +314,7 @@ impl CommandExecutor {
             .env("MEW_CONTEXT_ID", turn.context_id.as_str())
             .env("MEW_ROLE", &turn.role.name)
             .env("MEW_RESUMED", if turn.resumed { "1" } else { "0" })
+            .env("MEW_RECOVERED", if turn.recovered { "1" } else { "0" })
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -326,6 +329,13 @@ impl CommandExecutor {
 impl Executor for CommandExecutor {
     async fn run(&self, turn: Turn, sink: Arc<dyn EventSink>) -> Result<(), ExecError> {
         self.run_turn(turn, sink).await
+    }
+
+    /// Only when the role says running its program again with the same input is safe.
+    fn resumable(&self, role: &RoleDefinition) -> bool {
+        role.command
+            .as_ref()
+            .is_some_and(|command| command.resumable)
     }
 }
 
@@ -814,6 +824,7 @@ mod tests {
             message,
             history: Vec::new(),
             resumed: false,
+            recovered: false,
             cancel: CancellationToken::new(),
             private: serde_json::Value::Null,
             earlier_private: serde_json::Value::Null,
@@ -1110,14 +1121,15 @@ EOF"#;
     #[tokio::test]
     async fn environment_is_the_allowlist_plus_mew_variables() {
         let mut role = sh(
-            "echo \"$MEW_TASK_ID|$MEW_CONTEXT_ID|$MEW_ROLE|$MEW_RESUMED|\
+            "echo \"$MEW_TASK_ID|$MEW_CONTEXT_ID|$MEW_ROLE|$MEW_RESUMED|$MEW_RECOVERED|\
              ${MEW_TEST_ALLOWED-unset}|${MEW_TEST_SECRET-unset}|${HOME-unset}\"",
         );
         spec(&mut role).env = vec!["MEW_TEST_ALLOWED".to_owned()];
         let mut turn = turn(role, Message::user_text("x"));
         turn.resumed = true;
+        turn.recovered = true;
         let expected = format!(
-            "{}|{}|tester|1|yes|unset|unset",
+            "{}|{}|tester|1|1|yes|unset|unset",
             turn.task_id, turn.context_id
         );
         let (result, events) = run(&executor(), turn).await;

@@ -28,6 +28,10 @@ pub struct Turn {
     pub history: Vec<Message>,
     /// True when `message` answers this task's INPUT_REQUIRED question.
     pub resumed: bool,
+    /// True when this turn was running when its node was lost, and starts over: the private
+    /// state holds what the runner last checkpointed ([`EventSink::checkpoint`]), and the
+    /// runner continues from there (or runs again, for a role that declares it safe).
+    pub recovered: bool,
     /// How deep the task is in a delegation chain: 0 when a user started it,
     /// one more than its parent's when an agent delegated it.
     pub depth: u32,
@@ -98,6 +102,15 @@ pub trait EventSink: Send + Sync {
         Ok(())
     }
 
+    /// Saves the runner's private state now, durably, before it returns: what the turn
+    /// continues from if its node is lost before the turn ends. A runner calls it before
+    /// anything it could not undo or redo cheaply (a tool call, say), so that a turn started
+    /// over knows what was under way. Fails once the turn is over. Sinks that keep no state
+    /// may ignore it.
+    async fn checkpoint(&self, _private: serde_json::Value) -> Result<(), SinkClosed> {
+        Ok(())
+    }
+
     /// Records `annotation` in the task's `metadata.mew`; persisted, not announced (readers
     /// see it in the task). A usage set while the turn runs is written with the task's next
     /// event, at the latest the one that ends the turn (readers see it from then on); a child
@@ -142,4 +155,11 @@ pub struct ExecError(pub String);
 pub trait Executor: Send + Sync {
     /// Runs one turn, reporting through `sink`.
     async fn run(&self, turn: Turn, sink: Arc<dyn EventSink>) -> Result<(), ExecError>;
+
+    /// Whether a turn of `role` that was running when its node was lost may start over
+    /// ([`Turn::recovered`]): the runner continues from its checkpoint, or runs again where
+    /// that is safe. When not, such a turn fails with the reason.
+    fn resumable(&self, _role: &RoleDefinition) -> bool {
+        false
+    }
 }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use mew_cards::{
     Artifact, ContextId, ErrorKind, ListTasksRequest, Message, Part, RoleDefinition, RoleSource,
-    StreamResponse, Task, TaskState, parse_role,
+    StreamResponse, Task, TaskId, TaskState, parse_role,
 };
 use mew_transport::Error;
 use tokio::sync::Mutex;
@@ -23,11 +23,16 @@ use super::store::{
 /// Follows the first word of the message: `done`, `ask`, `wait`, `fail`,
 /// `panic`, `chunks N`, `reply`, `history`, `illegal`, `link`, and, saving the
 /// runner's private state `{"kept": REST}` first, `keep`, `keep-ask`,
-/// `keep-only`, `keep-fail`, `keep-wait`.
+/// `keep-only`, `keep-fail`, `keep-wait`; and `resume`, which checkpoints `{"step": 1}` and
+/// waits, and when its turn starts over answers with the checkpoint it got.
 #[derive(Default)]
 struct Script {
+    /// Whether its turns may start over after a lost node.
+    resumable: bool,
     runs: AtomicUsize,
     turns: Mutex<Vec<(bool, usize)>>,
+    /// Each turn's `recovered` flag and the private state it started with.
+    starts: Mutex<Vec<(bool, serde_json::Value)>>,
     /// Poked when a `keep-wait` turn has saved its private state.
     saved: tokio::sync::Notify,
 }
@@ -40,8 +45,25 @@ impl Executor for Script {
             .lock()
             .await
             .push((turn.resumed, turn.history.len()));
+        self.starts
+            .lock()
+            .await
+            .push((turn.recovered, turn.private.clone()));
         let text = turn.message.text();
         let closed = |_| ExecError("closed".into());
+        if text == "resume" {
+            if turn.recovered {
+                let answer = format!("continued from {}", turn.private);
+                let artifact = Artifact::new("answer", vec![Part::text(answer)]);
+                return sink.artifact(artifact, false, false).await.map_err(closed);
+            }
+            sink.checkpoint(serde_json::json!({"step": 1}))
+                .await
+                .map_err(closed)?;
+            self.saved.notify_one();
+            turn.cancel.cancelled().await;
+            return Err(ExecError("canceled".into()));
+        }
         if turn.resumed {
             let answer = if turn.private.is_null() {
                 format!("got {text}")
@@ -167,6 +189,10 @@ impl Executor for Script {
             }
             other => Err(ExecError(format!("no script {other}"))),
         }
+    }
+
+    fn resumable(&self, _: &RoleDefinition) -> bool {
+        self.resumable
     }
 }
 
@@ -335,8 +361,8 @@ impl TaskStore for Counting {
         self.inner.context(context_id, owner).await
     }
 
-    async fn fail_unfinished(&self, reason: &str) -> Result<Vec<mew_cards::TaskId>, StoreError> {
-        self.inner.fail_unfinished(reason).await
+    async fn unfinished(&self) -> Result<Vec<StoredTask>, StoreError> {
+        self.inner.unfinished().await
     }
 }
 
@@ -658,6 +684,7 @@ fn stored(state: TaskState, text: &str) -> StoredTask {
         parent: None,
         created: mew_cards::Timestamp::now(),
         private: serde_json::Value::Null,
+        attempts: 0,
     }
 }
 
@@ -665,13 +692,18 @@ fn stored(state: TaskState, text: &str) -> StoredTask {
 async fn unfinished_tasks_fail_on_restart_and_interrupted_ones_resume() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tasks.db");
-    // What a node that died mid-task leaves behind.
+    // What a node that died mid-task leaves behind: a turn running, a task waiting for a
+    // slot, a task asking for input, and a task of a role that is gone since.
     let working = stored(TaskState::Working, "wait");
+    let waiting = stored(TaskState::Submitted, "done queued");
     let asked = stored(TaskState::InputRequired, "ask");
+    let mut orphan = stored(TaskState::Working, "wait");
+    orphan.role = "gone".into();
     {
         let store = SqliteStore::open(&path).unwrap();
-        store.put(&working).await.unwrap();
-        store.put(&asked).await.unwrap();
+        for task in [&working, &waiting, &asked, &orphan] {
+            store.put(task).await.unwrap();
+        }
         store.close().await.unwrap();
     }
     let store: Arc<dyn TaskStore> = Arc::new(SqliteStore::open(&path).unwrap());
@@ -682,12 +714,35 @@ async fn unfinished_tasks_fail_on_restart_and_interrupted_ones_resume() {
     let manager = TaskManager::start(store, roles, Limits::default())
         .await
         .unwrap();
+    // Nothing changes until the node takes the tasks up.
+    let untouched = manager
+        .get(&working.task.id, &Scope::default())
+        .await
+        .unwrap();
+    assert_eq!(untouched.task.status.state, TaskState::Working);
+    let recovery = manager.recover().await.unwrap();
+    assert_eq!(
+        (recovery.started, recovery.resumed, recovery.failed),
+        (1, 0, 2)
+    );
     let failed = manager
         .get(&working.task.id, &Scope::default())
         .await
         .unwrap();
     assert_eq!(failed.task.status.state, TaskState::Failed);
     assert_eq!(failed.task.status.message.unwrap().text(), RESTART_REASON);
+    let failed = manager
+        .get(&orphan.task.id, &Scope::default())
+        .await
+        .unwrap();
+    assert_eq!(failed.task.status.state, TaskState::Failed);
+    assert_eq!(
+        failed.task.status.message.unwrap().text(),
+        format!("{RESTART_REASON}, and its role \"gone\" is gone")
+    );
+    // The task that never started runs now.
+    let started = wait_until(&manager, &waiting.task.id, TaskState::Completed).await;
+    assert_eq!(started.task.artifacts[0].parts[0].as_text(), Some("queued"));
 
     let mut reply = Message::user_text("after restart");
     reply.task_id = Some(asked.task.id.clone());
@@ -712,6 +767,116 @@ async fn unfinished_tasks_fail_on_restart_and_interrupted_ones_resume() {
         resumed.task.artifacts[0].parts[0].as_text(),
         Some("got after restart")
     );
+}
+
+/// Waits for a task to reach `state` (a watch of the task, not a sleep).
+async fn wait_until(manager: &Arc<TaskManager>, id: &TaskId, state: TaskState) -> StoredTask {
+    loop {
+        let now = manager.get(id, &Scope::default()).await.unwrap();
+        if now.task.status.state == state || now.task.status.state.is_terminal() {
+            assert_eq!(now.task.status.state, state, "{now:?}");
+            return now;
+        }
+        match manager.subscribe(id, &Scope::default()).await {
+            Ok(stream) => drop(stream.collect::<Vec<_>>().await),
+            Err(_) => continue,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_running_turn_starts_over_from_its_checkpoint_when_its_role_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tasks.db");
+    let script = Arc::new(Script {
+        resumable: true,
+        ..Script::default()
+    });
+    let roles = Arc::new(OneRole {
+        role: role(),
+        script: script.clone(),
+    });
+    // A first node runs the turn to its checkpoint; its store is then read as a crash left it.
+    let task = {
+        let store: Arc<dyn TaskStore> = Arc::new(SqliteStore::open(&path).unwrap());
+        let manager = TaskManager::start(store.clone(), roles.clone(), Limits::default())
+            .await
+            .unwrap();
+        let saved = script.saved.notified();
+        let submission = Submission {
+            role: role(),
+            message: Message::user_text("resume"),
+            owner: None,
+            parent: None,
+            metadata: None,
+            private: serde_json::Value::Null,
+            push: None,
+            id: None,
+        };
+        let (task, _stream) = manager.submit(submission, &Scope::default()).await.unwrap();
+        saved.await;
+        let left = store.get(&task.id).await.unwrap().unwrap();
+        assert_eq!(left.task.status.state, TaskState::Working);
+        assert_eq!(left.private, serde_json::json!({"step": 1}));
+        left
+    };
+    let store = Arc::new(Counting::open(&dir.path().join("second.db")));
+    store.put(&task).await.unwrap();
+    let manager = TaskManager::start(store.clone(), roles, Limits::default())
+        .await
+        .unwrap();
+    let recovery = manager.recover().await.unwrap();
+    assert_eq!(recovery.resumed, 1);
+    let done = wait_until(&manager, &task.task.id, TaskState::Completed).await;
+    assert_eq!(
+        done.task.artifacts[0].parts[0].as_text(),
+        Some(r#"continued from {"step":1}"#)
+    );
+    assert_eq!(
+        script.starts.lock().await.last(),
+        Some(&(true, serde_json::json!({"step": 1})))
+    );
+    // The attempt was counted before the turn ran, and the turn's end reset it.
+    let attempts: Vec<u32> = store
+        .writes_of(&task.task.id)
+        .iter()
+        .map(|w| w.attempts)
+        .collect();
+    // (The first write is the one this test made.)
+    assert_eq!(attempts.get(1), Some(&1), "{attempts:?}");
+    assert_eq!(attempts.last(), Some(&0), "{attempts:?}");
+    assert_eq!(done.attempts, 0);
+}
+
+#[tokio::test]
+async fn a_turn_that_keeps_losing_its_node_fails_after_its_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn TaskStore> =
+        Arc::new(SqliteStore::open(&dir.path().join("tasks.db")).unwrap());
+    let mut task = stored(TaskState::Working, "resume");
+    task.attempts = 2;
+    store.put(&task).await.unwrap();
+    let script = Arc::new(Script {
+        resumable: true,
+        ..Script::default()
+    });
+    let roles = Arc::new(OneRole {
+        role: role(),
+        script: script.clone(),
+    });
+    let limits = Limits {
+        max_attempts: 2,
+        ..Limits::default()
+    };
+    let manager = TaskManager::start(store, roles, limits).await.unwrap();
+    assert_eq!(manager.recover().await.unwrap().failed, 1);
+    let failed = manager.get(&task.task.id, &Scope::default()).await.unwrap();
+    assert_eq!(failed.task.status.state, TaskState::Failed);
+    assert_eq!(
+        failed.task.status.message.unwrap().text(),
+        "the node running this task was lost 3 times while it ran; giving up"
+    );
+    assert_eq!(script.runs.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]

@@ -18,14 +18,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
-use mew_cards::{
-    ContextId, StreamResponse, TaskId, TaskPushNotificationConfig, TaskState, Timestamp,
-};
+use mew_cards::{ContextId, TaskId, TaskPushNotificationConfig, TaskState, Timestamp};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, Row as PgRow};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::rows::{ConfigRow, Row, assemble, bound_nanos, decode_config, decode_task, fail_task};
+use super::rows::{ConfigRow, Row, assemble, bound_nanos, decode_config};
 use super::store::{
     Cursor, OutboxRow, PendingPush, StoreError, StoredTask, TaskPage, TaskQuery, TaskStore,
 };
@@ -67,6 +65,8 @@ const MIGRATIONS: &[&str] = &[
         last_error text
     );
     CREATE INDEX push_outbox_by_target ON push_outbox (task_id, config_id, seq);",
+    // 2: how often a task's turn was started over after its node was lost.
+    "ALTER TABLE tasks ADD COLUMN attempts integer NOT NULL DEFAULT 0;",
 ];
 
 /// The advisory lock key migrations run under ("mew" + "migr" in ASCII).
@@ -82,7 +82,7 @@ const POOL_SIZE: usize = 16;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The columns `decode` reads, in its order.
-const COLUMNS: &str = "id, role, owner, parent, created, status_time, task, private";
+const COLUMNS: &str = "id, role, owner, parent, created, status_time, task, private, attempts";
 
 /// The durable task store on a PostgreSQL server.
 pub(crate) struct PostgresStore {
@@ -298,15 +298,19 @@ fn decode(row: &PgRow) -> Result<StoredTask, StoreError> {
     let created: i64 = row.try_get(4).map_err(column)?;
     let task: String = row.try_get(6).map_err(column)?;
     let private: String = row.try_get(7).map_err(column)?;
-    assemble(id, role, owner, parent, created, &task, &private)
+    let attempts: i32 = row.try_get(8).map_err(column)?;
+    let mut stored = assemble(id, role, owner, parent, created, &task, &private)?;
+    stored.attempts = u32::try_from(attempts).unwrap_or(0);
+    Ok(stored)
 }
 
 async fn put(client: &impl GenericClient, row: &Row) -> Result<(), StoreError> {
     client
         .execute(
             "INSERT INTO tasks
-                 (id, context_id, role, owner, parent, state, status_time, created, task, private)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 (id, context_id, role, owner, parent, state, status_time, created, task, private,
+                  attempts)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
              ON CONFLICT (id) DO UPDATE SET
                  context_id = excluded.context_id,
                  role = excluded.role,
@@ -316,7 +320,8 @@ async fn put(client: &impl GenericClient, row: &Row) -> Result<(), StoreError> {
                  status_time = excluded.status_time,
                  created = excluded.created,
                  task = excluded.task,
-                 private = excluded.private",
+                 private = excluded.private,
+                 attempts = excluded.attempts",
             &[
                 &row.id,
                 &row.context_id,
@@ -328,6 +333,7 @@ async fn put(client: &impl GenericClient, row: &Row) -> Result<(), StoreError> {
                 &row.created,
                 &row.task,
                 &row.private,
+                &row.attempts,
             ],
         )
         .await
@@ -400,41 +406,6 @@ async fn foreign_owner(
         )
         .await?
         .get(0))
-}
-
-/// Enqueues `event` for every push config of task `id`.
-async fn enqueue_for_configs(
-    client: &impl GenericClient,
-    id: &TaskId,
-    event: &StreamResponse,
-) -> Result<(), StoreError> {
-    let config_ids: Vec<String> = client
-        .query(
-            "SELECT id FROM push_configs WHERE task_id = $1 ORDER BY id",
-            &[&id.as_str()],
-        )
-        .await
-        .map_err(|e| db_error(&format!("read the push configs of task {id}"), e))?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    if config_ids.is_empty() {
-        return Ok(());
-    }
-    let body = serde_json::to_string(event)
-        .map_err(|e| StoreError::Backend(format!("cannot encode an event of task {id}: {e}")))?;
-    for config_id in config_ids {
-        enqueue(
-            client,
-            &OutboxRow {
-                task_id: id.clone(),
-                config_id,
-                body: body.clone(),
-            },
-        )
-        .await?;
-    }
-    Ok(())
 }
 
 /// The arguments of a query, in `$n` order.
@@ -769,37 +740,19 @@ impl TaskStore for PostgresStore {
         rows.iter().map(decode).collect()
     }
 
-    async fn fail_unfinished(&self, reason: &str) -> Result<Vec<TaskId>, StoreError> {
-        self.in_transaction("fail the unfinished tasks", async |tx| {
-            let fail = |e| db_error("fail the unfinished tasks", e);
-            let unfinished = tx
-                .query(
-                    "SELECT id, task FROM tasks WHERE state IN ($1, $2) ORDER BY id FOR UPDATE",
-                    &[&TaskState::Submitted.number(), &TaskState::Working.number()],
-                )
-                .await
-                .map_err(fail)?;
-            let mut ids = Vec::with_capacity(unfinished.len());
-            for row in &unfinished {
-                let id: &str = row.get(0);
-                let mut task = decode_task(id, row.get(1))?;
-                let event = fail_task(&mut task, reason);
-                let now = task.status.timestamp.unwrap_or_else(Timestamp::now);
-                let json = serde_json::to_string(&task).map_err(|e| {
-                    StoreError::Backend(format!("cannot encode the task {id} as failed: {e}"))
-                })?;
-                tx.execute(
-                    "UPDATE tasks SET state = $2, status_time = $3, task = $4 WHERE id = $1",
-                    &[&id, &TaskState::Failed.number(), &bound_nanos(now), &json],
-                )
-                .await
-                .map_err(fail)?;
-                enqueue_for_configs(tx, &task.id, &event).await?;
-                ids.push(task.id);
-            }
-            Ok(ids)
-        })
-        .await
+    async fn unfinished(&self) -> Result<Vec<StoredTask>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM tasks WHERE state IN ($1, $2) ORDER BY created, id"
+                ),
+                &[&TaskState::Submitted.number(), &TaskState::Working.number()],
+            )
+            .await
+            .map_err(|e| db_error("read the unfinished tasks", e))?;
+        rows.iter().map(decode).collect()
     }
 }
 

@@ -1,10 +1,7 @@
 //! A task and a push config as the stores' columns: encoded once, before any store writes them,
 //! and decoded back the same way by every store.
 
-use mew_cards::{
-    Message, StreamResponse, Task, TaskId, TaskPushNotificationConfig, TaskState, TaskStatus,
-    TaskStatusUpdateEvent, Timestamp,
-};
+use mew_cards::{Task, TaskId, TaskPushNotificationConfig, Timestamp};
 
 use super::store::{StoreError, StoredTask};
 
@@ -31,6 +28,7 @@ pub(super) struct Row {
     pub(super) created: i64,
     pub(super) task: String,
     pub(super) private: String,
+    pub(super) attempts: i32,
 }
 
 impl Row {
@@ -66,6 +64,7 @@ impl Row {
             task: serde_json::to_string(&stored.task).map_err(|e| encode_error("task", e))?,
             private: serde_json::to_string(&stored.private)
                 .map_err(|e| encode_error("private state", e))?,
+            attempts: i32::try_from(stored.attempts).unwrap_or(i32::MAX),
         })
     }
 }
@@ -146,21 +145,6 @@ pub(super) fn assemble(
         parent: parent.map(TaskId::from),
         created: Timestamp::from_unix_nanos(i128::from(created)),
         private,
-    })
-}
-
-/// Moves `task` to FAILED with `reason` as an agent message (what a task still running when
-/// its node stopped becomes); returns the status event its push configs are told.
-pub(super) fn fail_task(task: &mut Task, reason: &str) -> StreamResponse {
-    let mut message = Message::agent_text(reason);
-    message.task_id = Some(task.id.clone());
-    message.context_id = Some(task.context_id.clone());
-    task.history.push(message.clone());
-    task.status = TaskStatus::with_message(TaskState::Failed, message);
-    StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-        task_id: task.id.clone(),
-        context_id: task.context_id.clone(),
-        status: task.status.clone(),
-        metadata: None,
+        attempts: 0,
     })
 }

@@ -1,6 +1,6 @@
 //! `SqliteStore`: the durable `TaskStore`, one SQLite file in WAL mode with a group-committing writer thread.
 //!
-//! Every write (a `put`, `fail_unfinished`) travels as a command over a bounded
+//! Every write (a `put`, a push config) travels as a command over a bounded
 //! channel to the writer thread, which owns the only write connection. The
 //! thread takes whatever is queued, applies it in one transaction, commits, and
 //! only then acknowledges each command: a caller that awaited `put` knows its
@@ -20,15 +20,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use mew_cards::{
-    ContextId, StreamResponse, TaskId, TaskPushNotificationConfig, TaskState, Timestamp,
-};
+use mew_cards::{ContextId, TaskId, TaskPushNotificationConfig, TaskState, Timestamp};
 use rusqlite::config::DbConfig;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, ErrorCode, OpenFlags, params, params_from_iter};
 use tokio::sync::{mpsc, oneshot};
 
-use super::rows::{ConfigRow, Row, assemble, bound_nanos, decode_config, decode_task, fail_task};
+use super::rows::{ConfigRow, Row, assemble, bound_nanos, decode_config};
 use super::store::{
     Cursor, OutboxRow, PendingPush, StoreError, StoredTask, TaskPage, TaskQuery, TaskStore,
 };
@@ -71,6 +69,8 @@ const MIGRATIONS: &[&str] = &[
         last_error TEXT
     ) STRICT;
     CREATE INDEX push_outbox_by_target ON push_outbox (task_id, config_id, seq);",
+    // 3: how often a task's turn was started over after its node was lost.
+    "ALTER TABLE tasks ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// The schema version this build writes.
@@ -89,10 +89,10 @@ const MAX_BATCH: usize = 256;
 const MAX_IDLE_READERS: usize = 4;
 
 /// The columns `decode` reads, in its order.
-const COLUMNS: &str = "id, role, owner, parent, created, status_time, task, private";
+const COLUMNS: &str = "id, role, owner, parent, created, status_time, task, private, attempts";
 
 /// The tasks of one context (`?1`) and one owner (`?2`, `NULL` for none), oldest first.
-const CONTEXT_SQL: &str = "SELECT id, role, owner, parent, created, status_time, task, private \
+const CONTEXT_SQL: &str = "SELECT id, role, owner, parent, created, status_time, task, private, attempts \
      FROM tasks WHERE context_id = ?1 AND owner IS ?2 ORDER BY created, id";
 
 /// Whether the context `?1` holds a task of an owner other than `?2` (`NULL` for none).
@@ -450,8 +450,19 @@ impl TaskStore for SqliteStore {
         .await
     }
 
-    async fn fail_unfinished(&self, reason: &str) -> Result<Vec<TaskId>, StoreError> {
-        self.write(Op::FailUnfinished(reason.to_owned())).await
+    async fn unfinished(&self) -> Result<Vec<StoredTask>, StoreError> {
+        self.read(|conn| {
+            let sql =
+                format!("SELECT {COLUMNS} FROM tasks WHERE state IN (?1, ?2) ORDER BY created, id");
+            let mut stmt = conn
+                .prepare_cached(&sql)
+                .map_err(|e| read_error("the unfinished tasks", e))?;
+            let rows = stmt
+                .query([TaskState::Submitted.number(), TaskState::Working.number()])
+                .map_err(|e| read_error("the unfinished tasks", e))?;
+            decode_all(rows, "the unfinished tasks")
+        })
+        .await
     }
 }
 
@@ -631,7 +642,10 @@ fn decode(row: &rusqlite::Row<'_>) -> Result<StoredTask, StoreError> {
     let created: i64 = row.get(4).map_err(column)?;
     let task: String = row.get(6).map_err(column)?;
     let private: String = row.get(7).map_err(column)?;
-    assemble(id, role, owner, parent, created, &task, &private)
+    let attempts: i32 = row.get(8).map_err(column)?;
+    let mut stored = assemble(id, role, owner, parent, created, &task, &private)?;
+    stored.attempts = u32::try_from(attempts).unwrap_or(0);
+    Ok(stored)
 }
 
 fn decode_all(mut rows: rusqlite::Rows<'_>, what: &str) -> Result<Vec<StoredTask>, StoreError> {
@@ -787,7 +801,6 @@ enum Op {
         next_at: i64,
         error: String,
     },
-    FailUnfinished(String),
     /// Makes the writer panic, to test how callers learn that it died.
     #[cfg(test)]
     Panic,
@@ -946,9 +959,6 @@ fn apply(conn: &Connection, op: &Op) -> Result<Vec<TaskId>, StoreError> {
             .and_then(|mut stmt| stmt.execute(params![seq, next_at, error]))
             .map(|_| Vec::new())
             .map_err(|e| write_error("reschedule a push notification", e)),
-        Op::FailUnfinished(reason) => in_savepoint(conn, "fail the unfinished tasks", || {
-            fail_unfinished(conn, reason)
-        }),
         #[cfg(test)]
         Op::Panic => panic!("injected by a test"),
     }
@@ -1059,8 +1069,9 @@ fn put(conn: &Connection, row: &Row) -> Result<(), StoreError> {
     let mut stmt = conn
         .prepare_cached(
             "INSERT INTO tasks
-                 (id, context_id, role, owner, parent, state, status_time, created, task, private)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                 (id, context_id, role, owner, parent, state, status_time, created, task, private,
+                  attempts)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
              ON CONFLICT (id) DO UPDATE SET
                  context_id = excluded.context_id,
                  role = excluded.role,
@@ -1070,7 +1081,8 @@ fn put(conn: &Connection, row: &Row) -> Result<(), StoreError> {
                  status_time = excluded.status_time,
                  created = excluded.created,
                  task = excluded.task,
-                 private = excluded.private",
+                 private = excluded.private,
+                 attempts = excluded.attempts",
         )
         .map_err(|e| write_error(&format!("store task {}", row.id), e))?;
     stmt.execute(params![
@@ -1084,81 +1096,9 @@ fn put(conn: &Connection, row: &Row) -> Result<(), StoreError> {
         row.created,
         row.task,
         row.private,
+        row.attempts,
     ])
     .map_err(|e| write_error(&format!("store task {}", row.id), e))?;
-    Ok(())
-}
-
-/// Moves every SUBMITTED or WORKING task to FAILED with `reason`; inside the
-/// caller's savepoint, so an error leaves every task as it was.
-fn fail_unfinished(conn: &Connection, reason: &str) -> Result<Vec<TaskId>, StoreError> {
-    let fail = |e| write_error("fail the unfinished tasks", e);
-    let unfinished: Vec<(String, String)> = {
-        let mut stmt = conn
-            .prepare_cached("SELECT id, task FROM tasks WHERE state IN (?1, ?2) ORDER BY id")
-            .map_err(fail)?;
-        let rows = stmt
-            .query_map(
-                [TaskState::Submitted.number(), TaskState::Working.number()],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .map_err(fail)?;
-        rows.collect::<rusqlite::Result<_>>().map_err(fail)?
-    };
-    let mut update = conn
-        .prepare_cached("UPDATE tasks SET state = ?2, status_time = ?3, task = ?4 WHERE id = ?1")
-        .map_err(fail)?;
-    let mut ids = Vec::with_capacity(unfinished.len());
-    for (id, json) in unfinished {
-        let mut task = decode_task(&id, &json)?;
-        let event = fail_task(&mut task, reason);
-        let now = task.status.timestamp.unwrap_or_else(Timestamp::now);
-        let json = serde_json::to_string(&task).map_err(|e| {
-            StoreError::Backend(format!("cannot encode the task {id} as failed: {e}"))
-        })?;
-        update
-            .execute(params![
-                id,
-                TaskState::Failed.number(),
-                bound_nanos(now),
-                json
-            ])
-            .map_err(fail)?;
-        enqueue_for_configs(conn, &task.id, &event)?;
-        ids.push(task.id);
-    }
-    Ok(ids)
-}
-
-/// Enqueues `event` for every push config of task `id`.
-fn enqueue_for_configs(
-    conn: &Connection,
-    id: &TaskId,
-    event: &StreamResponse,
-) -> Result<(), StoreError> {
-    let fail = |e| write_error(&format!("read the push configs of task {id}"), e);
-    let config_ids: Vec<String> = conn
-        .prepare_cached("SELECT id FROM push_configs WHERE task_id = ?1 ORDER BY id")
-        .and_then(|mut stmt| {
-            stmt.query_map([id.as_str()], |row| row.get(0))?
-                .collect::<rusqlite::Result<_>>()
-        })
-        .map_err(fail)?;
-    if config_ids.is_empty() {
-        return Ok(());
-    }
-    let body = serde_json::to_string(event)
-        .map_err(|e| StoreError::Backend(format!("cannot encode an event of task {id}: {e}")))?;
-    for config_id in config_ids {
-        enqueue(
-            conn,
-            &OutboxRow {
-                task_id: id.clone(),
-                config_id,
-                body: body.clone(),
-            },
-        )?;
-    }
     Ok(())
 }
 
@@ -1166,7 +1106,6 @@ fn enqueue_for_configs(
 mod tests {
     use std::collections::BTreeSet;
 
-    use mew_cards::{Message, Role};
     use tempfile::TempDir;
 
     use super::*;
@@ -1370,12 +1309,33 @@ mod tests {
     async fn a_version_1_file_is_migrated_and_keeps_its_tasks() {
         let dir = TempDir::new().unwrap();
         let path = db_path(&dir);
-        let task = rich_task();
+        // Version 1 has no attempts column: they read back as 0.
+        let task = StoredTask {
+            attempts: 0,
+            ..rich_task()
+        };
         {
             let raw = Connection::open(&path).unwrap();
             raw.execute_batch(MIGRATIONS[0]).unwrap();
             raw.pragma_update(None, "user_version", 1).unwrap();
-            put(&raw, &Row::encode(&task).unwrap()).unwrap();
+            let row = Row::encode(&task).unwrap();
+            raw.execute(
+                "INSERT INTO tasks (id, context_id, role, owner, parent, state, status_time, \
+                 created, task, private) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                params![
+                    row.id,
+                    row.context_id,
+                    row.role,
+                    row.owner,
+                    row.parent,
+                    row.state,
+                    row.status_time,
+                    row.created,
+                    row.task,
+                    row.private
+                ],
+            )
+            .unwrap();
         }
         let store = SqliteStore::open(&path).unwrap();
         assert_eq!(store.get(&task.task.id).await.unwrap(), Some(task.clone()));
@@ -1394,80 +1354,7 @@ mod tests {
         let version: i64 = raw
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 2);
-    }
-
-    #[tokio::test]
-    async fn fail_unfinished_fails_only_submitted_and_working_tasks_durably() {
-        let dir = TempDir::new().unwrap();
-        let store = open(&dir);
-        let states = [
-            ("s", TaskState::Submitted),
-            ("w", TaskState::Working),
-            ("i", TaskState::InputRequired),
-            ("a", TaskState::AuthRequired),
-            ("c", TaskState::Completed),
-            ("f", TaskState::Failed),
-            ("x", TaskState::Canceled),
-            ("r", TaskState::Rejected),
-        ];
-        let mut originals = Vec::new();
-        for (id, state) in states {
-            let mut task = stored(id, &format!("ctx-{id}"), "r", state, T0);
-            task.task.history = vec![Message::user_text(format!("start {id}"))];
-            store.put(&task).await.unwrap();
-            originals.push(task);
-        }
-        let before = Timestamp::now();
-
-        let failed = store.fail_unfinished("the node restarted").await.unwrap();
-        assert_eq!(failed, [TaskId::from("s"), TaskId::from("w")]);
-
-        let check = |task: &StoredTask, id: &str| {
-            let status = &task.task.status;
-            assert_eq!(status.state, TaskState::Failed);
-            assert!(status.timestamp.unwrap() >= before);
-            let message = status.message.as_ref().unwrap();
-            assert_eq!(message.text(), "the node restarted");
-            assert_eq!(message.role, Role::Agent);
-            assert_eq!(message.task_id, Some(TaskId::from(id)));
-            assert_eq!(
-                message.context_id,
-                Some(ContextId::from(format!("ctx-{id}")))
-            );
-            assert_eq!(task.task.history.len(), 2);
-            assert_eq!(task.task.history[0].text(), format!("start {id}"));
-            assert_eq!(task.task.history.last(), Some(message));
-        };
-        for id in ["s", "w"] {
-            check(&store.get(&id.into()).await.unwrap().unwrap(), id);
-        }
-        for original in &originals[2..] {
-            let now = store.get(&original.task.id).await.unwrap();
-            assert_eq!(now.as_ref(), Some(original));
-        }
-        // The columns moved too: state and status time.
-        let recent = TaskQuery {
-            status_after: Some(before),
-            ..query(10)
-        };
-        assert_eq!(ids(&store.list(&recent).await.unwrap().tasks), ["w", "s"]);
-        let failed_state = TaskQuery {
-            state: Some(TaskState::Failed),
-            ..query(10)
-        };
-        assert_eq!(store.list(&failed_state).await.unwrap().total, 3);
-
-        store.close().await.unwrap();
-        let store = open(&dir);
-        check(&store.get(&"s".into()).await.unwrap().unwrap(), "s");
-        check(&store.get(&"w".into()).await.unwrap().unwrap(), "w");
-        let working = TaskQuery {
-            state: Some(TaskState::Working),
-            ..query(10)
-        };
-        assert_eq!(store.list(&working).await.unwrap().total, 0);
-        assert_eq!(store.fail_unfinished("again").await.unwrap(), []);
+        assert_eq!(version, 3);
     }
 
     #[tokio::test]
@@ -1600,13 +1487,7 @@ mod tests {
             corrupt_id(store.context(&"c".into(), None).await.map(drop)).0,
             "bad"
         );
-        // The writer refuses to fail tasks it cannot read, changes nothing, and keeps going.
-        assert_eq!(
-            corrupt_id(store.fail_unfinished("restart").await.map(drop)).0,
-            "bad"
-        );
-        let good = store.get(&"good".into()).await.unwrap().unwrap();
-        assert_eq!(good.task.status.state, TaskState::Working);
+        assert_eq!(corrupt_id(store.unfinished().await.map(drop)).0, "bad");
         store
             .put(&stored("later", "e", "r", TaskState::Working, T0))
             .await
@@ -1658,7 +1539,7 @@ mod tests {
         let dir = TempDir::new().unwrap();
         let path = db_path(&dir);
         let raw = Connection::open(&path).unwrap();
-        raw.pragma_update(None, "user_version", 3).unwrap();
+        raw.pragma_update(None, "user_version", 4).unwrap();
         drop(raw);
 
         let text = error_text(SqliteStore::open(&path));
@@ -1666,7 +1547,7 @@ mod tests {
             text,
             format!(
                 "task store: the task store {} was written by a newer version of Mew \
-                 (schema version 3; this build reads up to 2)",
+                 (schema version 4; this build reads up to 3)",
                 path.display()
             )
         );
@@ -1674,7 +1555,7 @@ mod tests {
         let version: i64 = raw
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 3);
+        assert_eq!(version, 4);
         let tables: i64 = raw
             .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |r| r.get(0))
             .unwrap();
@@ -1695,7 +1576,7 @@ mod tests {
         let version: i64 = raw
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!((mode.as_str(), version), ("wal", 2));
+        assert_eq!((mode.as_str(), version), ("wal", 3));
         let mut stmt = raw
             .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND sql IS NOT NULL ORDER BY name")
             .unwrap();
@@ -1823,7 +1704,10 @@ mod tests {
             .put(&stored("after", "c", "r", TaskState::Working, T0))
             .await;
         assert_eq!(error_text(later), expected);
-        assert_eq!(error_text(store.fail_unfinished("x").await), expected);
+        assert_eq!(
+            error_text(store.delete_push_config(&"x".into(), "y").await),
+            expected
+        );
         // Reads still work, and show what was committed.
         assert_eq!(
             ids(&store.list(&query(10)).await.unwrap().tasks),

@@ -20,6 +20,9 @@ pub struct StoredTask {
     pub created: Timestamp,
     /// State private to the role's runner (conversation, usage, ...); `Null` when none.
     pub private: serde_json::Value,
+    /// How many times the current turn was started over because the node running it was
+    /// lost (0 when it never was); a turn that ends resets it.
+    pub attempts: u32,
 }
 
 impl StoredTask {
@@ -210,9 +213,7 @@ pub trait TaskStore: Send + Sync {
         owner: Option<&str>,
     ) -> Result<Vec<StoredTask>, StoreError>;
 
-    /// Marks every task still SUBMITTED or WORKING as FAILED, with `reason`
-    /// as an agent status message; returns their ids. Called once at start,
-    /// when no task can be running. The FAILED status is enqueued for the push
-    /// configs of those tasks.
-    async fn fail_unfinished(&self, reason: &str) -> Result<Vec<TaskId>, StoreError>;
+    /// Every task still SUBMITTED or WORKING, oldest first: what was running or waiting for
+    /// a slot when the node stopped, read once at start to take it up again.
+    async fn unfinished(&self) -> Result<Vec<StoredTask>, StoreError>;
 }

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use mew_cards::{
-    Artifact, Message, Part, PartContent, StreamResponse, Task, TaskPushNotificationConfig,
-    TaskState, TaskStatus, Timestamp,
+    Artifact, Message, Part, PartContent, Task, TaskPushNotificationConfig, TaskState, TaskStatus,
+    Timestamp,
 };
 use serde_json::{Value, json};
 
@@ -49,7 +49,8 @@ on_every_store!(
     context_reads_only_the_owners_tasks,
     a_new_task_in_another_owners_context_is_refused_and_not_written,
     configs_without_ids_are_refused_before_the_writer,
-    fail_unfinished_tells_the_webhooks_of_the_failed_tasks,
+    unfinished_tasks_are_the_submitted_and_working_ones_oldest_first,
+    attempts_are_kept,
     tasks_that_cannot_be_stored_are_refused_before_the_writer,
 );
 
@@ -119,6 +120,7 @@ pub(crate) fn stored(
         parent: None,
         created: at(time),
         private: Value::Null,
+        attempts: 0,
     }
 }
 
@@ -186,6 +188,7 @@ pub(crate) fn rich_task() -> StoredTask {
         parent: Some("task-0".into()),
         created: at(T0),
         private: json!({"conversation": [{"role": "user", "text": "summarise this"}], "usage": {"tokens": 12}}),
+        attempts: 1,
     }
 }
 
@@ -566,36 +569,42 @@ async fn configs_without_ids_are_refused_before_the_writer(store: Arc<dyn TaskSt
     assert_eq!(store.get(&"t".into()).await.unwrap(), None);
 }
 
-async fn fail_unfinished_tells_the_webhooks_of_the_failed_tasks(store: Arc<dyn TaskStore>) {
-    let running = stored("w", "c", "r", TaskState::Working, T0);
-    store
-        .put_with_events(&running, &[hook("w", "a")], &[])
-        .await
-        .unwrap();
-    store
-        .put(&stored("q", "c", "r", TaskState::Working, T0))
-        .await
-        .unwrap();
-    let done = stored("d", "c", "r", TaskState::Completed, T0);
-    store
-        .put_with_events(&done, &[hook("d", "a")], &[])
-        .await
-        .unwrap();
-
-    store.fail_unfinished("restart").await.unwrap();
-    let pending = store.push_heads(10).await.unwrap();
-    assert_eq!(pending.len(), 1);
+async fn unfinished_tasks_are_the_submitted_and_working_ones_oldest_first(
+    store: Arc<dyn TaskStore>,
+) {
+    let states = [
+        ("w", TaskState::Working),
+        ("i", TaskState::InputRequired),
+        ("a", TaskState::AuthRequired),
+        ("c", TaskState::Completed),
+        ("f", TaskState::Failed),
+        ("x", TaskState::Canceled),
+        ("r", TaskState::Rejected),
+        ("s", TaskState::Submitted),
+    ];
+    // Created in this order; status times the other way round.
+    for (n, (id, state)) in (0..).zip(states) {
+        let mut task = stored(id, "c", "r", state, T0 + 100 - n);
+        task.created = at(T0 + n);
+        store.put(&task).await.unwrap();
+    }
+    let unfinished = store.unfinished().await.unwrap();
+    assert_eq!(ids(&unfinished), ["w", "s"]);
     assert_eq!(
-        (pending[0].task_id.as_str(), pending[0].config_id.as_str()),
-        ("w", "a")
+        unfinished[0],
+        store.get(&"w".into()).await.unwrap().unwrap()
     );
-    let event: StreamResponse = serde_json::from_str(&pending[0].body).unwrap();
-    let StreamResponse::StatusUpdate(update) = event else {
-        panic!("expected a status update, got {event:?}");
-    };
-    assert_eq!(update.task_id.as_str(), "w");
-    assert_eq!(update.status.state, TaskState::Failed);
-    assert_eq!(update.status.message.unwrap().text(), "restart");
+}
+
+async fn attempts_are_kept(store: Arc<dyn TaskStore>) {
+    let mut task = stored("t", "c", "r", TaskState::Working, T0);
+    task.attempts = 2;
+    store.put(&task).await.unwrap();
+    assert_eq!(store.get(&"t".into()).await.unwrap().unwrap().attempts, 2);
+    assert_eq!(store.unfinished().await.unwrap()[0].attempts, 2);
+    task.attempts = 0;
+    store.put(&task).await.unwrap();
+    assert_eq!(store.get(&"t".into()).await.unwrap().unwrap().attempts, 0);
 }
 
 async fn tasks_that_cannot_be_stored_are_refused_before_the_writer(store: Arc<dyn TaskStore>) {

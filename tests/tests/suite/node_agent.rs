@@ -1130,3 +1130,102 @@ async fn the_read_only_explore_role_is_offered_no_tool_that_writes() -> anyhow::
     model.assert_done();
     Ok(())
 }
+
+#[tokio::test]
+async fn a_model_task_continues_from_its_checkpoint_after_the_node_is_killed() -> anyhow::Result<()>
+{
+    // The first answer runs a command that records its pid and never ends; the node is
+    // killed while it runs. After the restart the model is asked again with the call's result.
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "bash",
+            json!({"command": "echo $$ >> started.txt; exec sleep 600"}),
+        ),
+        Step::text("Carried on after the crash.").expect_tool_results(["call_1"]),
+    ])?;
+    let mut node = node(
+        &model,
+        "openai",
+        &[(
+            "runner.md",
+            &role(
+                "runner",
+                "tools: [bash]\npermissionMode: bypassPermissions\n",
+            ),
+        )],
+    )
+    .await?;
+    let agent = node.agent("/agents/runner", Binding::JsonRpc).await?;
+    let request = SendMessageRequest {
+        configuration: Some(mew_cards::SendMessageConfiguration {
+            return_immediately: true,
+            ..Default::default()
+        }),
+        ..SendMessageRequest::new(Message::user_text("run the long job"))
+    };
+    let task = match agent.send_message(&CallContext::default(), request).await? {
+        SendMessageResponse::Task(task) => task,
+        other => bail!("expected a task, got {other:?}"),
+    };
+    let started = node.project_dir().join("started.txt");
+    let pid: i32 = mew_tests::node::poll_until(
+        "the command has started",
+        Duration::from_secs(30),
+        || async {
+            Ok(std::fs::read_to_string(&started)
+                .ok()
+                .and_then(|text| text.trim().parse().ok()))
+        },
+    )
+    .await?;
+    node.kill_hard().await?;
+    // The command outlives the node, as a real crash leaves it; the test ends it.
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL)?;
+    }
+
+    node.restart().await?;
+    ensure!(
+        node.output().contains("1 resumed"),
+        "the restart did not say it resumed the task: {}",
+        node.output()
+    );
+    let agent = node.agent("/agents/runner", Binding::HttpJson).await?;
+    let done = mew_tests::node::poll_until("the task is over", Duration::from_secs(30), || {
+        let agent = &agent;
+        let id = task.id.clone();
+        async move {
+            let request = mew_cards::GetTaskRequest {
+                id,
+                ..Default::default()
+            };
+            let task = agent.get_task(&CallContext::default(), request).await?;
+            Ok(task.status.state.is_terminal().then_some(task))
+        }
+    })
+    .await?;
+    ensure!(
+        done.status.state == TaskState::Completed,
+        "{:?}: {}",
+        done.status.state,
+        status_text(&done)
+    );
+    ensure!(
+        status_text(&done) == "Carried on after the crash.",
+        "answer {:?}",
+        status_text(&done)
+    );
+    // The command was not run again, and the model was told its outcome is unknown.
+    let runs = std::fs::read_to_string(&started)?;
+    ensure!(runs.lines().count() == 1, "the command ran again: {runs:?}");
+    let requests = model.requests();
+    ensure!(requests.len() == 2, "{} model requests", requests.len());
+    let result = requests[1].last_user_text();
+    ensure!(
+        result.contains("interrupted") && result.contains("unknown"),
+        "the model was not told the call was interrupted: {result:?}"
+    );
+    model.assert_done();
+    Ok(())
+}

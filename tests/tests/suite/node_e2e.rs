@@ -1351,3 +1351,51 @@ async fn a_caller_cannot_forge_a_tasks_children_or_usage() -> anyhow::Result<()>
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_resumable_command_role_runs_again_after_a_crash() -> anyhow::Result<()> {
+    let mut node = MewNode::new()?;
+    let marker = node.dir().join("first-run.pid");
+    // The first run records its pid and waits forever; a run after a crash answers.
+    let script = node.dir().join("job.sh");
+    std::fs::write(
+        &script,
+        "read -r input\n\
+         if [ \"$MEW_RECOVERED\" = 1 ]; then echo \"again: $input\"; exit 0; fi\n\
+         echo $$ > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"\nexec sleep 1000\n",
+    )?;
+    let role = command_role(
+        "job",
+        &format!("sh '{}' '{}'", script.display(), marker.display()),
+    )
+    .replacen("\n---\n", "\nresumable: true\n---\n", 1);
+    node.write_role("job.md", &role)?;
+    node.launch().await?;
+    let agent = node.agent("/agents/job", Binding::JsonRpc).await?;
+    let task = start(&agent, "the input").await?;
+    poll_until("the first run has started", WAIT, || async {
+        Ok(marker.exists().then_some(()))
+    })
+    .await?;
+
+    node.kill_hard().await?;
+    node.launch().await?;
+    let agent = node.agent("/agents/job", Binding::HttpJson).await?;
+    let done = poll_until("the task is over", WAIT, || async {
+        let task = get(&agent, &task.id).await?;
+        Ok(task.status.state.is_terminal().then_some(task))
+    })
+    .await?;
+    ensure!(
+        done.status.state == TaskState::Completed,
+        "{:?}: {}",
+        done.status.state,
+        status_text(&done)
+    );
+    ensure!(
+        artifact_text(&done) == "again: the input",
+        "artifacts {:?}",
+        done.artifacts
+    );
+    Ok(())
+}

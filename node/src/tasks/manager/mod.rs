@@ -30,6 +30,7 @@ use tracing::{Instrument, info_span, warn};
 
 mod listing;
 mod push_configs;
+mod recover;
 mod sink;
 mod watch;
 
@@ -56,6 +57,9 @@ pub(crate) struct Limits {
     /// A `ListTasks` page ends early once the tasks read for it come to this many bytes of
     /// stored JSON (it always holds one task).
     pub(crate) max_list_bytes: usize,
+    /// How many times a turn is started over after the node running it was lost; the next
+    /// loss fails the task.
+    pub(crate) max_attempts: u32,
 }
 
 impl Default for Limits {
@@ -67,6 +71,7 @@ impl Default for Limits {
             event_buffer: 256,
             list_history: 10,
             max_list_bytes: 4 * 1024 * 1024,
+            max_attempts: 3,
         }
     }
 }
@@ -199,7 +204,8 @@ fn protocol(kind: ErrorKind, message: impl Into<String>) -> Error {
     Error::Protocol(A2aError::new(kind, message))
 }
 
-/// The reason given to tasks that were running when the node went away.
+/// The reason given to tasks that were running when the node went away, and whose role cannot
+/// start a turn over.
 pub(crate) const RESTART_REASON: &str =
     "the node restarted while this task was running; its work was lost";
 const SHUTDOWN_REASON: &str = "the node shut down while this task was running";
@@ -219,20 +225,13 @@ pub(crate) struct TaskManager {
 }
 
 impl TaskManager {
-    /// A manager over `store`. Tasks left unfinished by an earlier run are
-    /// marked FAILED first: nothing stays WORKING forever.
+    /// A manager over `store`. What an earlier run of the node left unfinished stays as it
+    /// is until [`TaskManager::recover`] takes it up.
     pub(crate) async fn start(
         store: Arc<dyn TaskStore>,
         roles: Arc<dyn Roles>,
         limits: Limits,
     ) -> Result<Arc<Self>, StoreError> {
-        let failed = store.fail_unfinished(RESTART_REASON).await?;
-        if !failed.is_empty() {
-            warn!(
-                count = failed.len(),
-                "tasks that were running when the node stopped are now FAILED"
-            );
-        }
         Ok(Arc::new(Self {
             store,
             push_wake: Arc::new(Notify::new()),
@@ -374,6 +373,7 @@ impl TaskManager {
         let start = TurnStart {
             resumed: false,
             fresh_context,
+            recovered: false,
         };
         self.spawn_turn(live, role, message, start, 1, slot);
         Ok((task, stream))
@@ -487,6 +487,7 @@ impl TaskManager {
         let start = TurnStart {
             resumed: true,
             fresh_context: false,
+            recovered: false,
         };
         self.spawn_turn(live, role, message, start, turn, Slot::Wait);
         Ok((task, stream))
@@ -586,7 +587,7 @@ impl TaskManager {
             if state.turn != turn || !state.busy {
                 return;
             }
-            if !resumed {
+            if !resumed && state.stored.task.status.state != TaskState::Working {
                 let event = status_event(&state.stored.task, TaskStatus::new(TaskState::Working));
                 if let Err(e) = self.record(&mut state, event).await {
                     warn!(error = %e, "cannot persist the WORKING state");
@@ -631,6 +632,7 @@ impl TaskManager {
             message,
             history: earlier,
             resumed,
+            recovered: start.recovered,
             cancel: live.cancel.clone(),
             private,
             earlier_private,
@@ -824,6 +826,8 @@ struct TurnStart {
     resumed: bool,
     /// The task created its context: there are no earlier tasks to read.
     fresh_context: bool,
+    /// The turn was running when the node was lost, and starts over ([`Turn::recovered`]).
+    recovered: bool,
 }
 
 /// Whether a turn waits for a slot of its own.
@@ -880,6 +884,7 @@ fn new_task(submission: Submission) -> (StoredTask, Message, Vec<TaskPushNotific
         parent: submission.parent,
         created: now,
         private: submission.private,
+        attempts: 0,
     };
     (stored, message, push)
 }
@@ -918,8 +923,13 @@ async fn record_as(
     stored: Stored,
 ) -> Result<(), StoreError> {
     let previous = state.stored.task.clone();
+    let attempts = state.stored.attempts;
     state.apply_annotations();
     state.stored.task.apply(&event);
+    if state.stored.task.status.state.ends_stream() {
+        // The turn is over: the next one starts with all its attempts.
+        state.stored.attempts = 0;
+    }
     if let (Stored::JoiningText, StreamResponse::ArtifactUpdate(update)) = (stored, &event) {
         join_last_text(&mut state.stored.task, &update.artifact.artifact_id);
     }
@@ -937,6 +947,7 @@ async fn record_as(
     };
     if let Err(e) = written {
         state.stored.task = previous;
+        state.stored.attempts = attempts;
         return Err(e);
     }
     state.annotations.clear();

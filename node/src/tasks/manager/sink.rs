@@ -171,6 +171,26 @@ impl EventSink for Sink {
         Ok(())
     }
 
+    async fn checkpoint(&self, private: serde_json::Value) -> Result<(), SinkClosed> {
+        let mut state = self.live.state.lock().await;
+        if state.turn != self.turn || !state.busy || self.live.cancel.is_cancelled() {
+            return Err(SinkClosed);
+        }
+        // The write takes the annotations kept for the next event along.
+        let previous = (
+            std::mem::replace(&mut state.stored.private, private),
+            state.stored.task.metadata.clone(),
+        );
+        state.apply_annotations();
+        if let Err(e) = self.store.put(&state.stored).await {
+            warn!(error = %e, "cannot persist a checkpoint; the task stops");
+            (state.stored.private, state.stored.task.metadata) = previous;
+            return Err(SinkClosed);
+        }
+        state.annotations.clear();
+        Ok(())
+    }
+
     async fn annotate(&self, annotation: Annotation) -> Result<(), SinkClosed> {
         let mut state = self.live.state.lock().await;
         if state.turn != self.turn {
