@@ -444,6 +444,7 @@ mod tests {
             created: Timestamp::now(),
             private: serde_json::Value::Null,
             attempts: 0,
+            generation: 0,
         };
         let rows: Vec<OutboxRow> = (0..n)
             .map(|i| OutboxRow {
@@ -453,7 +454,7 @@ mod tests {
             })
             .collect();
         store
-            .put_with_events(&task, std::slice::from_ref(config), &rows)
+            .put_with_events(&task, None, std::slice::from_ref(config), &rows)
             .await
             .unwrap();
     }

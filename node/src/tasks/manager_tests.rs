@@ -303,12 +303,24 @@ impl TaskStore for Counting {
     async fn put_with_events(
         &self,
         task: &StoredTask,
+        event: Option<&StreamResponse>,
         configs: &[mew_cards::TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError> {
-        self.inner.put_with_events(task, configs, outbox).await?;
+        self.inner
+            .put_with_events(task, event, configs, outbox)
+            .await?;
         self.writes.lock().unwrap().push(task.clone());
         Ok(())
+    }
+
+    async fn events(
+        &self,
+        task: &TaskId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, StreamResponse)>, StoreError> {
+        self.inner.events(task, after, limit).await
     }
 
     async fn push_configs(
@@ -628,26 +640,43 @@ async fn the_queue_is_bounded_and_queued_tasks_can_be_canceled() {
 }
 
 #[tokio::test]
-async fn a_lagging_subscriber_still_sees_the_end() {
+async fn a_lagging_subscriber_gets_every_event_in_order_from_the_log() {
     let limits = Limits {
         event_buffer: 1,
         ..Limits::default()
     };
     let f = fixture(limits).await;
-    let (task, mut stream) = f.submit(Message::user_text("chunks 200")).await.unwrap();
+    let (task, stream) = f.submit(Message::user_text("chunks 200")).await.unwrap();
     // Read nothing until the task is over: the subscriber lags far behind.
     f.wait_for(&task, TaskState::Completed).await;
-    let mut last = None;
-    while let Some(event) = stream.next().await {
-        last = Some(event.unwrap());
-    }
-    let folded_state = match last {
-        Some(StreamResponse::Task(t)) => t.status.state,
-        Some(StreamResponse::StatusUpdate(u)) => u.status.state,
+    let events: Vec<StreamResponse> = stream.map(Result::unwrap).collect().await;
+    assert!(matches!(events.first(), Some(StreamResponse::Task(_))));
+    let chunks: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamResponse::ArtifactUpdate(u) => u.artifact.parts[0].as_text().map(str::to_owned),
+            _ => None,
+        })
+        .collect();
+    let expected: Vec<String> = (0..200).map(|i| i.to_string()).collect();
+    assert_eq!(chunks, expected, "every chunk, once, in order");
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, StreamResponse::Task(_)))
+            .count(),
+        1,
+        "no snapshot stood in for missed events"
+    );
+    match events.last() {
+        Some(StreamResponse::StatusUpdate(u)) => assert_eq!(u.status.state, TaskState::Completed),
         other => panic!("unexpected last event {other:?}"),
-    };
-    assert_eq!(folded_state, TaskState::Completed);
-    assert_eq!(f.get(&task).await.task.artifacts[0].parts.len(), 200);
+    }
+    // Snapshot, WORKING, 200 chunks, COMPLETED: the task's generation counts them all.
+    let stored = f.get(&task).await;
+    assert_eq!(stored.task.artifacts[0].parts.len(), 200);
+    assert_eq!(stored.generation, 203);
+    assert_eq!(events.len(), 203);
 }
 
 #[tokio::test]
@@ -685,6 +714,7 @@ fn stored(state: TaskState, text: &str) -> StoredTask {
         created: mew_cards::Timestamp::now(),
         private: serde_json::Value::Null,
         attempts: 0,
+        generation: 0,
     }
 }
 

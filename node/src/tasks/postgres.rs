@@ -18,12 +18,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
-use mew_cards::{ContextId, TaskId, TaskPushNotificationConfig, TaskState, Timestamp};
+use mew_cards::{
+    ContextId, StreamResponse, TaskId, TaskPushNotificationConfig, TaskState, Timestamp,
+};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, Row as PgRow};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::rows::{ConfigRow, Row, assemble, bound_nanos, decode_config};
+use super::rows::{ConfigRow, Row, assemble, bound_nanos, decode_config, decode_event};
 use super::store::{
     Cursor, OutboxRow, PendingPush, StoreError, StoredTask, TaskPage, TaskQuery, TaskStore,
 };
@@ -67,6 +69,14 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX push_outbox_by_target ON push_outbox (task_id, config_id, seq);",
     // 2: how often a task's turn was started over after its node was lost.
     "ALTER TABLE tasks ADD COLUMN attempts integer NOT NULL DEFAULT 0;",
+    // 3: the number of a task's last event, and the log of its events under their numbers.
+    "ALTER TABLE tasks ADD COLUMN generation bigint NOT NULL DEFAULT 0;
+    CREATE TABLE task_events (
+        task_id    text NOT NULL,
+        generation bigint NOT NULL,
+        event      text NOT NULL,
+        PRIMARY KEY (task_id, generation)
+    );",
 ];
 
 /// The advisory lock key migrations run under ("mew" + "migr" in ASCII).
@@ -82,7 +92,8 @@ const POOL_SIZE: usize = 16;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The columns `decode` reads, in its order.
-const COLUMNS: &str = "id, role, owner, parent, created, status_time, task, private, attempts";
+const COLUMNS: &str =
+    "id, role, owner, parent, created, status_time, task, private, attempts, generation";
 
 /// The durable task store on a PostgreSQL server.
 pub(crate) struct PostgresStore {
@@ -299,8 +310,10 @@ fn decode(row: &PgRow) -> Result<StoredTask, StoreError> {
     let task: String = row.try_get(6).map_err(column)?;
     let private: String = row.try_get(7).map_err(column)?;
     let attempts: i32 = row.try_get(8).map_err(column)?;
+    let generation: i64 = row.try_get(9).map_err(column)?;
     let mut stored = assemble(id, role, owner, parent, created, &task, &private)?;
     stored.attempts = u32::try_from(attempts).unwrap_or(0);
+    stored.generation = u64::try_from(generation).unwrap_or(0);
     Ok(stored)
 }
 
@@ -309,8 +322,8 @@ async fn put(client: &impl GenericClient, row: &Row) -> Result<(), StoreError> {
         .execute(
             "INSERT INTO tasks
                  (id, context_id, role, owner, parent, state, status_time, created, task, private,
-                  attempts)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                  attempts, generation)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
              ON CONFLICT (id) DO UPDATE SET
                  context_id = excluded.context_id,
                  role = excluded.role,
@@ -321,7 +334,8 @@ async fn put(client: &impl GenericClient, row: &Row) -> Result<(), StoreError> {
                  created = excluded.created,
                  task = excluded.task,
                  private = excluded.private,
-                 attempts = excluded.attempts",
+                 attempts = excluded.attempts,
+                 generation = excluded.generation",
             &[
                 &row.id,
                 &row.context_id,
@@ -334,10 +348,25 @@ async fn put(client: &impl GenericClient, row: &Row) -> Result<(), StoreError> {
                 &row.task,
                 &row.private,
                 &row.attempts,
+                &row.generation,
             ],
         )
         .await
         .map_err(|e| db_error(&format!("store task {}", row.id), e))?;
+    if let Some(event) = &row.event {
+        client
+            .execute(
+                "INSERT INTO task_events (task_id, generation, event) VALUES ($1, $2, $3)",
+                &[&row.id, &row.generation, event],
+            )
+            .await
+            .map_err(|e| {
+                db_error(
+                    &format!("log event {} of task {}", row.generation, row.id),
+                    e,
+                )
+            })?;
+    }
     Ok(())
 }
 
@@ -501,7 +530,7 @@ impl TaskStore for PostgresStore {
         configs: &[TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError> {
-        let row = Row::encode(task)?;
+        let row = Row::with_snapshot(task)?;
         let configs: Vec<ConfigRow> = configs
             .iter()
             .map(ConfigRow::encode)
@@ -542,10 +571,11 @@ impl TaskStore for PostgresStore {
     async fn put_with_events(
         &self,
         task: &StoredTask,
+        event: Option<&StreamResponse>,
         configs: &[TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError> {
-        let row = Row::encode(task)?;
+        let row = Row::with_event(task, event)?;
         let configs: Vec<ConfigRow> = configs
             .iter()
             .map(ConfigRow::encode)
@@ -738,6 +768,29 @@ impl TaskStore for PostgresStore {
             .await
             .map_err(|e| db_error("read a context", e))?;
         rows.iter().map(decode).collect()
+    }
+
+    async fn events(
+        &self,
+        task: &TaskId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, StreamResponse)>, StoreError> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT generation, event FROM task_events \
+                 WHERE task_id = $1 AND generation > $2 ORDER BY generation LIMIT $3",
+                &[&task.as_str(), &after, &limit],
+            )
+            .await
+            .map_err(|e| db_error("read the events of a task", e))?;
+        rows.iter()
+            .map(|row| decode_event(task.as_str(), row.get(0), row.get(1)))
+            .collect()
     }
 
     async fn unfinished(&self) -> Result<Vec<StoredTask>, StoreError> {

@@ -1,7 +1,7 @@
 //! A task and a push config as the stores' columns: encoded once, before any store writes them,
 //! and decoded back the same way by every store.
 
-use mew_cards::{Task, TaskId, TaskPushNotificationConfig, Timestamp};
+use mew_cards::{StreamResponse, Task, TaskId, TaskPushNotificationConfig, Timestamp};
 
 use super::store::{StoreError, StoredTask};
 
@@ -29,6 +29,9 @@ pub(super) struct Row {
     pub(super) task: String,
     pub(super) private: String,
     pub(super) attempts: i32,
+    pub(super) generation: i64,
+    /// The event this row's snapshot comes from, as JSON, to log under `generation`.
+    pub(super) event: Option<String>,
 }
 
 impl Row {
@@ -65,8 +68,49 @@ impl Row {
             private: serde_json::to_string(&stored.private)
                 .map_err(|e| encode_error("private state", e))?,
             attempts: i32::try_from(stored.attempts).unwrap_or(i32::MAX),
+            generation: i64::try_from(stored.generation).map_err(|_| {
+                StoreError::Backend(format!("task {id} has too many events to store"))
+            })?,
+            event: None,
         })
     }
+
+    /// [`Row::encode`], with `event` to log (when there is one) under the task's generation.
+    pub(super) fn with_event(
+        stored: &StoredTask,
+        event: Option<&StreamResponse>,
+    ) -> Result<Self, StoreError> {
+        let mut row = Self::encode(stored)?;
+        row.event = event
+            .map(|event| {
+                serde_json::to_string(event).map_err(|e| {
+                    StoreError::Backend(format!("cannot encode an event of task {}: {e}", row.id))
+                })
+            })
+            .transpose()?;
+        Ok(row)
+    }
+
+    /// [`Row::encode`], logging the task as it is as its event (a new task's first one).
+    pub(super) fn with_snapshot(stored: &StoredTask) -> Result<Self, StoreError> {
+        let mut row = Self::encode(stored)?;
+        // The `task` member of a StreamResponse is the task as the row stores it.
+        row.event = Some(format!("{{\"task\":{}}}", row.task));
+        Ok(row)
+    }
+}
+
+/// Parses a logged event of task `id`.
+pub(super) fn decode_event(
+    id: &str,
+    generation: i64,
+    json: &str,
+) -> Result<(u64, StreamResponse), StoreError> {
+    let event = serde_json::from_str(json).map_err(|e| StoreError::Corrupt {
+        id: id.to_owned(),
+        reason: format!("its event {generation} does not parse: {e}"),
+    })?;
+    Ok((u64::try_from(generation).unwrap_or(0), event))
 }
 
 /// Parses the `task` column of the row with this id.
@@ -146,5 +190,6 @@ pub(super) fn assemble(
         created: Timestamp::from_unix_nanos(i128::from(created)),
         private,
         attempts: 0,
+        generation: 0,
     })
 }

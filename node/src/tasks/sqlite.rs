@@ -20,13 +20,15 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use mew_cards::{ContextId, TaskId, TaskPushNotificationConfig, TaskState, Timestamp};
+use mew_cards::{
+    ContextId, StreamResponse, TaskId, TaskPushNotificationConfig, TaskState, Timestamp,
+};
 use rusqlite::config::DbConfig;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, ErrorCode, OpenFlags, params, params_from_iter};
 use tokio::sync::{mpsc, oneshot};
 
-use super::rows::{ConfigRow, Row, assemble, bound_nanos, decode_config};
+use super::rows::{ConfigRow, Row, assemble, bound_nanos, decode_config, decode_event};
 use super::store::{
     Cursor, OutboxRow, PendingPush, StoreError, StoredTask, TaskPage, TaskQuery, TaskStore,
 };
@@ -71,6 +73,14 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX push_outbox_by_target ON push_outbox (task_id, config_id, seq);",
     // 3: how often a task's turn was started over after its node was lost.
     "ALTER TABLE tasks ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;",
+    // 4: the number of a task's last event, and the log of its events under their numbers.
+    "ALTER TABLE tasks ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE task_events (
+        task_id    TEXT NOT NULL,
+        generation INTEGER NOT NULL,
+        event      TEXT NOT NULL,
+        PRIMARY KEY (task_id, generation)
+    ) STRICT, WITHOUT ROWID;",
 ];
 
 /// The schema version this build writes.
@@ -89,10 +99,12 @@ const MAX_BATCH: usize = 256;
 const MAX_IDLE_READERS: usize = 4;
 
 /// The columns `decode` reads, in its order.
-const COLUMNS: &str = "id, role, owner, parent, created, status_time, task, private, attempts";
+const COLUMNS: &str =
+    "id, role, owner, parent, created, status_time, task, private, attempts, generation";
 
 /// The tasks of one context (`?1`) and one owner (`?2`, `NULL` for none), oldest first.
-const CONTEXT_SQL: &str = "SELECT id, role, owner, parent, created, status_time, task, private, attempts \
+const CONTEXT_SQL: &str = "SELECT id, role, owner, parent, created, status_time, task, private, \
+     attempts, generation \
      FROM tasks WHERE context_id = ?1 AND owner IS ?2 ORDER BY created, id";
 
 /// Whether the context `?1` holds a task of an owner other than `?2` (`NULL` for none).
@@ -301,7 +313,7 @@ impl TaskStore for SqliteStore {
         configs: &[TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError> {
-        let row = Row::encode(task)?;
+        let row = Row::with_snapshot(task)?;
         let configs = configs
             .iter()
             .map(ConfigRow::encode)
@@ -333,10 +345,11 @@ impl TaskStore for SqliteStore {
     async fn put_with_events(
         &self,
         task: &StoredTask,
+        event: Option<&StreamResponse>,
         configs: &[TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError> {
-        let row = Row::encode(task)?;
+        let row = Row::with_event(task, event)?;
         let configs = configs
             .iter()
             .map(ConfigRow::encode)
@@ -446,6 +459,35 @@ impl TaskStore for SqliteStore {
                 .query(params![context_id, owner])
                 .map_err(|e| read_error("a context", e))?;
             decode_all(rows, "a context")
+        })
+        .await
+    }
+
+    async fn events(
+        &self,
+        task: &TaskId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, StreamResponse)>, StoreError> {
+        let task = task.as_str().to_owned();
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |conn| {
+            let fail = |e| read_error("the events of a task", e);
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT generation, event FROM task_events \
+                     WHERE task_id = ?1 AND generation > ?2 ORDER BY generation LIMIT ?3",
+                )
+                .map_err(fail)?;
+            let mut rows = stmt.query(params![task, after, limit]).map_err(fail)?;
+            let mut events = Vec::new();
+            while let Some(row) = rows.next().map_err(fail)? {
+                let generation: i64 = row.get(0).map_err(fail)?;
+                let json: String = row.get(1).map_err(fail)?;
+                events.push(decode_event(&task, generation, &json)?);
+            }
+            Ok(events)
         })
         .await
     }
@@ -643,8 +685,10 @@ fn decode(row: &rusqlite::Row<'_>) -> Result<StoredTask, StoreError> {
     let task: String = row.get(6).map_err(column)?;
     let private: String = row.get(7).map_err(column)?;
     let attempts: i32 = row.get(8).map_err(column)?;
+    let generation: i64 = row.get(9).map_err(column)?;
     let mut stored = assemble(id, role, owner, parent, created, &task, &private)?;
     stored.attempts = u32::try_from(attempts).unwrap_or(0);
+    stored.generation = u64::try_from(generation).unwrap_or(0);
     Ok(stored)
 }
 
@@ -1070,8 +1114,8 @@ fn put(conn: &Connection, row: &Row) -> Result<(), StoreError> {
         .prepare_cached(
             "INSERT INTO tasks
                  (id, context_id, role, owner, parent, state, status_time, created, task, private,
-                  attempts)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                  attempts, generation)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
              ON CONFLICT (id) DO UPDATE SET
                  context_id = excluded.context_id,
                  role = excluded.role,
@@ -1082,7 +1126,8 @@ fn put(conn: &Connection, row: &Row) -> Result<(), StoreError> {
                  created = excluded.created,
                  task = excluded.task,
                  private = excluded.private,
-                 attempts = excluded.attempts",
+                 attempts = excluded.attempts,
+                 generation = excluded.generation",
         )
         .map_err(|e| write_error(&format!("store task {}", row.id), e))?;
     stmt.execute(params![
@@ -1097,8 +1142,21 @@ fn put(conn: &Connection, row: &Row) -> Result<(), StoreError> {
         row.task,
         row.private,
         row.attempts,
+        row.generation,
     ])
     .map_err(|e| write_error(&format!("store task {}", row.id), e))?;
+    if let Some(event) = &row.event {
+        conn.prepare_cached(
+            "INSERT INTO task_events (task_id, generation, event) VALUES (?1, ?2, ?3)",
+        )
+        .and_then(|mut stmt| stmt.execute(params![row.id, row.generation, event]))
+        .map_err(|e| {
+            write_error(
+                &format!("log event {} of task {}", row.generation, row.id),
+                e,
+            )
+        })?;
+    }
     Ok(())
 }
 
@@ -1211,6 +1269,7 @@ mod tests {
         store
             .put_with_events(
                 &task,
+                None,
                 &[a.clone(), b.clone()],
                 &[
                     for_config(event("t", 1), "a"),
@@ -1222,6 +1281,7 @@ mod tests {
         store
             .put_with_events(
                 &task,
+                None,
                 &[],
                 &[
                     for_config(event("t", 2), "a"),
@@ -1343,6 +1403,7 @@ mod tests {
         store
             .put_with_events(
                 &task,
+                None,
                 &[hook("task-1", "a")],
                 &[for_config(event("task-1", 1), "a")],
             )
@@ -1354,7 +1415,7 @@ mod tests {
         let version: i64 = raw
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 3);
+        assert_eq!(version, 4);
     }
 
     #[tokio::test]
@@ -1539,7 +1600,7 @@ mod tests {
         let dir = TempDir::new().unwrap();
         let path = db_path(&dir);
         let raw = Connection::open(&path).unwrap();
-        raw.pragma_update(None, "user_version", 4).unwrap();
+        raw.pragma_update(None, "user_version", 5).unwrap();
         drop(raw);
 
         let text = error_text(SqliteStore::open(&path));
@@ -1547,7 +1608,7 @@ mod tests {
             text,
             format!(
                 "task store: the task store {} was written by a newer version of Mew \
-                 (schema version 4; this build reads up to 3)",
+                 (schema version 5; this build reads up to 4)",
                 path.display()
             )
         );
@@ -1555,7 +1616,7 @@ mod tests {
         let version: i64 = raw
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 4);
+        assert_eq!(version, 5);
         let tables: i64 = raw
             .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |r| r.get(0))
             .unwrap();
@@ -1576,7 +1637,7 @@ mod tests {
         let version: i64 = raw
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!((mode.as_str(), version), ("wal", 3));
+        assert_eq!((mode.as_str(), version), ("wal", 4));
         let mut stmt = raw
             .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND sql IS NOT NULL ORDER BY name")
             .unwrap();

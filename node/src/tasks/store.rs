@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use mew_cards::{ContextId, Task, TaskId, TaskPushNotificationConfig, TaskState, Timestamp};
+use mew_cards::{
+    ContextId, StreamResponse, Task, TaskId, TaskPushNotificationConfig, TaskState, Timestamp,
+};
 
 /// A task as the node keeps it: the A2A view plus what only the node needs.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,6 +25,10 @@ pub struct StoredTask {
     /// How many times the current turn was started over because the node running it was
     /// lost (0 when it never was); a turn that ends resets it.
     pub attempts: u32,
+    /// The number of the task's last event: 1 for the snapshot it was created with, one
+    /// more for each event after it. Events are stored under their number, with the
+    /// snapshot they bring the task to, so the log has no gaps.
+    pub generation: u64,
 }
 
 impl StoredTask {
@@ -144,7 +150,8 @@ pub trait TaskStore: Send + Sync {
     async fn put(&self, task: &StoredTask) -> Result<(), StoreError>;
 
     /// Stores a new task with its push `configs` and the notifications of its first
-    /// snapshot (`outbox`), in one transaction, unless its context belongs to someone else:
+    /// snapshot (`outbox`), and logs that snapshot as the task's event number
+    /// `task.generation`, in one transaction, unless its context belongs to someone else:
     /// a context belongs to the owner of its tasks, so when the context holds a task of
     /// another owner nothing is written and the answer is [`StoreError::ForeignContext`].
     /// The check and the write are atomic: two principals naming one new context at once
@@ -164,15 +171,26 @@ pub trait TaskStore: Send + Sync {
         owner: Option<&str>,
     ) -> Result<bool, StoreError>;
 
-    /// [`TaskStore::put`], and in the same transaction saves `configs` (push configs of the
-    /// task, replacing those with the same id) and enqueues `outbox`: either all of it is
-    /// durable or none.
+    /// [`TaskStore::put`], and in the same transaction logs `event` (the change that made
+    /// this snapshot) as the task's event number `task.generation`, saves `configs` (push
+    /// configs of the task, replacing those with the same id) and enqueues `outbox`: either
+    /// all of it is durable or none. An event number already logged is refused, and nothing
+    /// is written.
     async fn put_with_events(
         &self,
         task: &StoredTask,
+        event: Option<&StreamResponse>,
         configs: &[TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError>;
+
+    /// The logged events of a task after number `after`, in order, at most `limit`.
+    async fn events(
+        &self,
+        task: &TaskId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, StreamResponse)>, StoreError>;
 
     /// The push configs of a task, by id.
     async fn push_configs(

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use mew_cards::{
-    Artifact, Message, Part, PartContent, Task, TaskPushNotificationConfig, TaskState, TaskStatus,
-    Timestamp,
+    Artifact, Message, Part, PartContent, StreamResponse, Task, TaskPushNotificationConfig,
+    TaskState, TaskStatus, Timestamp,
 };
 use serde_json::{Value, json};
 
@@ -51,6 +51,8 @@ on_every_store!(
     configs_without_ids_are_refused_before_the_writer,
     unfinished_tasks_are_the_submitted_and_working_ones_oldest_first,
     attempts_are_kept,
+    events_are_logged_with_their_snapshot_and_read_back_in_order,
+    an_event_number_is_logged_once,
     tasks_that_cannot_be_stored_are_refused_before_the_writer,
 );
 
@@ -121,6 +123,7 @@ pub(crate) fn stored(
         created: at(time),
         private: Value::Null,
         attempts: 0,
+        generation: 0,
     }
 }
 
@@ -189,6 +192,7 @@ pub(crate) fn rich_task() -> StoredTask {
         created: at(T0),
         private: json!({"conversation": [{"role": "user", "text": "summarise this"}], "usage": {"tokens": 12}}),
         attempts: 1,
+        generation: 0,
     }
 }
 
@@ -562,7 +566,7 @@ async fn configs_without_ids_are_refused_before_the_writer(store: Arc<dyn TaskSt
     let task = stored("t", "c", "r", TaskState::Working, T0);
     assert!(
         store
-            .put_with_events(&task, &[hook("", "a")], &[])
+            .put_with_events(&task, None, &[hook("", "a")], &[])
             .await
             .is_err()
     );
@@ -624,4 +628,77 @@ async fn tasks_that_cannot_be_stored_are_refused_before_the_writer(store: Arc<dy
          is outside the years 1677 to 2262"
     );
     assert_eq!(store.list(&query(10)).await.unwrap().total, 0);
+}
+
+/// A WORKING status event of task `id`.
+fn working(id: &str) -> StreamResponse {
+    StreamResponse::StatusUpdate(mew_cards::TaskStatusUpdateEvent {
+        task_id: id.into(),
+        context_id: "c".into(),
+        status: TaskStatus::new(TaskState::Working),
+        metadata: None,
+    })
+}
+
+async fn events_are_logged_with_their_snapshot_and_read_back_in_order(store: Arc<dyn TaskStore>) {
+    let mut task = stored("t", "c", "r", TaskState::Submitted, T0);
+    task.generation = 1;
+    store.create(&task, &[], &[]).await.unwrap();
+    let first = store.events(&"t".into(), 0, 10).await.unwrap();
+    assert_eq!(first, [(1, StreamResponse::Task(task.task.clone()))]);
+
+    let mut changes = Vec::new();
+    for n in 2..=4 {
+        task.generation = n;
+        task.task.status = TaskStatus::new(TaskState::Working);
+        let change = working("t");
+        store
+            .put_with_events(&task, Some(&change), &[], &[])
+            .await
+            .unwrap();
+        changes.push((n, change));
+    }
+    // A write without an event (a checkpoint) logs nothing.
+    store.put(&task).await.unwrap();
+    assert_eq!(store.get(&"t".into()).await.unwrap().unwrap().generation, 4);
+    let all = store.events(&"t".into(), 1, 10).await.unwrap();
+    assert_eq!(all, changes);
+    assert_eq!(
+        store.events(&"t".into(), 2, 1).await.unwrap(),
+        changes[1..2]
+    );
+    assert_eq!(store.events(&"t".into(), 4, 10).await.unwrap(), []);
+    assert_eq!(store.events(&"other".into(), 0, 10).await.unwrap(), []);
+}
+
+async fn an_event_number_is_logged_once(store: Arc<dyn TaskStore>) {
+    let mut task = stored("t", "c", "r", TaskState::Submitted, T0);
+    task.generation = 1;
+    store.create(&task, &[hook("t", "a")], &[]).await.unwrap();
+    task.generation = 2;
+    task.task.status = TaskStatus::new(TaskState::Working);
+    let first = working("t");
+    store
+        .put_with_events(&task, Some(&first), &[], &[])
+        .await
+        .unwrap();
+    // A second writer with the same number (one that lost the task, say) writes nothing.
+    let mut rival = task.clone();
+    rival.task.status = TaskStatus::new(TaskState::Completed);
+    let done = StreamResponse::StatusUpdate(mew_cards::TaskStatusUpdateEvent {
+        task_id: "t".into(),
+        context_id: "c".into(),
+        status: TaskStatus::new(TaskState::Completed),
+        metadata: None,
+    });
+    let refused = store
+        .put_with_events(&rival, Some(&done), &[], &[for_config(event("t", 9), "a")])
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(store.get(&"t".into()).await.unwrap(), Some(task));
+    assert_eq!(
+        store.events(&"t".into(), 1, 10).await.unwrap(),
+        [(2, first)]
+    );
+    assert_eq!(store.push_heads(10).await.unwrap(), []);
 }

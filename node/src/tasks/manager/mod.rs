@@ -147,7 +147,6 @@ struct Live {
 
 struct LiveState {
     stored: StoredTask,
-    seq: u64,
     events: broadcast::Sender<Stamped>,
     /// The number of the current turn (the first is 1).
     turn: u64,
@@ -295,7 +294,6 @@ impl TaskManager {
             cancel: self.shutdown.child_token(),
             state: Mutex::new(LiveState {
                 stored,
-                seq: 0,
                 events,
                 turn: 0,
                 busy: false,
@@ -397,15 +395,24 @@ impl TaskManager {
             .await
             .map_err(store_error)?;
         let refusal = agent_message(&stored.task, reason.to_owned());
-        stored.task.status = TaskStatus {
+        let status = TaskStatus {
             state: TaskState::Rejected,
             message: Some(refusal),
             timestamp: Some(Timestamp::now()),
         };
+        let event = status_event(&stored.task, status.clone());
+        stored.task.status = status;
+        stored.generation += 1;
         // A webhook learns of the refusal: the task as it ends.
-        self.put_with_snapshot(&stored, &push)
+        let outbox =
+            outbox_rows(&push, &StreamResponse::Task(stored.task.clone())).map_err(store_error)?;
+        self.store
+            .put_with_events(&stored, Some(&event), &push, &outbox)
             .await
             .map_err(store_error)?;
+        if !push.is_empty() {
+            self.push_wake.notify_one();
+        }
         let task = stored.task;
         let stream: EventStream = Box::pin(futures_util::stream::iter([Ok(StreamResponse::Task(
             task.clone(),
@@ -511,22 +518,6 @@ impl TaskManager {
         } else {
             Err(context_not_found(context))
         }
-    }
-
-    /// Writes `stored` with its push configs, and for each config the task as it is now as a
-    /// notification, in one transaction; a plain write when there are none.
-    async fn put_with_snapshot(
-        &self,
-        stored: &StoredTask,
-        push: &[TaskPushNotificationConfig],
-    ) -> Result<(), StoreError> {
-        if push.is_empty() {
-            return self.store.put(stored).await;
-        }
-        let outbox = outbox_rows(push, &StreamResponse::Task(stored.task.clone()))?;
-        self.store.put_with_events(stored, push, &outbox).await?;
-        self.push_wake.notify_one();
-        Ok(())
     }
 
     async fn record(&self, state: &mut LiveState, event: StreamResponse) -> Result<(), StoreError> {
@@ -885,6 +876,7 @@ fn new_task(submission: Submission) -> (StoredTask, Message, Vec<TaskPushNotific
         created: now,
         private: submission.private,
         attempts: 0,
+        generation: 1,
     };
     (stored, message, push)
 }
@@ -924,6 +916,7 @@ async fn record_as(
 ) -> Result<(), StoreError> {
     let previous = state.stored.task.clone();
     let attempts = state.stored.attempts;
+    state.stored.generation += 1;
     state.apply_annotations();
     state.stored.task.apply(&event);
     if state.stored.task.status.state.ends_stream() {
@@ -933,31 +926,32 @@ async fn record_as(
     if let (Stored::JoiningText, StreamResponse::ArtifactUpdate(update)) = (stored, &event) {
         join_last_text(&mut state.stored.task, &update.artifact.artifact_id);
     }
-    // The event's push notifications are enqueued in the same transaction as the change.
-    let written = if state.push.is_empty() {
-        store.put(&state.stored).await
-    } else {
-        match outbox_rows(&state.push, &event) {
-            Ok(outbox) => store
-                .put_with_events(&state.stored, &[], &outbox)
-                .await
-                .inspect(|()| push_wake.notify_one()),
-            Err(e) => Err(e),
-        }
+    // The event is logged, and its push notifications enqueued, in the same transaction as
+    // the change.
+    let written = match outbox_rows(&state.push, &event) {
+        Ok(outbox) => store
+            .put_with_events(&state.stored, Some(&event), &[], &outbox)
+            .await
+            .inspect(|()| {
+                if !outbox.is_empty() {
+                    push_wake.notify_one();
+                }
+            }),
+        Err(e) => Err(e),
     };
     if let Err(e) = written {
         state.stored.task = previous;
         state.stored.attempts = attempts;
+        state.stored.generation -= 1;
         return Err(e);
     }
     state.annotations.clear();
-    state.seq += 1;
     if state.stored.task.status.state.ends_stream() {
         state.busy = false;
     }
     // No receivers is fine: nobody is watching.
     let _ = state.events.send(Stamped {
-        seq: state.seq,
+        seq: state.stored.generation,
         event,
     });
     Ok(())

@@ -1,19 +1,33 @@
 //! Watching a task: `SendStreamingMessage` and `SubscribeToTask` streams, from a snapshot
-//! and then each stored change, a lagging subscriber getting a fresh snapshot.
+//! and then each stored change, in order and without gaps: what a lagging subscriber missed
+//! is read back from the task's event log (a fresh snapshot stands in when it cannot be).
 
 use mew_cards::{ErrorKind, StreamResponse, TaskId};
 use mew_transport::{Error, EventStream};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio::sync::broadcast;
+use tracing::warn;
+
+use crate::tasks::store::TaskStore;
 
 use super::{Live, LiveOrDone, LiveState, Scope, Stamped, TaskManager, protocol};
+
+/// The most events a lagging subscription reads back from the log at once.
+const READ_BACK_BATCH: usize = 256;
 
 /// The state of one subscription.
 pub(super) struct WatchState {
     pub(super) rx: broadcast::Receiver<Stamped>,
-    /// The last event reflected in what the subscriber has seen.
+    /// The number of the last event reflected in what the subscriber has seen.
     pub(super) seq: u64,
     pub(super) live: Arc<Live>,
+    /// Where a missed event is read back from.
+    pub(super) store: Arc<dyn TaskStore>,
+    /// Events read back from the store, not sent yet.
+    pub(super) pending: VecDeque<(u64, StreamResponse)>,
+    /// How many events to read back at once.
+    pub(super) batch: usize,
     /// Whether an event is the subscription's last.
     pub(super) ends: fn(&StreamResponse) -> bool,
     pub(super) done: bool,
@@ -25,28 +39,73 @@ impl WatchState {
             return None;
         }
         loop {
-            match self.rx.recv().await {
-                Ok(stamped) if stamped.seq <= self.seq => {}
-                Ok(stamped) => {
-                    self.seq = stamped.seq;
-                    self.done = (self.ends)(&stamped.event);
-                    return Some((Ok(stamped.event), self));
-                }
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    // Events were missed: send a fresh snapshot and skip what it covers.
-                    let (snapshot, seq) = {
-                        let state = self.live.state.lock().await;
-                        (state.stored.task.clone(), state.seq)
-                    };
-                    self.seq = seq;
-                    let snapshot = StreamResponse::Task(snapshot);
-                    self.done = (self.ends)(&snapshot);
-                    return Some((Ok(snapshot), self));
-                }
-                // The sender lives as long as `live`, which this subscription holds.
-                Err(broadcast::error::RecvError::Closed) => return None,
+            let (seq, event) = match self.pending.pop_front() {
+                Some(next) => next,
+                None => match self.rx.recv().await {
+                    Ok(stamped) => (stamped.seq, stamped.event),
+                    // What the subscriber missed is in the log: read from the last one sent.
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if !self.read_back(u64::MAX).await {
+                            return Some(self.snapshot().await);
+                        }
+                        continue;
+                    }
+                    // The sender lives as long as `live`, which this subscription holds.
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+            };
+            if seq <= self.seq {
+                continue;
+            }
+            if seq == self.seq + 1 {
+                return Some(self.send(seq, event));
+            }
+            // Events between the last one sent and this one were missed: they are read back
+            // from the task's log, in order, before this one.
+            self.pending.push_front((seq, event));
+            if !self.read_back(seq - 1).await {
+                return Some(self.snapshot().await);
             }
         }
+    }
+
+    fn send(mut self, seq: u64, event: StreamResponse) -> (Result<StreamResponse, Error>, Self) {
+        self.seq = seq;
+        self.done = (self.ends)(&event);
+        (Ok(event), self)
+    }
+
+    /// Queues the logged events after the last one sent, up to number `until`, at most a
+    /// batch of them, before what is queued already (what is left is read back when the next
+    /// gap shows). False when the log
+    /// cannot be read or does not hold them: a fresh snapshot must stand in for them.
+    async fn read_back(&mut self, until: u64) -> bool {
+        let wanted = usize::try_from(until.saturating_sub(self.seq))
+            .unwrap_or(usize::MAX)
+            .min(self.batch);
+        match self.store.events(&self.live.id, self.seq, wanted).await {
+            Ok(events) if events.first().is_some_and(|(seq, _)| *seq == self.seq + 1) => {
+                for event in events.into_iter().rev() {
+                    self.pending.push_front(event);
+                }
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                warn!(error = %e, task_id = %self.live.id, "cannot read back missed events; sending a snapshot");
+                false
+            }
+        }
+    }
+
+    /// The task as it is now, covering every event up to its number.
+    async fn snapshot(mut self) -> (Result<StreamResponse, Error>, Self) {
+        let (snapshot, seq) = {
+            let state = self.live.state.lock().await;
+            (state.stored.task.clone(), state.stored.generation)
+        };
+        self.pending.clear();
+        self.send(seq, StreamResponse::Task(snapshot))
     }
 }
 
@@ -90,7 +149,7 @@ impl TaskManager {
     ) -> EventStream {
         let rx = state.events.subscribe();
         let first = StreamResponse::Task(state.stored.task.clone());
-        let seq = state.seq;
+        let seq = state.stored.generation;
         let live = live.clone();
         let over = ends(&first) && !state.busy;
         let start = futures_util::stream::iter([Ok(first)]);
@@ -102,6 +161,9 @@ impl TaskManager {
                 rx,
                 seq,
                 live,
+                store: self.store.clone(),
+                pending: VecDeque::new(),
+                batch: READ_BACK_BATCH,
                 ends,
                 done: false,
             },
