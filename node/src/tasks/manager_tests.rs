@@ -867,7 +867,7 @@ async fn a_running_turn_starts_over_from_its_checkpoint_when_its_role_allows() {
         Some(&(true, serde_json::json!({"step": 1})))
     );
     // The attempt was counted before the turn ran, and the turn's end reset it.
-    let attempts: Vec<u32> = store
+    let attempts: Vec<i32> = store
         .writes_of(&task.task.id)
         .iter()
         .map(|w| w.attempts)
@@ -1425,4 +1425,72 @@ async fn an_appended_annotation_is_written_at_once_and_the_turn_reads_its_own() 
         Some("x"),
         "the turn sees the link it recorded"
     );
+}
+
+#[tokio::test]
+async fn a_stopping_node_hands_back_what_the_next_start_can_take_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tasks.db");
+    let store: Arc<dyn TaskStore> = Arc::new(SqliteStore::open(&path).unwrap());
+    let script = Arc::new(Script {
+        resumable: true,
+        ..Script::default()
+    });
+    let roles = Arc::new(OneRole {
+        role: role(),
+        script: script.clone(),
+    });
+    let limits = Limits {
+        max_running: 1,
+        ..Limits::default()
+    };
+    let manager = TaskManager::start(store.clone(), roles.clone(), limits.clone())
+        .await
+        .unwrap();
+    let submit = |text: &str| Submission {
+        role: role(),
+        message: Message::user_text(text),
+        owner: None,
+        parent: None,
+        metadata: None,
+        private: serde_json::Value::Null,
+        push: None,
+        id: None,
+    };
+    let saved = script.saved.notified();
+    let (running, stream) = manager
+        .submit(submit("resume"), &Scope::default())
+        .await
+        .unwrap();
+    saved.await;
+    let (queued, _) = manager
+        .submit(submit("done later"), &Scope::default())
+        .await
+        .unwrap();
+
+    manager.shutdown(Duration::from_secs(20)).await;
+    // The subscription ends without a final event: the task goes on elsewhere, later.
+    let seen: Vec<StreamResponse> = stream.map(Result::unwrap).collect().await;
+    assert!(
+        seen.iter().all(|e| match e {
+            StreamResponse::StatusUpdate(u) => !u.status.state.is_terminal(),
+            _ => true,
+        }),
+        "{seen:?}"
+    );
+    let left = store.get(&running.id).await.unwrap().unwrap();
+    assert_eq!(left.task.status.state, TaskState::Working);
+    assert_eq!(left.attempts, -1, "a hand-back is not counted as a loss");
+    let waiting = store.get(&queued.id).await.unwrap().unwrap();
+    assert_eq!(waiting.task.status.state, TaskState::Submitted);
+
+    let manager = TaskManager::start(store, roles, limits).await.unwrap();
+    let recovery = manager.recover().await.unwrap();
+    assert_eq!((recovery.started, recovery.resumed), (1, 1));
+    let done = wait_until(&manager, &running.id, TaskState::Completed).await;
+    assert_eq!(
+        done.task.artifacts[0].parts[0].as_text(),
+        Some(r#"continued from {"step":1}"#)
+    );
+    wait_until(&manager, &queued.id, TaskState::Completed).await;
 }

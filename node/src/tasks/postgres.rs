@@ -312,7 +312,7 @@ fn decode(row: &PgRow) -> Result<StoredTask, StoreError> {
     let attempts: i32 = row.try_get(8).map_err(column)?;
     let generation: i64 = row.try_get(9).map_err(column)?;
     let mut stored = assemble(id, role, owner, parent, created, &task, &private)?;
-    stored.attempts = u32::try_from(attempts).unwrap_or(0);
+    stored.attempts = attempts;
     stored.generation = u64::try_from(generation).unwrap_or(0);
     Ok(stored)
 }

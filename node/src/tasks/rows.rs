@@ -67,7 +67,7 @@ impl Row {
             task: serde_json::to_string(&stored.task).map_err(|e| encode_error("task", e))?,
             private: serde_json::to_string(&stored.private)
                 .map_err(|e| encode_error("private state", e))?,
-            attempts: i32::try_from(stored.attempts).unwrap_or(i32::MAX),
+            attempts: stored.attempts,
             generation: i64::try_from(stored.generation).map_err(|_| {
                 StoreError::Backend(format!("task {id} has too many events to store"))
             })?,

@@ -687,7 +687,7 @@ fn decode(row: &rusqlite::Row<'_>) -> Result<StoredTask, StoreError> {
     let attempts: i32 = row.get(8).map_err(column)?;
     let generation: i64 = row.get(9).map_err(column)?;
     let mut stored = assemble(id, role, owner, parent, created, &task, &private)?;
-    stored.attempts = u32::try_from(attempts).unwrap_or(0);
+    stored.attempts = attempts;
     stored.generation = u64::try_from(generation).unwrap_or(0);
     Ok(stored)
 }

@@ -23,8 +23,10 @@ pub struct StoredTask {
     /// State private to the role's runner (conversation, usage, ...); `Null` when none.
     pub private: serde_json::Value,
     /// How many times the current turn was started over because the node running it was
-    /// lost (0 when it never was); a turn that ends resets it.
-    pub attempts: u32,
+    /// lost (0 when it never was), less one for each time a stopping node handed it back
+    /// (that is no loss: it may be -1 until the turn starts again); a turn that ends resets
+    /// it.
+    pub attempts: i32,
     /// The number of the task's last event: 1 for the snapshot it was created with, one
     /// more for each event after it. Events are stored under their number, with the
     /// snapshot they bring the task to, so the log has no gaps.

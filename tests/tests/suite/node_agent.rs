@@ -1134,8 +1134,18 @@ async fn the_read_only_explore_role_is_offered_no_tool_that_writes() -> anyhow::
 #[tokio::test]
 async fn a_model_task_continues_from_its_checkpoint_after_the_node_is_killed() -> anyhow::Result<()>
 {
-    // The first answer runs a command that records its pid and never ends; the node is
-    // killed while it runs. After the restart the model is asked again with the call's result.
+    continues_after_the_node_goes(true).await
+}
+
+#[tokio::test]
+async fn a_model_task_is_handed_back_at_a_graceful_stop_and_continues() -> anyhow::Result<()> {
+    continues_after_the_node_goes(false).await
+}
+
+/// The first answer runs a command that records its pid and never ends; the node is killed
+/// (`kill`) or stopped with SIGTERM while it runs. After the restart the model is asked again
+/// with the call's result.
+async fn continues_after_the_node_goes(kill: bool) -> anyhow::Result<()> {
     let model = ScriptedModel::start(vec![
         Step::tool_call(
             "call_1",
@@ -1179,10 +1189,15 @@ async fn a_model_task_continues_from_its_checkpoint_after_the_node_is_killed() -
         },
     )
     .await?;
-    node.kill_hard().await?;
-    // The command outlives the node, as a real crash leaves it; the test ends it.
-    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-        rustix::process::kill_process(pid, rustix::process::Signal::KILL)?;
+    if kill {
+        node.kill_hard().await?;
+        // The command outlives the node, as a real crash leaves it; the test ends it.
+        if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+            rustix::process::kill_process(pid, rustix::process::Signal::KILL)?;
+        }
+    } else {
+        let status = node.stop().await?;
+        ensure!(status.success(), "the node exited with {status}");
     }
 
     node.restart().await?;

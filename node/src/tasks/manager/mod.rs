@@ -142,6 +142,9 @@ struct Live {
     /// context, and its children belong to it too.
     owner: Option<String>,
     cancel: CancellationToken,
+    /// Canceled when the node, stopping, hands the task back unfinished (see
+    /// [`TaskManager::fail`]): its subscriptions end without a final event.
+    released: CancellationToken,
     state: Mutex<LiveState>,
 }
 
@@ -292,6 +295,7 @@ impl TaskManager {
             context_id: stored.task.context_id.clone(),
             owner: stored.owner.clone(),
             cancel: self.shutdown.child_token(),
+            released: CancellationToken::new(),
             state: Mutex::new(LiveState {
                 stored,
                 events,
@@ -708,10 +712,24 @@ impl TaskManager {
 
     /// Fails the task with `reason`, unless turn `turn` is already over (the
     /// task ended, asked for input, or a later turn runs). During shutdown the
-    /// reason says the node shut down.
+    /// reason says the node shut down, and a task the next start can take up is handed
+    /// back instead, left as it is stored: one that never started, and a turn whose role
+    /// can start it over (it continues from its checkpoint).
     async fn fail(&self, live: &Live, reason: String, turn: u64) {
         let mut state = live.state.lock().await;
         if state.turn != turn || !state.busy {
+            return;
+        }
+        if self.shutdown.is_cancelled() && self.can_hand_back(&state.stored) {
+            // The next start counts the turn as started over: a hand-back is no loss.
+            if state.stored.task.status.state == TaskState::Working {
+                let mut handed = state.stored.clone();
+                handed.attempts = handed.attempts.saturating_sub(1);
+                if let Err(e) = self.store.put(&handed).await {
+                    warn!(error = %e, "cannot hand the task back; its next start counts an attempt");
+                }
+            }
+            live.released.cancel();
             return;
         }
         let reason = if self.shutdown.is_cancelled() {
@@ -726,6 +744,18 @@ impl TaskManager {
         );
         if let Err(e) = self.record(&mut state, event).await {
             warn!(error = %e, "cannot persist the FAILED state");
+        }
+    }
+
+    /// Whether a task stopped by the node's shutdown can be left for the next start.
+    fn can_hand_back(&self, stored: &StoredTask) -> bool {
+        match stored.task.status.state {
+            TaskState::Submitted => true,
+            TaskState::Working => self
+                .roles
+                .role(&stored.role)
+                .is_some_and(|role| self.roles.executor(&role).resumable(&role)),
+            _ => false,
         }
     }
 

@@ -76,7 +76,7 @@ impl TaskManager {
         if !self.roles.executor(&role).resumable(&role) {
             return Fate::Fail(RESTART_REASON.to_owned());
         }
-        if stored.attempts >= self.limits.max_attempts {
+        if i64::from(stored.attempts) >= i64::from(self.limits.max_attempts) {
             return Fate::Fail(format!(
                 "the node running this task was lost {} times while it ran; giving up",
                 stored.attempts + 1
@@ -107,7 +107,7 @@ impl TaskManager {
         } = fate
         {
             // Counted before the turn runs: a turn that keeps losing its node runs out.
-            stored.attempts += 1;
+            stored.attempts = stored.attempts.saturating_add(1);
             self.store.put(&stored).await?;
         }
         let push = self.store.push_configs(&id).await?;

@@ -39,9 +39,17 @@ impl WatchState {
             return None;
         }
         loop {
-            let (seq, event) = match self.pending.pop_front() {
-                Some(next) => next,
-                None => match self.rx.recv().await {
+            let received = match self.pending.pop_front() {
+                Some(next) => Ok(next),
+                None => tokio::select! {
+                    received = self.rx.recv() => Err(received),
+                    // Handed back by a node that stops: the task goes on elsewhere, later.
+                    () = self.live.released.cancelled() => return None,
+                },
+            };
+            let (seq, event) = match received {
+                Ok(next) => next,
+                Err(received) => match received {
                     Ok(stamped) => (stamped.seq, stamped.event),
                     // What the subscriber missed is in the log: read from the last one sent.
                     Err(broadcast::error::RecvError::Lagged(_)) => {
