@@ -560,6 +560,9 @@ fn is_loopback_host(host: &str) -> bool {
 }
 
 /// Starts the node and serves until Ctrl-C or SIGTERM.
+/// How long `/readyz` waits for the task store to answer.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     if !config.auth.is_enabled()
         && !config.auth.allow_unauthenticated
@@ -650,6 +653,26 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         body_timeout: config.limits.body_timeout,
         ..ServerOptions::default()
     };
+    let stopping = CancellationToken::new();
+    let ready: crate::server::Readiness = {
+        let (store, stopping) = (runtime.store.clone(), stopping.clone());
+        Arc::new(move || {
+            let (store, stopping) = (store.clone(), stopping.clone());
+            Box::pin(async move {
+                if stopping.is_cancelled() {
+                    return Err("the node is stopping".to_owned());
+                }
+                match tokio::time::timeout(READY_TIMEOUT, store.ping()).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err(format!(
+                        "the task store did not answer within {}",
+                        crate::tasks::manager::humanize(READY_TIMEOUT)
+                    )),
+                }
+            })
+        })
+    };
     let app = crate::server::app(
         front,
         &published_roles,
@@ -657,6 +680,7 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         &runtime.identity.jwks(),
         &server_options,
         authenticator,
+        ready,
     );
 
     println!("mew: listening on {base}");
@@ -735,7 +759,6 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     // blocking sends see their final state and end; then let the server drain,
     // for at most the grace period.
     let grace = config.node.shutdown_grace;
-    let stopping = CancellationToken::new();
     let signal = {
         let (manager, stopping) = (manager.clone(), stopping.clone());
         async move {

@@ -28,3 +28,21 @@ pub async fn database() -> anyhow::Result<String> {
         .context("MEW_TEST_POSTGRES_URL names no database")?;
     Ok(format!("{base}/{name}"))
 }
+
+/// Runs `sql` on the test server as its user (outside any test's database).
+pub async fn execute(sql: &str) -> anyhow::Result<()> {
+    let server = server()?;
+    let (client, connection) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
+        .await
+        .with_context(|| format!("cannot reach the test PostgreSQL at {server}"))?;
+    tokio::spawn(connection);
+    client
+        .batch_execute(sql)
+        .await
+        .with_context(|| format!("the test server refused: {sql}"))
+}
+
+/// The name of the database of `url` (a URL [`database`] made).
+pub fn name_of(url: &str) -> &str {
+    url.rsplit_once('/').map_or(url, |(_, name)| name)
+}

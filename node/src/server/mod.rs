@@ -29,6 +29,11 @@ pub(crate) struct PublishedRole {
 /// it is computed once, at start. With `auth`, every request but the public
 /// cards and the probes must authenticate. `jwks` is the node's key set, served at
 /// [`crate::identity::JWKS_PATH`] for verifiers of its signed cards.
+/// Whether the node should get traffic: `Err` with the reason when not (it is stopping, or its
+/// task store does not answer). `/readyz` answers 503 then; `/healthz` (liveness) does not ask.
+pub(crate) type Readiness =
+    Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
 pub(crate) fn app(
     front: Arc<dyn AgentTransport>,
     roles: &[PublishedRole],
@@ -36,6 +41,7 @@ pub(crate) fn app(
     jwks: &jsonwebtoken::jwk::JwkSet,
     options: &ServerOptions,
     auth: Option<Arc<auth::Authenticator>>,
+    ready: Readiness,
 ) -> Router {
     let cards: Vec<&AgentCard> = roles.iter().map(|r| &r.card).collect();
     let agents = json_body(&json!({ "agents": cards }));
@@ -48,7 +54,21 @@ pub(crate) fn app(
         )
         .route(
             "/readyz",
-            get(|| async { json_body(&json!({ "status": "ready" })) }),
+            get(move || {
+                let ready = ready.clone();
+                async move {
+                    match ready().await {
+                        Ok(()) => json_body(&json!({ "status": "ready" })).into_response(),
+                        Err(reason) => {
+                            let mut response =
+                                json_body(&json!({ "status": "unready", "reason": reason }))
+                                    .into_response();
+                            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                            response
+                        }
+                    }
+                }
+            }),
         )
         .route("/status", get(move || async move { status.clone() }))
         .route(crate::identity::JWKS_PATH, get(jwks_handler(jwks)));

@@ -373,6 +373,10 @@ impl TaskStore for Counting {
         self.inner.context(context_id, owner).await
     }
 
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.inner.ping().await
+    }
+
     async fn unfinished(&self) -> Result<Vec<StoredTask>, StoreError> {
         self.inner.unfinished().await
     }

@@ -793,6 +793,15 @@ impl TaskStore for PostgresStore {
             .collect()
     }
 
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.client()
+            .await?
+            .simple_query("SELECT 1")
+            .await
+            .map(drop)
+            .map_err(|e| db_error("answer a probe", e))
+    }
+
     async fn unfinished(&self) -> Result<Vec<StoredTask>, StoreError> {
         let rows = self
             .client()

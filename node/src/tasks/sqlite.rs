@@ -492,6 +492,11 @@ impl TaskStore for SqliteStore {
         .await
     }
 
+    async fn ping(&self) -> Result<(), StoreError> {
+        // The file is local: it answers as long as the writer runs.
+        self.write(Op::Ping).await.map(drop)
+    }
+
     async fn unfinished(&self) -> Result<Vec<StoredTask>, StoreError> {
         self.read(|conn| {
             let sql =
@@ -845,6 +850,8 @@ enum Op {
         next_at: i64,
         error: String,
     },
+    /// Does nothing: answers whether the writer is alive.
+    Ping,
     /// Makes the writer panic, to test how callers learn that it died.
     #[cfg(test)]
     Panic,
@@ -976,6 +983,7 @@ fn apply(conn: &Connection, op: &Op) -> Result<Vec<TaskId>, StoreError> {
             Ok(vec![TaskId::from(row.id.as_str())])
         }),
         Op::PutConfig(config) => put_config(conn, config).map(|()| Vec::new()),
+        Op::Ping => Ok(Vec::new()),
         Op::DeleteConfig { task_id, id } => in_savepoint(conn, "delete a push config", || {
             let fail = |e| write_error(&format!("delete push config {id} of task {task_id}"), e);
             conn.prepare_cached("DELETE FROM push_configs WHERE task_id = ?1 AND id = ?2")

@@ -143,6 +143,9 @@ pub trait TaskStore: Send + Sync {
     /// Where the tasks are, for the node's start-up lines and its errors: a file, a server.
     fn location(&self) -> String;
 
+    /// Checks that the store answers now (what `/readyz` reports).
+    async fn ping(&self) -> Result<(), StoreError>;
+
     /// Lets go of this handle. The last one waits until every write it accepted is durable
     /// and the store is closed, and fails if the store had stopped early; any other only
     /// drops itself.

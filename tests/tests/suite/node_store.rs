@@ -67,3 +67,50 @@ async fn a_password_in_a_config_file_is_refused_and_never_printed() -> anyhow::R
     );
     Ok(())
 }
+
+/// The status code of a plain GET of `path` on `node`.
+async fn probe(node: &MewNode, path: &str) -> anyhow::Result<u16> {
+    let response = reqwest::get(format!("{}{path}", node.url())).await?;
+    Ok(response.status().as_u16())
+}
+
+#[tokio::test]
+async fn readiness_follows_the_database_and_liveness_does_not() -> anyhow::Result<()> {
+    let url = postgres::database().await?;
+    let name = postgres::name_of(&url).to_owned();
+    let mut node = MewNode::new_echo("")?;
+    node.set_env("MEW_STORE_URL", &url);
+    node.launch().await?;
+    ensure!(probe(&node, "/readyz").await? == 200, "not ready at start");
+
+    // The database goes away: no new connections, and the node's are cut.
+    postgres::execute(&format!(
+        "ALTER DATABASE {name} ALLOW_CONNECTIONS false; \
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+    ))
+    .await?;
+    poll_until("readiness fails", Duration::from_secs(30), || async {
+        Ok((probe(&node, "/readyz").await? == 503).then_some(()))
+    })
+    .await?;
+    ensure!(
+        probe(&node, "/healthz").await? == 200,
+        "liveness followed the database"
+    );
+    let body = reqwest::get(format!("{}/readyz", node.url()))
+        .await?
+        .text()
+        .await?;
+    ensure!(
+        body.contains("unready") && body.contains(&name),
+        "the reason: {body}"
+    );
+
+    // It comes back, and so does readiness.
+    postgres::execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true")).await?;
+    poll_until("readiness comes back", Duration::from_secs(30), || async {
+        Ok((probe(&node, "/readyz").await? == 200).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
