@@ -317,61 +317,63 @@ fn decode(row: &PgRow) -> Result<StoredTask, StoreError> {
     Ok(stored)
 }
 
+/// The upsert of a task row (`$1`..`$12`: the columns of [`Row`]).
+const UPSERT: &str = "INSERT INTO tasks
+         (id, context_id, role, owner, parent, state, status_time, created, task, private,
+          attempts, generation)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+     ON CONFLICT (id) DO UPDATE SET
+         context_id = excluded.context_id,
+         role = excluded.role,
+         owner = excluded.owner,
+         parent = excluded.parent,
+         state = excluded.state,
+         status_time = excluded.status_time,
+         created = excluded.created,
+         task = excluded.task,
+         private = excluded.private,
+         attempts = excluded.attempts,
+         generation = excluded.generation";
+
+/// Writes a task row and, when it has one, logs its event: one statement either way, so a
+/// write is one round trip and atomic without a transaction of its own.
 async fn put(client: &impl GenericClient, row: &Row) -> Result<(), StoreError> {
-    client
-        .execute(
-            "INSERT INTO tasks
-                 (id, context_id, role, owner, parent, state, status_time, created, task, private,
-                  attempts, generation)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-             ON CONFLICT (id) DO UPDATE SET
-                 context_id = excluded.context_id,
-                 role = excluded.role,
-                 owner = excluded.owner,
-                 parent = excluded.parent,
-                 state = excluded.state,
-                 status_time = excluded.status_time,
-                 created = excluded.created,
-                 task = excluded.task,
-                 private = excluded.private,
-                 attempts = excluded.attempts,
-                 generation = excluded.generation",
-            &[
-                &row.id,
-                &row.context_id,
-                &row.role,
-                &row.owner,
-                &row.parent,
-                &row.state,
-                &row.status_time,
-                &row.created,
-                &row.task,
-                &row.private,
-                &row.attempts,
-                &row.generation,
-            ],
+    let columns: [&(dyn ToSql + Sync); 12] = [
+        &row.id,
+        &row.context_id,
+        &row.role,
+        &row.owner,
+        &row.parent,
+        &row.state,
+        &row.status_time,
+        &row.created,
+        &row.task,
+        &row.private,
+        &row.attempts,
+        &row.generation,
+    ];
+    let written = match &row.event {
+        None => client.execute(UPSERT, &columns).await,
+        Some(event) => {
+            let sql = format!(
+                "WITH written AS ({UPSERT} RETURNING id)
+                 INSERT INTO task_events (task_id, generation, event)
+                 SELECT id, $12, $13 FROM written"
+            );
+            let mut params = columns.to_vec();
+            params.push(event);
+            client.execute(&sql, &params).await
+        }
+    };
+    written.map_err(|e| {
+        db_error(
+            &format!("store task {} (event {})", row.id, row.generation),
+            e,
         )
-        .await
-        .map_err(|e| db_error(&format!("store task {}", row.id), e))?;
-    if let Some(event) = &row.event {
-        client
-            .execute(
-                "INSERT INTO task_events (task_id, generation, event) VALUES ($1, $2, $3)",
-                &[&row.id, &row.generation, event],
-            )
-            .await
-            .map_err(|e| {
-                db_error(
-                    &format!("log event {} of task {}", row.generation, row.id),
-                    e,
-                )
-            })?;
-    }
+    })?;
     Ok(())
 }
 
-/// A task, push configs saved with it, and the notifications of its change: in the caller's
-/// transaction.
 async fn put_with_events(
     tx: &impl GenericClient,
     row: &Row,
@@ -580,6 +582,10 @@ impl TaskStore for PostgresStore {
             .iter()
             .map(ConfigRow::encode)
             .collect::<Result<_, _>>()?;
+        if configs.is_empty() && outbox.is_empty() {
+            // One statement: atomic as it is.
+            return put(&self.client().await?, &row).await;
+        }
         self.in_transaction("store a task", async |tx| {
             put_with_events(tx, &row, &configs, outbox).await
         })
