@@ -85,8 +85,8 @@ impl WatchState {
 
     /// Queues the logged events after the last one sent, up to number `until`, at most a
     /// batch of them, before what is queued already (what is left is read back when the next
-    /// gap shows). False when the log
-    /// cannot be read or does not hold them: a fresh snapshot must stand in for them.
+    /// gap shows). False when the log cannot be read or does not hold them: a fresh snapshot
+    /// must stand in for them.
     async fn read_back(&mut self, until: u64) -> bool {
         let wanted = usize::try_from(until.saturating_sub(self.seq))
             .unwrap_or(usize::MAX)
