@@ -675,22 +675,7 @@ impl Agent {
 
     /// The calls of the last model answer that come after `pending` and have no result yet.
     fn pending_calls(&self, session: &Session, pending: &str) -> Vec<(String, String, Value)> {
-        let answered = answered_ids(session);
-        let Some(assistant) = session
-            .messages
-            .iter()
-            .rev()
-            .find(|m| m.speaker == Speaker::Assistant)
-        else {
-            return Vec::new();
-        };
-        assistant
-            .tool_uses()
-            .skip_while(|(id, _, _)| *id != pending)
-            .skip(1)
-            .filter(|(id, _, _)| !answered.contains(*id))
-            .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
-            .collect()
+        unanswered_calls(session, Some(pending))
     }
 
     /// Settles the calls of the last model answer that have no result, in a run continued
@@ -700,19 +685,8 @@ impl Agent {
         session: &mut Session,
         observer: &dyn Observer,
     ) -> Result<Option<Outcome>, AgentError> {
-        let answered = answered_ids(session);
-        let Some(assistant) = session
-            .messages
-            .iter()
-            .rev()
-            .find(|m| m.speaker == Speaker::Assistant)
-        else {
-            return Ok(None);
-        };
-        let (again, lost): (Vec<_>, Vec<_>) = assistant
-            .tool_uses()
-            .filter(|(id, _, _)| !answered.contains(*id))
-            .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
+        let (again, lost): (Vec<_>, Vec<_>) = unanswered_calls(session, None)
+            .into_iter()
             .partition(|(_, name, _)| {
                 self.tools
                     .get(name)
@@ -734,6 +708,28 @@ impl Agent {
     pub(crate) fn close_dangling_calls(&self, session: &mut Session) {
         close_dangling_calls(session);
     }
+}
+
+/// The calls of the conversation's last model answer that have no result yet, in order
+/// (only those after the call `after`, when given).
+fn unanswered_calls(session: &Session, after: Option<&str>) -> Vec<(String, String, Value)> {
+    let answered = answered_ids(session);
+    session
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.speaker == Speaker::Assistant)
+        .map(|assistant| {
+            let mut calls = assistant.tool_uses();
+            if let Some(after) = after {
+                calls.find(|(id, _, _)| *id == after);
+            }
+            calls
+                .filter(|(id, _, _)| !answered.contains(*id))
+                .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// What the `PreToolUse` hooks said of each of `calls`, by call id.

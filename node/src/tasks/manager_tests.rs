@@ -196,6 +196,20 @@ impl Executor for Script {
     }
 }
 
+/// A new message for `role`, from nobody in particular, without a push config.
+fn submission(role: Arc<RoleDefinition>, message: Message) -> Submission {
+    Submission {
+        role,
+        message,
+        owner: None,
+        parent: None,
+        metadata: None,
+        private: serde_json::Value::Null,
+        push: None,
+        id: None,
+    }
+}
+
 struct OneRole {
     role: Arc<RoleDefinition>,
     script: Arc<Script>,
@@ -415,16 +429,7 @@ async fn fixture(limits: Limits) -> Fixture {
 
 impl Fixture {
     async fn submit(&self, message: Message) -> Result<(Task, mew_transport::EventStream), Error> {
-        let submission = Submission {
-            role: self.role.clone(),
-            message,
-            owner: None,
-            parent: None,
-            metadata: None,
-            private: serde_json::Value::Null,
-            push: None,
-            id: None,
-        };
+        let submission = submission(self.role.clone(), message);
         self.manager.submit(submission, &Scope::default()).await
     }
 
@@ -780,16 +785,7 @@ async fn unfinished_tasks_fail_on_restart_and_interrupted_ones_resume() {
 
     let mut reply = Message::user_text("after restart");
     reply.task_id = Some(asked.task.id.clone());
-    let submission = Submission {
-        role: role(),
-        message: reply,
-        owner: None,
-        parent: None,
-        metadata: None,
-        private: serde_json::Value::Null,
-        push: None,
-        id: None,
-    };
+    let submission = submission(role(), reply);
     let (_, stream) = manager.submit(submission, &Scope::default()).await.unwrap();
     let _: Vec<_> = stream.collect().await;
     let resumed = manager
@@ -837,16 +833,7 @@ async fn a_running_turn_starts_over_from_its_checkpoint_when_its_role_allows() {
             .await
             .unwrap();
         let saved = script.saved.notified();
-        let submission = Submission {
-            role: role(),
-            message: Message::user_text("resume"),
-            owner: None,
-            parent: None,
-            metadata: None,
-            private: serde_json::Value::Null,
-            push: None,
-            id: None,
-        };
+        let submission = submission(role(), Message::user_text("resume"));
         let (task, _stream) = manager.submit(submission, &Scope::default()).await.unwrap();
         saved.await;
         let left = store.get(&task.id).await.unwrap().unwrap();
@@ -1076,14 +1063,8 @@ fn outbox(path: &std::path::Path) -> Vec<(String, StreamResponse)> {
 async fn an_inline_push_config_gets_every_event_from_the_first_snapshot() {
     let f = fixture(Limits::default()).await;
     let submission = Submission {
-        role: f.role.clone(),
-        message: Message::user_text("chunks 2"),
-        owner: None,
-        parent: None,
-        metadata: None,
-        private: serde_json::Value::Null,
         push: Some(webhook(&mew_cards::TaskId::from(""), "a")),
-        id: None,
+        ..submission(f.role.clone(), Message::user_text("chunks 2"))
     };
     let (task, stream) = f
         .manager
@@ -1111,15 +1092,9 @@ async fn an_inline_push_config_gets_every_event_from_the_first_snapshot() {
 #[tokio::test]
 async fn push_configs_are_scoped_paged_and_deleted_idempotently() {
     let f = fixture(Limits::default()).await;
-    let submission = Submission {
-        role: f.role.clone(),
-        message: Message::user_text("ask"),
+    let ask = Submission {
         owner: Some("alice".to_owned()),
-        parent: None,
-        metadata: None,
-        private: serde_json::Value::Null,
-        push: None,
-        id: None,
+        ..submission(f.role.clone(), Message::user_text("ask"))
     };
     let alice = Scope {
         role: None,
@@ -1129,7 +1104,7 @@ async fn push_configs_are_scoped_paged_and_deleted_idempotently() {
         role: None,
         owner: Some("bob".to_owned()),
     };
-    let (task, stream) = f.manager.submit(submission, &alice).await.unwrap();
+    let (task, stream) = f.manager.submit(ask, &alice).await.unwrap();
     let _: Vec<_> = stream.collect().await;
     let id = task.id.clone();
 
@@ -1230,17 +1205,11 @@ async fn push_configs_are_scoped_paged_and_deleted_idempotently() {
     // The resumed turn's events reach the configs that are left, in order.
     let mut reply = Message::user_text("this one");
     reply.task_id = Some(id.clone());
-    let submission = Submission {
-        role: f.role.clone(),
-        message: reply,
+    let reply = Submission {
         owner: Some("alice".to_owned()),
-        parent: None,
-        metadata: None,
-        private: serde_json::Value::Null,
-        push: None,
-        id: None,
+        ..submission(f.role.clone(), reply)
     };
-    let (_, stream) = f.manager.submit(submission, &alice).await.unwrap();
+    let (_, stream) = f.manager.submit(reply, &alice).await.unwrap();
     let _: Vec<_> = stream.collect().await;
     let pushed = outbox(&f.path);
     let configs: Vec<&str> = pushed.iter().map(|(c, _)| c.as_str()).collect();
@@ -1339,16 +1308,7 @@ async fn private_state_saved_before_a_question_is_stored_with_it_and_resumes_aft
         .unwrap();
     let mut reply = Message::user_text("the blue one");
     reply.task_id = Some(asked.id.clone());
-    let submission = Submission {
-        role: role(),
-        message: reply,
-        owner: None,
-        parent: None,
-        metadata: None,
-        private: serde_json::Value::Null,
-        push: None,
-        id: None,
-    };
+    let submission = submission(role(), reply);
     let (_, stream) = manager.submit(submission, &Scope::default()).await.unwrap();
     let _: Vec<_> = stream.collect().await;
     let resumed = manager.get(&asked.id, &Scope::default()).await.unwrap();
@@ -1451,16 +1411,7 @@ async fn a_stopping_node_hands_back_what_the_next_start_can_take_up() {
     let manager = TaskManager::start(store.clone(), roles.clone(), limits.clone())
         .await
         .unwrap();
-    let submit = |text: &str| Submission {
-        role: role(),
-        message: Message::user_text(text),
-        owner: None,
-        parent: None,
-        metadata: None,
-        private: serde_json::Value::Null,
-        push: None,
-        id: None,
-    };
+    let submit = |text: &str| submission(role(), Message::user_text(text));
     let saved = script.saved.notified();
     let (running, stream) = manager
         .submit(submit("resume"), &Scope::default())
