@@ -151,9 +151,14 @@ impl Runtime {
         let identity = Arc::new(crate::identity::NodeKey::load_or_create(
             &config.node.data_dir,
         )?);
-        let store = crate::tasks::open_store(&config.store, &config.node.data_dir, &env)
-            .await
-            .context("cannot open the task store")?;
+        let store = crate::tasks::open_store(
+            &config.store,
+            &config.node.data_dir,
+            &env,
+            &config.node.public_url,
+        )
+        .await
+        .context("cannot open the task store")?;
         // Before the task manager fails the tasks a crashed node left running: kill their commands.
         let ledger = ledger_dir(&config.node.data_dir);
         for reaped in reap_orphans(&ledger) {
@@ -173,6 +178,7 @@ impl Runtime {
             list_history: config.limits.list_history,
             max_list_bytes: config.limits.max_list_bytes,
             max_attempts: config.limits.max_attempts,
+            heartbeat: config.store.lease / 3,
         };
         let providers = Arc::new(
             Providers::new(&config.providers, config.agent.provider.as_deref(), &env)
@@ -647,6 +653,21 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         "skill_problems": runtime.skills.problems(),
         "peers": runtime.peers.status_json(),
     });
+    let status: crate::server::StatusSource = {
+        let store = runtime.store.clone();
+        Arc::new(move || {
+            let (store, mut status) = (store.clone(), status.clone());
+            Box::pin(async move {
+                if store.shared() {
+                    status["replicas"] = match store.replicas().await {
+                        Ok(replicas) => json!(replicas),
+                        Err(e) => json!({ "error": e.to_string() }),
+                    };
+                }
+                status
+            })
+        })
+    };
     let server_options = ServerOptions {
         max_body_bytes: config.limits.max_body_bytes,
         max_inflight_body_bytes: config.limits.max_inflight_body_bytes,

@@ -401,6 +401,14 @@ impl MewNode {
         self.process.as_ref().and_then(ChildProcess::id)
     }
 
+    /// Sends the node a signal (SIGSTOP and SIGCONT pause it and let it go on).
+    pub fn signal(&self, signal: Signal) -> anyhow::Result<()> {
+        self.process
+            .as_ref()
+            .context("the node is not running")?
+            .signal(signal)
+    }
+
     /// Kills the node with SIGKILL (it gets no chance to clean up) and reaps it.
     pub async fn kill_hard(&mut self) -> anyhow::Result<()> {
         let mut process = self.process.take().context("the node is not running")?;

@@ -20,6 +20,7 @@ mod remote;
 mod run;
 mod send;
 mod skills;
+mod status;
 mod tasks;
 mod tree;
 mod up;
@@ -139,6 +140,9 @@ pub(crate) enum Command {
     Send(send::SendArgs),
     /// List, show, cancel or watch the tasks of a node, or show the tree of a task's delegations
     Tasks(tasks::TasksArgs),
+    /// Show what a running node says of itself: its roles and problems, and the replicas that
+    /// share its task store with their last heartbeat and running tasks
+    Status(status::StatusArgs),
     /// Run one task of a role in this process, without HTTP, and print its answer as it streams
     Run(run::RunArgs),
     /// Talk with a role in the terminal, without HTTP: each line continues the conversation
@@ -176,6 +180,7 @@ impl Command {
             | Command::Agents
             | Command::Send(_)
             | Command::Tasks(_)
+            | Command::Status(_)
             | Command::Run(_)
             | Command::Chat(_)
             | Command::Peers
@@ -303,6 +308,9 @@ async fn run(command: Command, context: Context) -> Result<(), Failure> {
         }
         Command::Send(args) => send::send(args, &context).await.map_err(Failure::Runtime),
         Command::Tasks(args) => tasks::tasks(args, &context).await.map_err(Failure::Runtime),
+        Command::Status(args) => status::status(&args, &context, &mut std::io::stdout().lock())
+            .await
+            .map_err(Failure::Runtime),
         Command::Run(args) => {
             let mut terminal = local::Terminal::stdio();
             run::run(args, context.config, context.json, &mut terminal).await

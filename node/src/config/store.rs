@@ -4,6 +4,7 @@
 //! store:
 //!   url: postgres://mew@db.internal:5432/mew   # MEW_STORE_URL; unset: SQLite in the data directory
 //!   password_env: MEW_STORE_PASSWORD            # the variable holding the password (the default)
+//!   lease: 15s                                  # a replica's hold on a task without a heartbeat
 //! ```
 //!
 //! Without `url` the tasks live in `tasks.db` in the data directory. A password belongs in the
@@ -47,9 +48,16 @@ impl LoadedConfig {
                 "must name an environment variable".to_owned(),
             ));
         }
+        if settings.lease < std::time::Duration::from_secs(1) {
+            return Err(error(
+                "store.lease",
+                "must be at least 1s (a replica beats three times per lease)".to_owned(),
+            ));
+        }
         Ok(StoreConfig {
             url: settings.url.clone(),
             password_env: settings.password_env.clone(),
+            lease: settings.lease,
         })
     }
 }
@@ -59,13 +67,17 @@ impl LoadedConfig {
 pub(crate) struct StoreSettings {
     pub(crate) url: Option<String>,
     pub(crate) password_env: String,
+    #[serde(with = "crate::duration")]
+    pub(crate) lease: std::time::Duration,
 }
 
 impl Default for StoreSettings {
     fn default() -> Self {
+        let defaults = StoreConfig::default();
         Self {
-            url: None,
-            password_env: "MEW_STORE_PASSWORD".to_owned(),
+            url: defaults.url,
+            password_env: defaults.password_env,
+            lease: defaults.lease,
         }
     }
 }

@@ -323,8 +323,17 @@ pub(crate) async fn fetch_bytes(
     url: &str,
     max: usize,
 ) -> anyhow::Result<Vec<u8>> {
-    let mut response = client
-        .get(url)
+    fetch_with(client.get(url), url, max).await
+}
+
+/// Sends `request` (a `GET url`, with whatever headers it carries), expecting JSON of at most
+/// `max` bytes: the body.
+pub(crate) async fn fetch_with(
+    request: reqwest::RequestBuilder,
+    url: &str,
+    max: usize,
+) -> anyhow::Result<Vec<u8>> {
+    let mut response = request
         .header(reqwest::header::ACCEPT, "application/json")
         .send()
         .await

@@ -34,10 +34,15 @@ pub(crate) struct PublishedRole {
 pub(crate) type Readiness =
     Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
+/// What `/status` says: the node's fixed facts, and what changes while it runs (the replicas
+/// of a shared task store).
+pub(crate) type StatusSource =
+    Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, Value> + Send + Sync>;
+
 pub(crate) fn app(
     front: Arc<dyn AgentTransport>,
     roles: &[PublishedRole],
-    status: Value,
+    status: StatusSource,
     jwks: &jsonwebtoken::jwk::JwkSet,
     options: &ServerOptions,
     auth: Option<Arc<auth::Authenticator>>,
@@ -45,7 +50,6 @@ pub(crate) fn app(
 ) -> Router {
     let cards: Vec<&AgentCard> = roles.iter().map(|r| &r.card).collect();
     let agents = json_body(&json!({ "agents": cards }));
-    let status = json_body(&status);
     let mut app = Router::new()
         .route("/agents", get(move || async move { agents.clone() }))
         .route(
@@ -70,7 +74,13 @@ pub(crate) fn app(
                 }
             }),
         )
-        .route("/status", get(move || async move { status.clone() }))
+        .route(
+            "/status",
+            get(move || {
+                let status = status.clone();
+                async move { json_body(&status().await) }
+            }),
+        )
         .route(crate::identity::JWKS_PATH, get(jwks_handler(jwks)));
     for role in roles {
         app = app.nest(

@@ -391,8 +391,8 @@ impl TaskStore for Counting {
         self.inner.ping().await
     }
 
-    async fn unfinished(&self) -> Result<Vec<StoredTask>, StoreError> {
-        self.inner.unfinished().await
+    async fn take_over(&self, limit: usize) -> Result<Vec<StoredTask>, StoreError> {
+        self.inner.take_over(limit).await
     }
 }
 

@@ -28,6 +28,10 @@ pub struct StoreConfig {
     pub url: Option<String>,
     /// The environment variable that holds the database password, when the URL has none.
     pub password_env: String,
+    /// How long a replica's hold on a task lasts without a heartbeat (`store.lease`): another
+    /// replica takes the task over after that. Heartbeats come three times per lease.
+    #[serde(serialize_with = "crate::duration::serialize")]
+    pub lease: std::time::Duration,
 }
 
 impl Default for StoreConfig {
@@ -35,6 +39,7 @@ impl Default for StoreConfig {
         Self {
             url: None,
             password_env: "MEW_STORE_PASSWORD".to_owned(),
+            lease: std::time::Duration::from_secs(15),
         }
     }
 }
@@ -70,12 +75,18 @@ pub(crate) async fn open_store(
     config: &StoreConfig,
     data_dir: &Path,
     env: &HashMap<String, String>,
+    address: &str,
 ) -> Result<Arc<dyn TaskStore>, StoreError> {
     match &config.url {
         Some(url) => {
             let password = env.get(&config.password_env).map(String::as_str);
+            let replica = store::Replica {
+                id: replica_id(data_dir)?,
+                address: address.to_owned(),
+                lease: config.lease,
+            };
             Ok(Arc::new(
-                postgres::PostgresStore::open(url, password).await?,
+                postgres::PostgresStore::open(url, password, replica).await?,
             ))
         }
         None => {
@@ -87,6 +98,32 @@ pub(crate) async fn open_store(
                 })??;
             Ok(Arc::new(store))
         }
+    }
+}
+
+/// The file in the data directory that names the replica.
+const REPLICA_ID_FILE: &str = "replica-id";
+
+/// This replica's id: made once per data directory and kept in it. The data directory is
+/// locked while a node runs, so no two live processes share one, and a replica that restarts
+/// knows which leases were its own.
+fn replica_id(data_dir: &Path) -> Result<String, StoreError> {
+    let path = data_dir.join(REPLICA_ID_FILE);
+    let failed = |what: &str, e: std::io::Error| {
+        StoreError::Backend(format!("cannot {what} {}: {e}", path.display()))
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => Ok(text.trim().to_owned()),
+        Ok(_) => Err(StoreError::Backend(format!(
+            "{} is empty: delete it to make a new replica id",
+            path.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = uuid::Uuid::now_v7().simple().to_string();
+            std::fs::write(&path, format!("{id}\n")).map_err(|e| failed("write", e))?;
+            Ok(id)
+        }
+        Err(e) => Err(failed("read", e)),
     }
 }
 

@@ -1,4 +1,5 @@
-//! `PostgresStore`: the `TaskStore` on a PostgreSQL server, chosen with `store.url`.
+//! `PostgresStore`: the `TaskStore` on a PostgreSQL server, chosen with `store.url`, shared by
+//! every replica that points at it.
 //!
 //! The same tables and the same encoding as the SQLite store (`rows.rs`), in a pool of
 //! connections. Every write that touches several rows is one transaction; a new task takes a
@@ -6,14 +7,26 @@
 //! context at once cannot both get it.
 //!
 //! Migrations are versioned (`mew_schema`) and applied in one transaction under an advisory
-//! lock, so several nodes starting at once against one database migrate it once. A node
-//! holds a session advisory lock on the database for as long as it runs: a second node on
-//! the same database is refused at start, as a second node on one data directory is (a task
-//! still WORKING at start is failed, which is right only when no other node can be running
-//! it).
+//! lock, so several replicas starting at once against one database migrate it once.
+//!
+//! **Leases.** A task row names the replica that runs it (`lease_owner`), until when
+//! (`lease_expires`, by the database's clock) and under which epoch (`epoch`, from the
+//! sequence `lease_epochs`: every new holder gets a new one). The store remembers the epoch of
+//! each task this replica holds (`held`), and every write of a task is conditional on it in
+//! the same statement: a replica that was paused past its lease and taken over writes nothing
+//! (`StoreError::Fenced`). A write that brings the task out of SUBMITTED and WORKING clears the
+//! lease. Heartbeats extend this replica's leases; `take_over` claims the unfinished tasks
+//! whose lease lapsed, with `FOR UPDATE SKIP LOCKED`, so replicas never take the same one.
+//!
+//! **Wake-ups.** A write with an event runs `pg_notify('mew_events', task id)` in the same
+//! statement; a cancel asked for on another replica `mew_cancel`; a task let go of
+//! `mew_work`. One connection per replica listens (`listen`) and turns them into
+//! [`Change`]s. A notification is only a hint: what changed is read from the tables, and when
+//! the listening connection drops, `Change::Missed` says to read again.
 
+use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex as SyncMutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,13 +34,16 @@ use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMe
 use mew_cards::{
     ContextId, StreamResponse, TaskId, TaskPushNotificationConfig, TaskState, Timestamp,
 };
+use tokio::sync::broadcast;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, Row as PgRow};
+use tokio_postgres::{AsyncMessage, Client, Config, Row as PgRow};
 use tokio_postgres_rustls::MakeRustlsConnect;
+use tokio_util::sync::CancellationToken;
 
 use super::rows::{ConfigRow, Row, assemble, bound_nanos, decode_config, decode_event};
 use super::store::{
-    Cursor, OutboxRow, PendingPush, StoreError, StoredTask, TaskPage, TaskQuery, TaskStore,
+    Change, Cursor, Heartbeat, OutboxRow, PendingPush, Replica, ReplicaStatus, StoreError,
+    StoredTask, TaskPage, TaskQuery, TaskStore,
 };
 
 /// Schema migrations, in order: `MIGRATIONS[n]` moves a database from version `n` to `n + 1`
@@ -77,13 +93,40 @@ const MIGRATIONS: &[&str] = &[
         event      text NOT NULL,
         PRIMARY KEY (task_id, generation)
     );",
+    // 4: leases (which replica runs a task, until when, under which epoch), the replicas, and
+    // claims on push notifications. States 1 and 2 are SUBMITTED and WORKING.
+    "CREATE SEQUENCE lease_epochs;
+    ALTER TABLE tasks
+        ADD COLUMN epoch bigint NOT NULL DEFAULT 0,
+        ADD COLUMN lease_owner text,
+        ADD COLUMN lease_expires timestamptz,
+        ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false;
+    CREATE INDEX tasks_unfinished ON tasks (created, id) WHERE state IN (1, 2);
+    CREATE INDEX tasks_by_lease_owner ON tasks (lease_owner) WHERE lease_owner IS NOT NULL;
+    CREATE TABLE replicas (
+        id        text PRIMARY KEY,
+        address   text NOT NULL,
+        started   bigint NOT NULL,
+        heartbeat timestamptz NOT NULL,
+        running   integer NOT NULL DEFAULT 0
+    );
+    ALTER TABLE push_outbox
+        ADD COLUMN locked_by text,
+        ADD COLUMN locked_until timestamptz;",
 ];
 
 /// The advisory lock key migrations run under ("mew" + "migr" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6d65_775f_6d69_6772;
 
-/// The advisory lock key a running node holds ("mew" + "node").
-const NODE_LOCK: i64 = 0x6d65_775f_6e6f_6465;
+/// How long a replica's claim on a push notification lasts: another replica delivers it
+/// after that if this one is lost mid-delivery.
+const PUSH_CLAIM: &str = "30 seconds";
+
+/// How long the listening connection waits before it connects again.
+const LISTEN_RETRY: Duration = Duration::from_secs(1);
+
+/// Wake-ups buffered for the manager; one that lags reads everything again.
+const CHANGES_BUFFER: usize = 1024;
 
 /// Connections kept in the pool.
 const POOL_SIZE: usize = 16;
@@ -95,13 +138,28 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const COLUMNS: &str =
     "id, role, owner, parent, created, status_time, task, private, attempts, generation";
 
+/// How many columns [`COLUMNS`] names.
+const COLUMN_COUNT: usize = 10;
+
 /// The durable task store on a PostgreSQL server.
 pub(crate) struct PostgresStore {
     pool: Pool,
     /// Where it is, without the password.
     location: String,
-    /// The connection that holds the node's lock on the database; dropping it lets go.
-    _lock: Client,
+    /// This replica.
+    replica: Replica,
+    /// The epoch of each task this replica holds the lease of, by id.
+    held: SyncMutex<HashMap<String, i64>>,
+    /// Wake-ups from the listening connection.
+    changes: broadcast::Sender<Change>,
+    /// Stops the listening connection.
+    stop: CancellationToken,
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -114,12 +172,16 @@ impl std::fmt::Debug for PostgresStore {
 
 impl PostgresStore {
     /// Connects to the database at `url` (a `postgres://` URL or a libpq key-value string),
-    /// with `password` if the URL has none, brings its schema up to date and takes the node's
-    /// lock on it.
+    /// with `password` if the URL has none, brings its schema up to date, registers `replica`
+    /// and starts listening for what other replicas change.
     ///
-    /// Fails with a clear error when the server cannot be reached, refuses the credentials,
-    /// holds a schema of a newer Mew, or is in use by another node.
-    pub(crate) async fn open(url: &str, password: Option<&str>) -> Result<Self, StoreError> {
+    /// Fails with a clear error when the server cannot be reached, refuses the credentials, or
+    /// holds a schema of a newer Mew.
+    pub(crate) async fn open(
+        url: &str,
+        password: Option<&str>,
+        replica: Replica,
+    ) -> Result<Self, StoreError> {
         let mut config = Config::from_str(url).map_err(|e| {
             StoreError::Backend(format!("the store URL is not a PostgreSQL URL: {e}"))
         })?;
@@ -133,38 +195,20 @@ impl PostgresStore {
         }
         let location = describe(&config);
         let tls = tls()?;
-        let fail = |what: &str, e: tokio_postgres::Error| {
+        let (mut setup, connection) = config.connect(tls.clone()).await.map_err(|e| {
             StoreError::Backend(format!(
-                "cannot {what} the task store {location}: {}",
+                "cannot connect to the task store {location}: {}",
                 full(&e)
             ))
-        };
-
-        let (mut lock, connection) = config
-            .connect(tls.clone())
-            .await
-            .map_err(|e| fail("connect to", e))?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!(error = %e, "the task store's lock connection ended");
-            }
-        });
-        migrate(&mut lock, &location).await?;
-        let locked: bool = lock
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&NODE_LOCK])
-            .await
-            .map_err(|e| fail("lock", e))?
-            .get(0);
-        if !locked {
-            return Err(StoreError::Backend(format!(
-                "the task store {location} is in use by another Mew node: one node per \
-                 database (stop the other node, or give this one its own database)"
-            )));
-        }
+        })?;
+        let driver = tokio::spawn(connection);
+        migrate(&mut setup, &location).await?;
+        drop(setup);
+        let _ = driver.await;
 
         let manager = Manager::from_config(
-            config,
-            tls,
+            config.clone(),
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -176,11 +220,88 @@ impl PostgresStore {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Backend(format!("cannot make a connection pool: {e}")))?;
-        Ok(Self {
+        let (changes, _) = broadcast::channel(CHANGES_BUFFER);
+        let stop = CancellationToken::new();
+        tokio::spawn(listen(config, tls, changes.clone(), stop.clone()));
+        let store = Self {
             pool,
             location,
-            _lock: lock,
-        })
+            replica,
+            held: SyncMutex::new(HashMap::new()),
+            changes,
+            stop,
+        };
+        store.beat(0).await?;
+        Ok(store)
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lease in milliseconds, as SQL takes it.
+    fn lease_ms(&self) -> f64 {
+        self.replica.lease.as_secs_f64() * 1000.0
+    }
+
+    /// Records this replica's heartbeat in `replicas`.
+    async fn beat(&self, running: usize) -> Result<(), StoreError> {
+        let started = i64::try_from(Timestamp::now().unix_nanos() / 1_000_000).unwrap_or(0);
+        let running = i32::try_from(running).unwrap_or(i32::MAX);
+        self.client()
+            .await?
+            .execute(
+                "INSERT INTO replicas (id, address, started, heartbeat, running)
+                 VALUES ($1, $2, $3, now(), $4)
+                 ON CONFLICT (id) DO UPDATE SET
+                     address = excluded.address, heartbeat = now(), running = excluded.running",
+                &[&self.replica.id, &self.replica.address, &started, &running],
+            )
+            .await
+            .map(drop)
+            .map_err(|e| db_error("record this replica's heartbeat", e))
+    }
+
+    /// Writes a task row, under its lease (see [`UPSERT`]), and keeps `held` in step.
+    async fn write(&self, client: &impl GenericClient, row: &Row) -> Result<(), StoreError> {
+        let keeps =
+            row.state == TaskState::Submitted.number() || row.state == TaskState::Working.number();
+        let epoch = self.held().get(&row.id).copied().unwrap_or(-1);
+        let lease = Lease {
+            owner: &self.replica.id,
+            lease_ms: self.lease_ms(),
+            keeps,
+            epoch,
+        };
+        match put(client, row, &lease).await? {
+            Some(epoch) if keeps => {
+                self.held().insert(row.id.clone(), epoch);
+                Ok(())
+            }
+            Some(_) => {
+                self.held().remove(&row.id);
+                Ok(())
+            }
+            None => {
+                self.held().remove(&row.id);
+                Err(StoreError::Fenced(TaskId::from(row.id.as_str())))
+            }
+        }
+    }
+
+    /// Reads the rows of a lease-taking statement (`COLUMNS` then `epoch`) and holds them.
+    fn hold(&self, rows: &[PgRow]) -> Result<Vec<StoredTask>, StoreError> {
+        let mut tasks = Vec::with_capacity(rows.len());
+        for row in rows {
+            let task = decode(row)?;
+            let epoch: i64 = row
+                .try_get(COLUMN_COUNT)
+                .map_err(|e| db_error("read a lease", e))?;
+            self.held().insert(task.task.id.as_str().to_owned(), epoch);
+            tasks.push(task);
+        }
+        tasks.sort_by(|a, b| (a.created, a.task.id.as_str()).cmp(&(b.created, b.task.id.as_str())));
+        Ok(tasks)
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
@@ -317,11 +438,20 @@ fn decode(row: &PgRow) -> Result<StoredTask, StoreError> {
     Ok(stored)
 }
 
-/// The upsert of a task row (`$1`..`$12`: the columns of [`Row`]).
+/// The upsert of a task row under its lease: `$1`..`$12` are the columns of [`Row`]; `$13` this
+/// replica, `$14` the lease in milliseconds, `$15` whether the task keeps a lease (it is
+/// SUBMITTED or WORKING), `$16` the epoch this replica holds it under (-1: none).
+///
+/// A new row is held by this replica under a new epoch (when it keeps a lease). An existing
+/// one is written only by the holder of its epoch, or, when nobody holds it, by a replica that
+/// does not think it does; a write that ends the lease clears it. `RETURNING epoch` gives no
+/// row when the write was refused.
 const UPSERT: &str = "INSERT INTO tasks
          (id, context_id, role, owner, parent, state, status_time, created, task, private,
-          attempts, generation)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+          attempts, generation, epoch, lease_owner, lease_expires)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, nextval('lease_epochs'),
+          CASE WHEN $15::bool THEN $13::text END,
+          CASE WHEN $15::bool THEN now() + $14::float8 * interval '1 millisecond' END)
      ON CONFLICT (id) DO UPDATE SET
          context_id = excluded.context_id,
          role = excluded.role,
@@ -333,12 +463,37 @@ const UPSERT: &str = "INSERT INTO tasks
          task = excluded.task,
          private = excluded.private,
          attempts = excluded.attempts,
-         generation = excluded.generation";
+         generation = excluded.generation,
+         epoch = CASE WHEN tasks.lease_owner IS NULL AND $15::bool
+             THEN nextval('lease_epochs') ELSE tasks.epoch END,
+         lease_owner = excluded.lease_owner,
+         lease_expires = CASE
+             WHEN NOT $15::bool THEN NULL
+             WHEN tasks.lease_owner IS NULL THEN excluded.lease_expires
+             ELSE tasks.lease_expires END,
+         cancel_requested = $15::bool AND tasks.cancel_requested
+     WHERE (tasks.lease_owner = $13::text AND tasks.epoch = $16::bigint)
+        OR (tasks.lease_owner IS NULL AND $16::bigint < 0)
+     RETURNING id, epoch";
 
-/// Writes a task row and, when it has one, logs its event: one statement either way, so a
-/// write is one round trip and atomic without a transaction of its own.
-async fn put(client: &impl GenericClient, row: &Row) -> Result<(), StoreError> {
-    let columns: [&(dyn ToSql + Sync); 12] = [
+/// A write's lease arguments (`$13`..`$16` of [`UPSERT`]).
+struct Lease<'a> {
+    owner: &'a str,
+    lease_ms: f64,
+    keeps: bool,
+    epoch: i64,
+}
+
+/// Writes a task row and, when it has one, logs its event and wakes the replicas that follow
+/// the task: one statement either way, so a write is one round trip and atomic without a
+/// transaction of its own. The epoch the task is held under now, or `None` when the lease
+/// refused the write (nothing was written).
+async fn put(
+    client: &impl GenericClient,
+    row: &Row,
+    lease: &Lease<'_>,
+) -> Result<Option<i64>, StoreError> {
+    let columns: [&(dyn ToSql + Sync); 16] = [
         &row.id,
         &row.context_id,
         &row.role,
@@ -351,36 +506,43 @@ async fn put(client: &impl GenericClient, row: &Row) -> Result<(), StoreError> {
         &row.private,
         &row.attempts,
         &row.generation,
+        &lease.owner,
+        &lease.lease_ms,
+        &lease.keeps,
+        &lease.epoch,
     ];
     let written = match &row.event {
-        None => client.execute(UPSERT, &columns).await,
+        None => client.query(UPSERT, &columns).await,
         Some(event) => {
             let sql = format!(
-                "WITH written AS ({UPSERT} RETURNING id)
-                 INSERT INTO task_events (task_id, generation, event)
-                 SELECT id, $12, $13 FROM written"
+                "WITH written AS ({UPSERT}),
+                 logged AS (
+                     INSERT INTO task_events (task_id, generation, event)
+                     SELECT id, $12, $17 FROM written)
+                 SELECT id, epoch, pg_notify('mew_events', id) FROM written"
             );
             let mut params = columns.to_vec();
             params.push(event);
-            client.execute(&sql, &params).await
+            client.query(&sql, &params).await
         }
     };
-    written.map_err(|e| {
+    let rows = written.map_err(|e| {
         db_error(
             &format!("store task {} (event {})", row.id, row.generation),
             e,
         )
     })?;
-    Ok(())
+    Ok(rows.first().map(|r| r.get(1)))
 }
 
 async fn put_with_events(
+    store: &PostgresStore,
     tx: &impl GenericClient,
     row: &Row,
     configs: &[ConfigRow],
     outbox: &[OutboxRow],
 ) -> Result<(), StoreError> {
-    put(tx, row).await?;
+    store.write(tx, row).await?;
     for config in configs {
         put_config(tx, config).await?;
     }
@@ -515,15 +677,23 @@ impl TaskStore for PostgresStore {
     }
 
     async fn close(self: Arc<Self>) -> Result<(), StoreError> {
-        // Every write is committed when it returns; closing the pool and the lock connection
-        // (on drop) is all that is left.
+        // Every write is committed when it returns. A replica that stops leaves the list;
+        // the leases it still holds lapse (or were handed back).
+        self.stop.cancel();
+        if let Ok(client) = self.client().await
+            && let Err(e) = client
+                .execute("DELETE FROM replicas WHERE id = $1", &[&self.replica.id])
+                .await
+        {
+            tracing::warn!(error = %e, "cannot take this replica off the list");
+        }
         self.pool.close();
         Ok(())
     }
 
     async fn put(&self, task: &StoredTask) -> Result<(), StoreError> {
         let row = Row::encode(task)?;
-        put(&self.client().await?, &row).await
+        self.write(&self.client().await?, &row).await
     }
 
     async fn create(
@@ -554,7 +724,7 @@ impl TaskStore for PostgresStore {
                     row.context_id.as_str(),
                 )));
             }
-            put_with_events(tx, &row, &configs, outbox).await
+            put_with_events(self, tx, &row, &configs, outbox).await
         })
         .await
     }
@@ -584,10 +754,10 @@ impl TaskStore for PostgresStore {
             .collect::<Result<_, _>>()?;
         if configs.is_empty() && outbox.is_empty() {
             // One statement: atomic as it is.
-            return put(&self.client().await?, &row).await;
+            return self.write(&self.client().await?, &row).await;
         }
         self.in_transaction("store a task", async |tx| {
-            put_with_events(tx, &row, &configs, outbox).await
+            put_with_events(self, tx, &row, &configs, outbox).await
         })
         .await
     }
@@ -638,16 +808,31 @@ impl TaskStore for PostgresStore {
 
     async fn push_heads(&self, limit: usize) -> Result<Vec<PendingPush>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let now_ms = i64::try_from(Timestamp::now().unix_nanos() / 1_000_000).unwrap_or(i64::MAX);
+        // The due heads are claimed by this replica for a while, so that one replica delivers
+        // each; the heads not due yet come along unclaimed, to say when to look again.
         let rows = self
             .client()
             .await?
             .query(
-                "SELECT o.seq, o.task_id, o.config_id, o.body, o.attempts, o.next_at, c.config
-                 FROM push_outbox o
-                 LEFT JOIN push_configs c ON c.task_id = o.task_id AND c.id = o.config_id
-                 WHERE o.seq IN (SELECT min(seq) FROM push_outbox GROUP BY task_id, config_id)
-                 ORDER BY o.seq LIMIT $1",
-                &[&limit],
+                &format!(
+                    "WITH heads AS (
+                         SELECT min(seq) AS seq FROM push_outbox
+                         GROUP BY task_id, config_id ORDER BY 1 LIMIT $1),
+                     claimed AS (
+                         UPDATE push_outbox SET locked_by = $2,
+                             locked_until = now() + interval '{PUSH_CLAIM}'
+                         WHERE seq IN (SELECT seq FROM heads) AND next_at <= $3
+                           AND (locked_until IS NULL OR locked_until < now() OR locked_by = $2)
+                         RETURNING seq)
+                     SELECT o.seq, o.task_id, o.config_id, o.body, o.attempts, o.next_at, c.config
+                     FROM push_outbox o
+                     LEFT JOIN push_configs c ON c.task_id = o.task_id AND c.id = o.config_id
+                     WHERE o.seq IN (SELECT seq FROM heads)
+                       AND (o.seq IN (SELECT seq FROM claimed) OR o.next_at > $3)
+                     ORDER BY o.seq"
+                ),
+                &[&limit, &self.replica.id, &now_ms],
             )
             .await
             .map_err(|e| db_error("read the push outbox", e))?;
@@ -688,8 +873,8 @@ impl TaskStore for PostgresStore {
         self.client()
             .await?
             .execute(
-                "UPDATE push_outbox SET attempts = attempts + 1, next_at = $2, last_error = $3 \
-                 WHERE seq = $1",
+                "UPDATE push_outbox SET attempts = attempts + 1, next_at = $2, last_error = $3, \
+                 locked_by = NULL, locked_until = NULL WHERE seq = $1",
                 &[&seq, &next_at, &error],
             )
             .await
@@ -808,26 +993,253 @@ impl TaskStore for PostgresStore {
             .map_err(|e| db_error("answer a probe", e))
     }
 
-    async fn unfinished(&self) -> Result<Vec<StoredTask>, StoreError> {
+    async fn take_over(&self, limit: usize) -> Result<Vec<StoredTask>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let held: Vec<String> = self.held().keys().cloned().collect();
+        // A lapsed lease, none, or one this replica's last run left: what no live replica runs.
         let rows = self
             .client()
             .await?
             .query(
                 &format!(
-                    "SELECT {COLUMNS} FROM tasks WHERE state IN ($1, $2) ORDER BY created, id"
+                    "UPDATE tasks SET epoch = nextval('lease_epochs'), lease_owner = $1,
+                         lease_expires = now() + $2::float8 * interval '1 millisecond',
+                         cancel_requested = false
+                     WHERE id IN (
+                         SELECT id FROM tasks
+                         WHERE state IN (1, 2)
+                           AND (lease_owner IS NULL OR lease_expires < now() OR lease_owner = $1)
+                           AND NOT (id = ANY($3::text[]))
+                         ORDER BY created, id LIMIT $4
+                         FOR UPDATE SKIP LOCKED)
+                     RETURNING {COLUMNS}, epoch"
                 ),
-                &[&TaskState::Submitted.number(), &TaskState::Working.number()],
+                &[&self.replica.id, &self.lease_ms(), &held, &limit],
             )
             .await
-            .map_err(|e| db_error("read the unfinished tasks", e))?;
-        rows.iter().map(decode).collect()
+            .map_err(|e| db_error("take over unfinished tasks", e))?;
+        self.hold(&rows)
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    async fn claim(&self, id: &TaskId) -> Result<Option<StoredTask>, StoreError> {
+        if self.held().contains_key(id.as_str()) {
+            return Ok(None);
+        }
+        let unfinished = [
+            TaskState::Submitted.number(),
+            TaskState::Working.number(),
+            TaskState::InputRequired.number(),
+            TaskState::AuthRequired.number(),
+        ];
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!(
+                    "UPDATE tasks SET epoch = nextval('lease_epochs'), lease_owner = $1,
+                         lease_expires = now() + $2::float8 * interval '1 millisecond'
+                     WHERE id = $3 AND state = ANY($4::integer[])
+                       AND (lease_owner IS NULL OR lease_expires < now() OR lease_owner = $1)
+                     RETURNING {COLUMNS}, epoch"
+                ),
+                &[
+                    &self.replica.id,
+                    &self.lease_ms(),
+                    &id.as_str(),
+                    &unfinished.as_slice(),
+                ],
+            )
+            .await
+            .map_err(|e| db_error(&format!("claim task {id}"), e))?;
+        Ok(self.hold(&rows)?.pop())
+    }
+
+    async fn release(&self, id: &TaskId) -> Result<(), StoreError> {
+        let Some(epoch) = self.held().remove(id.as_str()) else {
+            return Ok(());
+        };
+        self.client()
+            .await?
+            .query(
+                "WITH released AS (
+                     UPDATE tasks SET lease_owner = NULL, lease_expires = NULL
+                     WHERE id = $1 AND lease_owner = $2 AND epoch = $3
+                     RETURNING id)
+                 SELECT pg_notify('mew_work', id) FROM released",
+                &[&id.as_str(), &self.replica.id, &epoch],
+            )
+            .await
+            .map(drop)
+            .map_err(|e| db_error(&format!("let go of task {id}"), e))
+    }
+
+    async fn heartbeat(&self) -> Result<Heartbeat, StoreError> {
+        let before: HashMap<String, i64> = self.held().clone();
+        let ids: Vec<&String> = before.keys().collect();
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "UPDATE tasks SET lease_expires = now() + $2::float8 * interval '1 millisecond'
+                 WHERE lease_owner = $1 AND id = ANY($3::text[])
+                 RETURNING id, epoch, cancel_requested",
+                &[&self.replica.id, &self.lease_ms(), &ids],
+            )
+            .await
+            .map_err(|e| db_error("renew this replica's leases", e))?;
+        let mut kept: HashMap<String, i64> = HashMap::with_capacity(rows.len());
+        let mut cancel = Vec::new();
+        for row in &rows {
+            let id: String = row.get(0);
+            if row.get::<_, bool>(2) {
+                cancel.push(TaskId::from(id.as_str()));
+            }
+            kept.insert(id, row.get(1));
+        }
+        // Lost: held before and still (a write that ended a lease meanwhile is no loss), and
+        // not renewed under the same epoch.
+        let mut lost = Vec::new();
+        {
+            let mut held = self.held();
+            for (id, epoch) in &before {
+                if kept.get(id) != Some(epoch) && held.get(id) == Some(epoch) {
+                    held.remove(id);
+                    lost.push(TaskId::from(id.as_str()));
+                }
+            }
+        }
+        self.beat(kept.len()).await?;
+        Ok(Heartbeat { lost, cancel })
+    }
+
+    async fn request_cancel(&self, id: &TaskId) -> Result<(), StoreError> {
+        self.client()
+            .await?
+            .query(
+                "WITH asked AS (
+                     UPDATE tasks SET cancel_requested = true
+                     WHERE id = $1 AND lease_owner IS NOT NULL
+                     RETURNING id)
+                 SELECT pg_notify('mew_cancel', id) FROM asked",
+                &[&id.as_str()],
+            )
+            .await
+            .map(drop)
+            .map_err(|e| db_error(&format!("ask to cancel task {id}"), e))
+    }
+
+    fn changes(&self) -> Option<broadcast::Receiver<Change>> {
+        Some(self.changes.subscribe())
+    }
+
+    async fn replicas(&self) -> Result<Vec<ReplicaStatus>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT id, address, started,
+                     (extract(epoch FROM heartbeat) * 1000)::bigint, running,
+                     heartbeat > now() - 2 * $1::float8 * interval '1 millisecond'
+                 FROM replicas ORDER BY id",
+                &[&self.lease_ms()],
+            )
+            .await
+            .map_err(|e| db_error("read the replicas", e))?;
+        let millis = |ms: i64| Timestamp::from_unix_nanos(i128::from(ms) * 1_000_000);
+        Ok(rows
+            .iter()
+            .map(|row| ReplicaStatus {
+                id: row.get(0),
+                address: row.get(1),
+                started: millis(row.get(2)),
+                heartbeat: millis(row.get(3)),
+                running: u32::try_from(row.get::<_, i32>(4)).unwrap_or(0),
+                alive: row.get(5),
+            })
+            .collect())
+    }
+}
+
+/// Listens for the replicas' wake-ups on a connection of its own, and turns them into
+/// [`Change`]s until `stop`; when the connection is lost it says so (`Change::Missed`) and
+/// connects again.
+async fn listen(
+    config: Config,
+    tls: MakeRustlsConnect,
+    changes: broadcast::Sender<Change>,
+    stop: CancellationToken,
+) {
+    loop {
+        match config.connect(tls.clone()).await {
+            Ok((client, mut connection)) => {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                // Polling the connection for its messages also drives the client's queries.
+                let driver = tokio::spawn(async move {
+                    let mut messages =
+                        futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                    while let Some(message) = futures_util::StreamExt::next(&mut messages).await {
+                        match message {
+                            Ok(AsyncMessage::Notification(n)) => {
+                                if tx.send(n).is_err() {
+                                    break;
+                                }
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                tracing::warn!(error = %e, "the task store's listening connection failed");
+                                break;
+                            }
+                        }
+                    }
+                });
+                let listening = tokio::select! {
+                    listening = client.batch_execute("LISTEN mew_events; LISTEN mew_cancel; LISTEN mew_work") => listening,
+                    () = stop.cancelled() => return,
+                };
+                match listening {
+                    Ok(()) => {
+                        // What changed while nobody listened is read again.
+                        let _ = changes.send(Change::Missed);
+                        loop {
+                            let notification = tokio::select! {
+                                n = rx.recv() => n,
+                                () = stop.cancelled() => return,
+                            };
+                            let Some(n) = notification else { break };
+                            let id = TaskId::from(n.payload());
+                            let change = match n.channel() {
+                                "mew_events" => Change::Event(id),
+                                "mew_cancel" => Change::Cancel(id),
+                                _ => Change::Work,
+                            };
+                            let _ = changes.send(change);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %full(&e), "cannot listen to the task store"),
+                }
+                driver.abort();
+                drop(client);
+            }
+            Err(e) => {
+                tracing::warn!(error = %full(&e), "cannot connect to the task store to listen")
+            }
+        }
+        let _ = changes.send(Change::Missed);
+        tokio::select! {
+            () = tokio::time::sleep(LISTEN_RETRY) => {}
+            () = stop.cancelled() => return,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tasks::store_tests::{T0, postgres_database, stored};
+    use crate::tasks::store_tests::{T0, postgres_database, replica, stored};
 
     fn error_text<T>(result: Result<T, StoreError>) -> String {
         match result {
@@ -837,31 +1249,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn nodes_starting_at_once_migrate_once_and_only_one_holds_the_database() {
+    async fn replicas_starting_at_once_migrate_once_and_share_the_database() {
         let url = postgres_database().await;
         let (a, b) = tokio::join!(
-            PostgresStore::open(&url, None),
-            PostgresStore::open(&url, None)
+            PostgresStore::open(&url, None, replica("a")),
+            PostgresStore::open(&url, None, replica("b"))
         );
-        let (winner, refused) = match (a, b) {
-            (Ok(store), Err(e)) | (Err(e), Ok(store)) => (store, e.to_string()),
-            (Ok(_), Ok(_)) => panic!("both nodes got the database"),
-            (Err(a), Err(b)) => panic!("neither node got the database: {a}; {b}"),
-        };
-        assert!(refused.contains("in use by another Mew node"), "{refused}");
-        assert!(
-            !refused.contains("migrate"),
-            "the migration ran once: {refused}"
-        );
+        let (a, b) = (a.unwrap(), b.unwrap());
         let task = stored("t1", "c1", "r", TaskState::Working, T0);
-        winner.put(&task).await.unwrap();
-        Arc::new(winner).close().await.unwrap();
-
-        // The lock goes with the node; what it stored stays, and the schema is not applied
-        // again.
-        let next = PostgresStore::open(&url, None).await.unwrap();
-        assert_eq!(next.get(&"t1".into()).await.unwrap(), Some(task));
-        let version: i32 = next
+        a.put(&task).await.unwrap();
+        assert_eq!(b.get(&"t1".into()).await.unwrap(), Some(task));
+        let ids: Vec<String> = b
+            .replicas()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(ids, ["a", "b"]);
+        Arc::new(a).close().await.unwrap();
+        let ids: Vec<String> = b
+            .replicas()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(ids, ["b"], "a replica that stops leaves the list");
+        let version: i32 = b
             .client()
             .await
             .unwrap()
@@ -872,10 +1287,109 @@ mod tests {
         assert_eq!(version, i32::try_from(MIGRATIONS.len()).unwrap());
     }
 
+    /// Makes every lease of the database lapse, as if its holder stopped beating.
+    async fn lapse(store: &PostgresStore) {
+        store
+            .client()
+            .await
+            .unwrap()
+            .execute(
+                "UPDATE tasks SET lease_expires = now() - interval '1 second' \
+                 WHERE lease_owner IS NOT NULL",
+                &[],
+            )
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_lapsed_lease_is_taken_over_once_and_its_old_holder_is_fenced() {
+        let url = postgres_database().await;
+        let a = PostgresStore::open(&url, None, replica("a")).await.unwrap();
+        let b = PostgresStore::open(&url, None, replica("b")).await.unwrap();
+        let c = PostgresStore::open(&url, None, replica("c")).await.unwrap();
+        let mut task = stored("t1", "c1", "r", TaskState::Working, T0);
+        task.generation = 1;
+        a.create(&task, &[], &[]).await.unwrap();
+
+        // Held and beating: nobody else gets it.
+        assert!(b.take_over(10).await.unwrap().is_empty());
+        assert_eq!(b.claim(&"t1".into()).await.unwrap(), None);
+        assert_eq!(a.heartbeat().await.unwrap(), Heartbeat::default());
+
+        lapse(&a).await;
+        let before_a = a.held().clone();
+        let (got_b, got_c) = tokio::join!(b.take_over(10), c.take_over(10));
+        let (got_b, got_c) = (got_b.unwrap(), got_c.unwrap());
+        assert_eq!(got_b.len() + got_c.len(), 1, "{got_b:?} {got_c:?}");
+        let (winner, loser) = if got_b.is_empty() { (&c, &b) } else { (&b, &c) };
+        assert_eq!(a.heartbeat().await.unwrap().lost, [TaskId::from("t1")]);
+        assert_eq!(*a.held(), HashMap::new());
+        a.held().extend(before_a);
+
+        // The old holder's write is refused, and its heartbeat says it lost the task.
+        task.generation = 2;
+        let refused = a.put_with_events(&task, None, &[], &[]).await;
+        assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+        assert_eq!(a.get(&"t1".into()).await.unwrap().unwrap().generation, 1);
+        assert!(matches!(a.put(&task).await, Err(StoreError::Fenced(_))));
+        assert!(a.held().is_empty());
+        assert!(loser.take_over(10).await.unwrap().is_empty());
+
+        // The new holder writes; the end of the task lets go of the lease.
+        winner.put_with_events(&task, None, &[], &[]).await.unwrap();
+        task.task.status.state = TaskState::Completed;
+        task.generation = 3;
+        winner.put_with_events(&task, None, &[], &[]).await.unwrap();
+        assert!(winner.held().is_empty());
+        assert_eq!(
+            winner.claim(&"t1".into()).await.unwrap(),
+            None,
+            "it is over"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_task_waiting_for_input_is_claimed_by_one_replica_and_cancels_are_passed_on() {
+        let url = postgres_database().await;
+        let a = PostgresStore::open(&url, None, replica("a")).await.unwrap();
+        let b = PostgresStore::open(&url, None, replica("b")).await.unwrap();
+        let mut changes = a.changes().unwrap();
+        let mut task = stored("t1", "c1", "r", TaskState::Working, T0);
+        a.create(&task, &[], &[]).await.unwrap();
+        task.task.status.state = TaskState::InputRequired;
+        task.generation = 2;
+        let event = StreamResponse::Task(task.task.clone());
+        a.put_with_events(&task, Some(&event), &[], &[])
+            .await
+            .unwrap();
+        assert!(a.held().is_empty(), "waiting for input, nobody holds it");
+
+        let id = TaskId::from("t1");
+        let (got_a, got_b) = tokio::join!(a.claim(&id), b.claim(&id));
+        let (got_a, got_b) = (got_a.unwrap(), got_b.unwrap());
+        assert!(got_a.is_some() != got_b.is_some(), "{got_a:?} {got_b:?}");
+        let (holder, other) = if got_a.is_some() { (&a, &b) } else { (&b, &a) };
+        other.request_cancel(&"t1".into()).await.unwrap();
+        assert_eq!(
+            holder.heartbeat().await.unwrap().cancel,
+            [TaskId::from("t1")]
+        );
+        // The wake-ups reach the listening replica: the event, and the cancel.
+        let mut seen = Vec::new();
+        while !seen.contains(&Change::Cancel("t1".into())) {
+            match changes.recv().await.unwrap() {
+                Change::Missed => {}
+                change => seen.push(change),
+            }
+        }
+        assert!(seen.contains(&Change::Event("t1".into())), "{seen:?}");
+    }
+
     #[tokio::test]
     async fn a_newer_schema_is_refused() {
         let url = postgres_database().await;
-        let store = PostgresStore::open(&url, None).await.unwrap();
+        let store = PostgresStore::open(&url, None, replica("a")).await.unwrap();
         store
             .client()
             .await
@@ -884,7 +1398,7 @@ mod tests {
             .await
             .unwrap();
         drop(store);
-        let text = error_text(PostgresStore::open(&url, None).await);
+        let text = error_text(PostgresStore::open(&url, None, replica("a")).await);
         assert!(
             text.contains("schema version 99, written by a newer Mew"),
             "{text}"
@@ -893,7 +1407,8 @@ mod tests {
 
     #[tokio::test]
     async fn bad_urls_and_unreachable_servers_are_named_without_the_password() {
-        let text = error_text(PostgresStore::open("postgres://db:port/tasks", None).await);
+        let text =
+            error_text(PostgresStore::open("postgres://db:port/tasks", None, replica("a")).await);
         assert!(text.contains("not a PostgreSQL URL"), "{text}");
 
         // A port nothing listens on.
@@ -903,7 +1418,7 @@ mod tests {
             .unwrap()
             .port();
         let url = format!("postgres://mew:hunter2@127.0.0.1:{port}/tasks");
-        let text = error_text(PostgresStore::open(&url, None).await);
+        let text = error_text(PostgresStore::open(&url, None, replica("a")).await);
         assert!(
             text.contains(&format!("postgres://127.0.0.1:{port}/tasks")),
             "{text}"

@@ -497,15 +497,22 @@ impl TaskStore for SqliteStore {
         self.write(Op::Ping).await.map(drop)
     }
 
-    async fn unfinished(&self) -> Result<Vec<StoredTask>, StoreError> {
-        self.read(|conn| {
-            let sql =
-                format!("SELECT {COLUMNS} FROM tasks WHERE state IN (?1, ?2) ORDER BY created, id");
+    async fn take_over(&self, limit: usize) -> Result<Vec<StoredTask>, StoreError> {
+        // One process uses the file (the data directory is locked): it holds every task.
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |conn| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM tasks WHERE state IN (?1, ?2) ORDER BY created, id LIMIT ?3"
+            );
             let mut stmt = conn
                 .prepare_cached(&sql)
                 .map_err(|e| read_error("the unfinished tasks", e))?;
             let rows = stmt
-                .query([TaskState::Submitted.number(), TaskState::Working.number()])
+                .query(rusqlite::params![
+                    TaskState::Submitted.number(),
+                    TaskState::Working.number(),
+                    limit
+                ])
                 .map_err(|e| read_error("the unfinished tasks", e))?;
             decode_all(rows, "the unfinished tasks")
         })
@@ -1556,7 +1563,10 @@ mod tests {
             corrupt_id(store.context(&"c".into(), None).await.map(drop)).0,
             "bad"
         );
-        assert_eq!(corrupt_id(store.unfinished().await.map(drop)).0, "bad");
+        assert_eq!(
+            corrupt_id(store.take_over(usize::MAX).await.map(drop)).0,
+            "bad"
+        );
         store
             .put(&stored("later", "e", "r", TaskState::Working, T0))
             .await

@@ -1,6 +1,7 @@
 //! `TaskStore`: where tasks live between and across runs of the node.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use mew_cards::{
@@ -124,6 +125,10 @@ pub enum StoreError {
     /// of another owner).
     #[error("context {0} not found")]
     ForeignContext(ContextId),
+    /// Another replica runs the task now (it took the task over when this one's lease
+    /// lapsed): nothing was written, and this replica must stop running it.
+    #[error("task {0} is run by another replica now; this one's write was refused")]
+    Fenced(TaskId),
     /// A stored record cannot be read back.
     #[error("task store: task {id} is corrupt: {reason}")]
     Corrupt {
@@ -134,10 +139,74 @@ pub enum StoreError {
     },
 }
 
+/// Who this process is among the replicas that share a store, and how long its hold on a
+/// task lasts without a heartbeat.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replica {
+    /// Unique among the replicas; the same across restarts of one data directory, so a
+    /// replica that restarts takes its own unfinished tasks back at once.
+    pub id: String,
+    /// Where it serves, for `/status`.
+    pub address: String,
+    /// How long a lease lasts without a heartbeat (the database's clock judges it).
+    pub lease: Duration,
+}
+
+/// What a heartbeat found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// Tasks this replica held and holds no more: another replica took them over. Whatever
+    /// still runs them must stop, without writing.
+    pub lost: Vec<TaskId>,
+    /// Tasks this replica holds whose cancellation another replica asked for.
+    pub cancel: Vec<TaskId>,
+}
+
+/// A replica as the shared store knows it (`/status`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ReplicaStatus {
+    /// Its id.
+    pub id: String,
+    /// Where it serves.
+    pub address: String,
+    /// When it started.
+    pub started: Timestamp,
+    /// Its last heartbeat, by the database's clock.
+    pub heartbeat: Timestamp,
+    /// The tasks it held at that heartbeat.
+    pub running: u32,
+    /// Whether its heartbeat is recent (within two leases).
+    pub alive: bool,
+}
+
+/// A wake-up from the shared store: another replica changed something (the change itself is
+/// read from the store).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A task has a new event.
+    Event(TaskId),
+    /// Someone asked to cancel a task.
+    Cancel(TaskId),
+    /// A task was let go of, unfinished: a replica with room may take it.
+    Work,
+    /// Wake-ups may have been lost (the listening connection was down): read again
+    /// whatever is being watched.
+    Missed,
+}
+
 /// Durable task storage. Writes are durable when they return.
 ///
-/// Implementations: SQLite (`super::sqlite`, one file in the data directory). A new one is
-/// a file beside it and one line in [`super::open_store`].
+/// Implementations: SQLite (`super::sqlite`, one file in the data directory, one process),
+/// and PostgreSQL (`super::postgres`, shared by replicas). A new one is a file beside them and
+/// one line in [`super::open_store`].
+///
+/// **Leases.** On a shared store a replica writes a task only while it holds the task's
+/// lease: [`TaskStore::create`] takes it, [`TaskStore::claim`] and [`TaskStore::take_over`]
+/// take it from nobody or from a replica whose lease lapsed (with a new epoch), heartbeats
+/// keep it, and a write that brings the task out of SUBMITTED and WORKING lets go of it.
+/// Every write checks the epoch: one from a replica that lost the task is refused with
+/// [`StoreError::Fenced`]. A store of one process holds every task; the lease methods'
+/// defaults say so.
 #[async_trait]
 pub trait TaskStore: Send + Sync {
     /// Where the tasks are, for the node's start-up lines and its errors: a file, a server.
@@ -236,7 +305,49 @@ pub trait TaskStore: Send + Sync {
         owner: Option<&str>,
     ) -> Result<Vec<StoredTask>, StoreError>;
 
-    /// Every task still SUBMITTED or WORKING, oldest first: what was running or waiting for
-    /// a slot when the node stopped, read once at start to take it up again.
-    async fn unfinished(&self) -> Result<Vec<StoredTask>, StoreError>;
+    /// Takes at most `limit` tasks still SUBMITTED or WORKING that no live replica holds,
+    /// oldest first: what a replica (or the last run of this one) left unfinished when it was
+    /// lost or stopped, to run them. A store of one process gives every unfinished task.
+    async fn take_over(&self, limit: usize) -> Result<Vec<StoredTask>, StoreError>;
+
+    /// Whether other processes share this store (replicas): tasks change without this one
+    /// writing them.
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// Takes the lease of a task that is not over and that no live replica holds (it waits
+    /// for input, or its replica was lost), and reads it: what a replica does before it
+    /// continues or cancels a task. `None`: no such task, it is over, or a live replica
+    /// (this one included) holds it.
+    async fn claim(&self, id: &TaskId) -> Result<Option<StoredTask>, StoreError> {
+        self.get(id).await
+    }
+
+    /// Lets go of a task's lease, leaving the task as it is stored (another replica may take
+    /// it).
+    async fn release(&self, _id: &TaskId) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Keeps this replica's leases alive, and says which it lost and which tasks others want
+    /// canceled.
+    async fn heartbeat(&self) -> Result<Heartbeat, StoreError> {
+        Ok(Heartbeat::default())
+    }
+
+    /// Asks the replica that holds a task to cancel it.
+    async fn request_cancel(&self, _id: &TaskId) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Wake-ups for what other replicas change; `None` when nothing else writes.
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
+        None
+    }
+
+    /// The replicas sharing the store, by id (none for a store of one process).
+    async fn replicas(&self) -> Result<Vec<ReplicaStatus>, StoreError> {
+        Ok(Vec::new())
+    }
 }

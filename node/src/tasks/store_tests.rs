@@ -86,10 +86,19 @@ pub(crate) async fn postgres_database() -> String {
 pub(crate) async fn postgres_store() -> Arc<dyn TaskStore> {
     let url = postgres_database().await;
     Arc::new(
-        super::postgres::PostgresStore::open(&url, None)
+        super::postgres::PostgresStore::open(&url, None, replica("r1"))
             .await
             .unwrap(),
     )
+}
+
+/// A replica named `id`, with a lease of a minute.
+pub(crate) fn replica(id: &str) -> super::store::Replica {
+    super::store::Replica {
+        id: id.to_owned(),
+        address: format!("http://{id}.test"),
+        lease: std::time::Duration::from_secs(60),
+    }
 }
 
 /// 2023-11-14T22:13:20Z, safely in the past.
@@ -591,8 +600,10 @@ async fn unfinished_tasks_are_the_submitted_and_working_ones_oldest_first(
         let mut task = stored(id, "c", "r", state, T0 + 100 - n);
         task.created = at(T0 + n);
         store.put(&task).await.unwrap();
+        // As a replica that stops hands its tasks back.
+        store.release(&task.task.id).await.unwrap();
     }
-    let unfinished = store.unfinished().await.unwrap();
+    let unfinished = store.take_over(usize::MAX).await.unwrap();
     assert_eq!(ids(&unfinished), ["w", "s"]);
     assert_eq!(
         unfinished[0],
@@ -605,7 +616,8 @@ async fn attempts_are_kept(store: Arc<dyn TaskStore>) {
     task.attempts = 2;
     store.put(&task).await.unwrap();
     assert_eq!(store.get(&"t".into()).await.unwrap().unwrap().attempts, 2);
-    assert_eq!(store.unfinished().await.unwrap()[0].attempts, 2);
+    store.release(&task.task.id).await.unwrap();
+    assert_eq!(store.take_over(usize::MAX).await.unwrap()[0].attempts, 2);
     task.attempts = 0;
     store.put(&task).await.unwrap();
     assert_eq!(store.get(&"t".into()).await.unwrap().unwrap().attempts, 0);

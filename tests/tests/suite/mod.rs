@@ -6,6 +6,7 @@ mod conformance;
 mod error_kinds;
 mod node_agent;
 mod node_auth;
+mod node_cluster;
 mod node_e2e;
 mod node_hooks;
 mod node_isolation;

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info_span, warn};
 
+mod cluster;
 mod listing;
 mod push_configs;
 mod recover;
@@ -60,6 +61,9 @@ pub(crate) struct Limits {
     /// How many times a turn is started over after the node running it was lost; the next
     /// loss fails the task.
     pub(crate) max_attempts: u32,
+    /// How often a replica on a shared store renews its leases and looks for work left by
+    /// lost replicas.
+    pub(crate) heartbeat: Duration,
 }
 
 impl Default for Limits {
@@ -72,6 +76,7 @@ impl Default for Limits {
             list_history: 10,
             max_list_bytes: 4 * 1024 * 1024,
             max_attempts: 3,
+            heartbeat: Duration::from_secs(5),
         }
     }
 }
@@ -142,9 +147,14 @@ struct Live {
     /// context, and its children belong to it too.
     owner: Option<String>,
     cancel: CancellationToken,
-    /// Canceled when the node, stopping, hands the task back unfinished (see
-    /// [`TaskManager::fail`]): its subscriptions end without a final event.
+    /// Canceled when this node lets go of the task unfinished: stopping, it hands the task
+    /// back (see [`TaskManager::fail`]), or another replica took it over. Nothing more is
+    /// written through this entry, and its subscriptions end without a final event.
     released: CancellationToken,
+    /// Poked when the shared store says the task changed (see `cluster.rs`).
+    poke: Notify,
+    /// Whether a follower reads what another replica writes of the task into this entry.
+    following: std::sync::atomic::AtomicBool,
     state: Mutex<LiveState>,
 }
 
@@ -164,6 +174,15 @@ struct LiveState {
     /// The runner's private state needs no such list: `stored.private` is what that write
     /// stores.
     annotations: Vec<Annotation>,
+}
+
+impl Live {
+    /// Another replica took the task over: nothing more is written through this entry, and
+    /// what runs it stops.
+    fn lost(&self) {
+        self.released.cancel();
+        self.cancel.cancel();
+    }
 }
 
 impl LiveState {
@@ -234,7 +253,8 @@ impl TaskManager {
         roles: Arc<dyn Roles>,
         limits: Limits,
     ) -> Result<Arc<Self>, StoreError> {
-        Ok(Arc::new(Self {
+        let changes = store.changes();
+        let manager = Arc::new(Self {
             store,
             push_wake: Arc::new(Notify::new()),
             roles,
@@ -244,7 +264,11 @@ impl TaskManager {
             queued: AtomicUsize::new(0),
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
-        }))
+        });
+        if let Some(changes) = changes {
+            tokio::spawn(manager.clone().run_cluster(changes));
+        }
+        Ok(manager)
     }
 
     /// What the push dispatcher waits on: poked after each write that enqueued notifications
@@ -296,6 +320,8 @@ impl TaskManager {
             owner: stored.owner.clone(),
             cancel: self.shutdown.child_token(),
             released: CancellationToken::new(),
+            poke: Notify::new(),
+            following: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(LiveState {
                 stored,
                 events,
@@ -442,7 +468,34 @@ impl TaskManager {
             }
             LiveOrDone::Live(live) => live,
         };
+        let claimed = self.store.shared() && self.claim(&live).await?;
         let mut message = submission.message;
+        let checked = self.start_next_turn(&live, &mut message).await;
+        if claimed && checked.is_err() {
+            // The task stays as it was: let another replica continue it.
+            if let Err(e) = self.store.release(&id).await {
+                warn!(error = %e, "cannot let go of a task that was not continued");
+            }
+        }
+        let (task, stream, role, turn) = checked?;
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        let start = TurnStart {
+            resumed: true,
+            fresh_context: false,
+            recovered: false,
+        };
+        self.spawn_turn(live, role, message, start, turn, Slot::Wait);
+        Ok((task, stream))
+    }
+
+    /// Checks that `live` takes `message` now (it asks for input) and records its WORKING
+    /// state: the task, a stream of what follows, its role and the number of the new turn.
+    async fn start_next_turn(
+        &self,
+        live: &Arc<Live>,
+        message: &mut Message,
+    ) -> Result<(Task, EventStream, Arc<RoleDefinition>, u64), Error> {
+        let id = live.id.clone();
         let (task, stream, role, turn) = {
             let mut state = live.state.lock().await;
             let current = state.stored.task.status.state;
@@ -491,17 +544,10 @@ impl TaskManager {
             self.record(&mut state, event).await.map_err(store_error)?;
             state.turn += 1;
             state.busy = true;
-            let stream = self.watch(&live, &state, StreamResponse::ends_stream);
+            let stream = self.watch(live, &state, StreamResponse::ends_stream);
             (state.stored.task.clone(), stream, role, state.turn)
         };
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        let start = TurnStart {
-            resumed: true,
-            fresh_context: false,
-            recovered: false,
-        };
-        self.spawn_turn(live, role, message, start, turn, Slot::Wait);
-        Ok((task, stream))
+        Ok((task, stream, role, turn))
     }
 
     /// Refuses a context that `owner` may not use (it holds another principal's task), as
@@ -525,7 +571,11 @@ impl TaskManager {
     }
 
     async fn record(&self, state: &mut LiveState, event: StreamResponse) -> Result<(), StoreError> {
-        record(self.store.as_ref(), &self.push_wake, state, event).await
+        let recorded = record(self.store.as_ref(), &self.push_wake, state, event).await;
+        if let Err(StoreError::Fenced(id)) = &recorded {
+            self.lose(id);
+        }
+        recorded
     }
 
     fn spawn_turn(
@@ -717,7 +767,7 @@ impl TaskManager {
     /// can start it over (it continues from its checkpoint).
     async fn fail(&self, live: &Live, reason: String, turn: u64) {
         let mut state = live.state.lock().await;
-        if state.turn != turn || !state.busy {
+        if state.turn != turn || !state.busy || live.released.is_cancelled() {
             return;
         }
         if self.shutdown.is_cancelled() && self.can_hand_back(&state.stored) {
@@ -728,6 +778,10 @@ impl TaskManager {
                 if let Err(e) = self.store.put(&handed).await {
                     warn!(error = %e, "cannot hand the task back; its next start counts an attempt");
                 }
+            }
+            // Another replica may take it at once.
+            if let Err(e) = self.store.release(&live.id).await {
+                warn!(error = %e, "cannot let go of the task; another replica takes it when its lease lapses");
             }
             live.released.cancel();
             return;
@@ -775,14 +829,31 @@ impl TaskManager {
             .await;
         }
         let state = live.state.lock().await;
-        if state.stored.task.status.state.is_terminal() {
-            self.live_map().remove(&live.id);
+        if state.stored.task.status.state.is_terminal() || live.released.is_cancelled() {
+            self.forget(live);
+        }
+    }
+
+    /// Takes `live` out of the live set, unless another entry stands for its task now.
+    fn forget(&self, live: &Arc<Live>) {
+        let mut map = self.live_map();
+        if map
+            .get(&live.id)
+            .is_some_and(|entry| Arc::ptr_eq(entry, live))
+        {
+            map.remove(&live.id);
         }
     }
 
     /// `GetTask`.
     pub(crate) async fn get(&self, id: &TaskId, scope: &Scope) -> Result<StoredTask, Error> {
-        let live = self.live_map().get(id).cloned();
+        // On a shared store another replica may have written the task since: the store has
+        // every change.
+        let live = if self.store.shared() {
+            None
+        } else {
+            self.live_map().get(id).cloned()
+        };
         let stored = match live {
             Some(live) => Some(live.state.lock().await.stored.clone()),
             None => self.store.get(id).await.map_err(store_error)?,
@@ -793,7 +864,11 @@ impl TaskManager {
     }
 
     /// `CancelTask`.
-    pub(crate) async fn cancel(&self, id: &TaskId, scope: &Scope) -> Result<Task, Error> {
+    pub(crate) async fn cancel(
+        self: &Arc<Self>,
+        id: &TaskId,
+        scope: &Scope,
+    ) -> Result<Task, Error> {
         let live = match self.live_or_load(id, scope).await? {
             LiveOrDone::Done(stored) => {
                 return Err(protocol(
@@ -803,6 +878,9 @@ impl TaskManager {
             }
             LiveOrDone::Live(live) => live,
         };
+        if self.store.shared() && !self.claim(&live).await? {
+            return self.cancel_elsewhere(&live, scope).await;
+        }
         let mut state = live.state.lock().await;
         let current = state.stored.task.status.state;
         if current.is_terminal() {

@@ -39,10 +39,22 @@ enum Fate {
 
 impl TaskManager {
     /// Takes up every task an earlier run of the node left SUBMITTED or WORKING (see the
-    /// module's comment). Call once, before the node takes requests.
+    /// module's comment): on a shared store, those that no live replica holds, as many as
+    /// there is room for (the heartbeat takes the rest as slots free). Call once, before the
+    /// node takes requests.
     pub(crate) async fn recover(self: &Arc<Self>) -> Result<Recovery, StoreError> {
+        let limit = if self.store.shared() {
+            self.limits.max_running.max(1)
+        } else {
+            usize::MAX
+        };
+        self.take_over(limit).await
+    }
+
+    /// Takes up at most `limit` unfinished tasks that no live replica holds.
+    pub(super) async fn take_over(self: &Arc<Self>, limit: usize) -> Result<Recovery, StoreError> {
         let mut recovery = Recovery::default();
-        for stored in self.store.unfinished().await? {
+        for stored in self.store.take_over(limit).await? {
             let fate = self.fate(&stored);
             match &fate {
                 Fate::Run {

@@ -53,6 +53,9 @@ impl Sink {
         .await
         .map_err(|e| {
             warn!(error = %e, "cannot persist an event; the task stops");
+            if matches!(e, crate::tasks::store::StoreError::Fenced(_)) {
+                self.live.lost();
+            }
             SinkClosed
         })
     }
@@ -184,6 +187,9 @@ impl EventSink for Sink {
         state.apply_annotations();
         if let Err(e) = self.store.put(&state.stored).await {
             warn!(error = %e, "cannot persist a checkpoint; the task stops");
+            if matches!(e, crate::tasks::store::StoreError::Fenced(_)) {
+                self.live.lost();
+            }
             (state.stored.private, state.stored.task.metadata) = previous;
             return Err(SinkClosed);
         }
@@ -209,6 +215,9 @@ impl EventSink for Sink {
         state.apply_annotations();
         if let Err(e) = self.store.put(&state.stored).await {
             warn!(error = %e, "cannot persist the task's metadata");
+            if matches!(e, crate::tasks::store::StoreError::Fenced(_)) {
+                self.live.lost();
+            }
             state.stored.task.metadata = previous;
             state.annotations.pop();
             return Err(SinkClosed);

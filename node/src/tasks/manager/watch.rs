@@ -119,7 +119,11 @@ impl WatchState {
 
 impl TaskManager {
     /// `SubscribeToTask`.
-    pub(crate) async fn subscribe(&self, id: &TaskId, scope: &Scope) -> Result<EventStream, Error> {
+    pub(crate) async fn subscribe(
+        self: &Arc<Self>,
+        id: &TaskId,
+        scope: &Scope,
+    ) -> Result<EventStream, Error> {
         match self.live_or_load(id, scope).await? {
             LiveOrDone::Done(stored) => Err(protocol(
                 ErrorKind::UnsupportedOperation,
@@ -139,7 +143,13 @@ impl TaskManager {
                         ),
                     ));
                 }
-                Ok(self.watch(&live, &state, StreamResponse::ends_subscription))
+                let stream = self.watch(&live, &state, StreamResponse::ends_subscription);
+                let elsewhere = !state.busy;
+                drop(state);
+                if elsewhere {
+                    self.follow(&live);
+                }
+                Ok(stream)
             }
         }
     }

@@ -1,0 +1,491 @@
+//! Replicas on one PostgreSQL, from outside: several `mew up` processes on one database answer
+//! for every task, follow each other's tasks, take over the work of a replica that is killed
+//! or paused past its lease, and refuse the writes of one that comes back.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use futures_util::StreamExt;
+use mew_cards::{
+    CancelTaskRequest, GetTaskRequest, Message, SendMessageConfiguration, SendMessageRequest,
+    SendMessageResponse, StreamResponse, SubscribeToTaskRequest, Task, TaskId, TaskState,
+};
+use mew_tests::model::{ScriptedModel, Step};
+use mew_tests::node::{
+    MewNode, command_role, echo_role, poll_until, scripted_model_config, status_text,
+};
+use mew_tests::postgres;
+use mew_transport::{AgentTransport, Binding, CallContext, EventStream, RemoteAgent};
+use rustix::process::Signal;
+use serde_json::{Value, json};
+
+/// The bound on any one wait of these tests.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A short lease: a lost replica's work is taken over within seconds.
+const STORE: &str = "store:\n  lease: 2s\n";
+
+/// Replicas on one new database.
+struct Cluster {
+    url: String,
+    nodes: Vec<MewNode>,
+}
+
+impl Cluster {
+    /// `n` replicas with `config` (beside [`STORE`]) and `roles`, started at once (their
+    /// migrations race).
+    async fn start(n: usize, config: &str, roles: &[(&str, String)]) -> anyhow::Result<Self> {
+        let url = postgres::database().await?;
+        let mut nodes = Vec::new();
+        for _ in 0..n {
+            let mut node = MewNode::new()?;
+            node.write_config(&format!("{STORE}{config}"))?;
+            for (file, text) in roles {
+                node.write_role(file, text)?;
+            }
+            node.set_env("MEW_STORE_URL", &url);
+            nodes.push(node);
+        }
+        futures_util::future::try_join_all(nodes.iter_mut().map(MewNode::launch)).await?;
+        Ok(Self { url, nodes })
+    }
+
+    async fn agent(&self, replica: usize, role: &str) -> anyhow::Result<RemoteAgent> {
+        self.nodes[replica]
+            .agent(&format!("/agents/{role}"), Binding::JsonRpc)
+            .await
+    }
+
+    async fn database(&self) -> anyhow::Result<tokio_postgres::Client> {
+        let (client, connection) =
+            tokio_postgres::connect(&self.url, tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        Ok(client)
+    }
+
+    /// The logged events of a task, by number, checked to be numbered 1, 2, ... up to the
+    /// task's generation without a gap.
+    async fn events(&self, id: &TaskId) -> anyhow::Result<Vec<Value>> {
+        let db = self.database().await?;
+        let rows = db
+            .query(
+                "SELECT generation, event FROM task_events WHERE task_id = $1 ORDER BY generation",
+                &[&id.as_str()],
+            )
+            .await?;
+        let generation: i64 = db
+            .query_one(
+                "SELECT generation FROM tasks WHERE id = $1",
+                &[&id.as_str()],
+            )
+            .await?
+            .get(0);
+        let numbers: Vec<i64> = rows.iter().map(|row| row.get(0)).collect();
+        ensure!(
+            numbers == (1..=generation).collect::<Vec<_>>(),
+            "the events of {id} are not 1..={generation}: {numbers:?}"
+        );
+        rows.iter()
+            .map(|row| Ok(serde_json::from_str(row.get::<_, &str>(1))?))
+            .collect()
+    }
+}
+
+fn ctx() -> CallContext {
+    CallContext::anonymous()
+}
+
+/// Sends `text` and returns the task at once, while it runs.
+async fn start(agent: &RemoteAgent, text: &str) -> anyhow::Result<Task> {
+    let request = SendMessageRequest {
+        configuration: Some(SendMessageConfiguration {
+            return_immediately: true,
+            ..Default::default()
+        }),
+        ..SendMessageRequest::new(Message::user_text(text))
+    };
+    match agent.send_message(&ctx(), request).await? {
+        SendMessageResponse::Task(task) => Ok(task),
+        other => bail!("expected a task, got {other:?}"),
+    }
+}
+
+async fn get(agent: &RemoteAgent, id: &TaskId) -> anyhow::Result<Task> {
+    let request = GetTaskRequest {
+        id: id.clone(),
+        ..Default::default()
+    };
+    Ok(agent.get_task(&ctx(), request).await?)
+}
+
+async fn subscribe(agent: &RemoteAgent, id: &TaskId) -> anyhow::Result<EventStream> {
+    let request = SubscribeToTaskRequest {
+        id: id.clone(),
+        ..Default::default()
+    };
+    Ok(agent.subscribe_to_task(&ctx(), request).await?)
+}
+
+/// Everything a stream yields until it ends.
+async fn drain(mut stream: EventStream) -> anyhow::Result<Vec<StreamResponse>> {
+    let mut events = Vec::new();
+    let collect = async {
+        while let Some(event) = stream.next().await {
+            events.push(event?);
+        }
+        anyhow::Ok(())
+    };
+    tokio::time::timeout(WAIT, collect)
+        .await
+        .context("the stream did not end")??;
+    Ok(events)
+}
+
+/// Waits until the task is over, as `agent` sees it.
+async fn finished(agent: &RemoteAgent, id: &TaskId) -> anyhow::Result<Task> {
+    poll_until("the task is over", WAIT, || async {
+        let task = get(agent, id).await?;
+        Ok(task.status.state.is_terminal().then_some(task))
+    })
+    .await
+}
+
+/// The first line of a file once it has one.
+async fn first_line(path: &Path) -> anyhow::Result<String> {
+    poll_until("the command has started", WAIT, || async {
+        Ok(std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| text.lines().next().map(str::to_owned)))
+    })
+    .await
+}
+
+fn kill(pid: &str) -> anyhow::Result<()> {
+    if let Some(pid) = pid
+        .trim()
+        .parse()
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        // Gone already is fine.
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+    Ok(())
+}
+
+/// A command role that says it started, waits for `gate` to exist, and says it passed.
+fn gate_role(gate: &Path) -> String {
+    command_role(
+        "gate",
+        &format!(
+            "sh -c 'echo started; while [ ! -f {gate} ]; do sleep 0.05; done; echo passed'",
+            gate = gate.display()
+        ),
+    )
+}
+
+#[tokio::test]
+async fn a_task_sent_to_one_replica_is_watched_on_another_and_read_on_a_third() -> anyhow::Result<()>
+{
+    let dir = tempfile::tempdir()?;
+    let gate = dir.path().join("gate");
+    let cluster = Cluster::start(3, "", &[("gate.md", gate_role(&gate))]).await?;
+
+    // Each replica lists the three.
+    let (code, status) = cluster.nodes[2].get_json("/status").await?;
+    ensure!(code == 200, "/status answered {code}");
+    let mut addresses: Vec<&str> = status["replicas"]
+        .as_array()
+        .context("no replicas in /status")?
+        .iter()
+        .filter(|r| r["alive"] == true)
+        .filter_map(|r| r["address"].as_str())
+        .collect();
+    addresses.sort_unstable();
+    let mut urls: Vec<&str> = cluster.nodes.iter().map(MewNode::url).collect();
+    urls.sort_unstable();
+    ensure!(addresses == urls, "{addresses:?} vs {urls:?}");
+    let (code, out, err) = cluster.nodes[0]
+        .client(&["status", "--node", cluster.nodes[0].url()])
+        .await?;
+    ensure!(
+        code == 0 && out.contains("(3 alive of 3)"),
+        "mew status: {code}\n{out}\n{err}"
+    );
+
+    let task = start(&cluster.agent(0, "gate").await?, "go").await?;
+    let watched = subscribe(&cluster.agent(1, "gate").await?, &task.id).await?;
+
+    // The replicas' listening connections are cut: events still arrive (they are read from
+    // the store, and the replicas listen again).
+    let db = cluster.database().await?;
+    let name = postgres::name_of(&cluster.url).to_owned();
+    let listening = "SELECT count(*) FROM pg_stat_activity \
+                     WHERE datname = $1 AND query LIKE 'LISTEN%'";
+    poll_until("every replica listens", WAIT, || async {
+        let count: i64 = db.query_one(listening, &[&name]).await?.get(0);
+        Ok((count == 3).then_some(()))
+    })
+    .await?;
+    db.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = $1 AND query LIKE 'LISTEN%'",
+        &[&name],
+    )
+    .await?;
+    std::fs::write(&gate, "")?;
+
+    let events = drain(watched).await?;
+    let last = events.last().context("no events")?;
+    let StreamResponse::StatusUpdate(update) = last else {
+        bail!("the stream ended with {last:?}");
+    };
+    ensure!(
+        update.status.state == TaskState::Completed,
+        "{:?}",
+        update.status
+    );
+    ensure!(
+        matches!(events.first(), Some(StreamResponse::Task(_))),
+        "a subscription starts with the task: {events:?}"
+    );
+
+    // The third replica reads the task as the first does, and as the log has it.
+    let read = get(&cluster.agent(2, "gate").await?, &task.id).await?;
+    let sent = get(&cluster.agent(0, "gate").await?, &task.id).await?;
+    ensure!(read == sent, "{read:?} vs {sent:?}");
+    ensure!(read.status.state == TaskState::Completed, "{read:?}");
+    let text: String = read
+        .artifacts
+        .iter()
+        .flat_map(|a| a.parts.iter().filter_map(|p| p.as_text()))
+        .collect();
+    ensure!(
+        text.contains("started") && text.contains("passed"),
+        "{text:?}"
+    );
+
+    // The watcher saw the log's last events, in order, each once.
+    let logged = cluster.events(&task.id).await?;
+    let seen: Vec<Value> = events[1..]
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()?;
+    ensure!(
+        !seen.is_empty() && logged.ends_with(&seen),
+        "the watcher's events are not the end of the log:\nseen {seen:#?}\nlogged {logged:#?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_killed_replicas_model_task_is_finished_by_another_and_its_command_task_fails()
+-> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let started = dir.path().join("started.txt");
+    let sleeper = dir.path().join("sleeper.pid");
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "bash",
+            json!({"command": format!("echo $$ >> {}; exec sleep 600", started.display())}),
+        ),
+        Step::text("Carried on elsewhere.").expect_tool_results(["call_1"]),
+    ])?;
+    let runner = "---\nname: runner\ndescription: A test role.\ntools: [bash]\n\
+                  permissionMode: bypassPermissions\n---\nYou help with tests.\n";
+    let cluster = Cluster::start(
+        3,
+        &scripted_model_config(&model),
+        &[
+            ("runner.md", runner.to_owned()),
+            (
+                "sleeper.md",
+                command_role(
+                    "sleeper",
+                    &format!("sh -c 'echo $$ > {}; exec sleep 600'", sleeper.display()),
+                ),
+            ),
+        ],
+    )
+    .await?;
+    let mut cluster = cluster;
+    let task = start(&cluster.agent(0, "runner").await?, "run the long job").await?;
+    let command = start(&cluster.agent(0, "sleeper").await?, "sleep").await?;
+    let bash_pid = first_line(&started).await?;
+    let sleeper_pid = first_line(&sleeper).await?;
+    let watched = subscribe(&cluster.agent(2, "runner").await?, &task.id).await?;
+
+    cluster.nodes[0].kill_hard().await?;
+    // What the killed replica ran outlives it, as after a real crash; the test ends it.
+    kill(&bash_pid)?;
+    kill(&sleeper_pid)?;
+
+    // The watcher on a surviving replica sees the task finished from its checkpoint.
+    let events = drain(watched).await?;
+    let Some(StreamResponse::StatusUpdate(last)) = events.last() else {
+        bail!("the stream ended with {:?}", events.last());
+    };
+    ensure!(
+        last.status.state == TaskState::Completed,
+        "{:?}",
+        last.status
+    );
+    let done = get(&cluster.agent(1, "runner").await?, &task.id).await?;
+    ensure!(
+        status_text(&done) == "Carried on elsewhere.",
+        "{:?}",
+        status_text(&done)
+    );
+    let requests = model.requests();
+    ensure!(requests.len() == 2, "{} model requests", requests.len());
+    let result = requests[1].last_user_text();
+    ensure!(
+        result.contains("interrupted") && result.contains("unknown"),
+        "the model was not told the call was interrupted: {result:?}"
+    );
+    let runs = std::fs::read_to_string(&started)?;
+    ensure!(runs.lines().count() == 1, "the command ran again: {runs:?}");
+    model.assert_done();
+
+    // A command role that cannot start over fails, with the reason.
+    let failed = finished(&cluster.agent(1, "sleeper").await?, &command.id).await?;
+    ensure!(failed.status.state == TaskState::Failed, "{failed:?}");
+    let reason = status_text(&failed);
+    ensure!(reason.contains("its work was lost"), "{reason:?}");
+    cluster.events(&task.id).await?;
+    cluster.events(&command.id).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_replica_paused_past_its_lease_writes_nothing_when_it_wakes() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let runs = dir.path().join("runs.txt");
+    let release = dir.path().join("release");
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "bash",
+            json!({"command": format!(
+                "echo $$ >> {runs}; while [ ! -f {release} ]; do sleep 0.05; done; echo finished",
+                runs = runs.display(),
+                release = release.display()
+            )}),
+        ),
+        Step::text("Done elsewhere.").expect_tool_results(["call_1"]),
+    ])?;
+    let runner = "---\nname: runner\ndescription: A test role.\ntools: [bash]\n\
+                  permissionMode: bypassPermissions\n---\nYou help with tests.\n";
+    let mut cluster = Cluster::start(
+        2,
+        &scripted_model_config(&model),
+        &[("runner.md", runner.to_owned())],
+    )
+    .await?;
+    let task = start(&cluster.agent(0, "runner").await?, "run it").await?;
+    first_line(&runs).await?;
+
+    cluster.nodes[0].signal(Signal::STOP)?;
+    let other = cluster.agent(1, "runner").await?;
+    let done = finished(&other, &task.id).await?;
+    ensure!(done.status.state == TaskState::Completed, "{done:?}");
+    let logged = cluster.events(&task.id).await?;
+
+    // Awake again, the old executor's call finishes; its writes are refused, and it stops.
+    cluster.nodes[0].signal(Signal::CONT)?;
+    std::fs::write(&release, "")?;
+    poll_until("the old executor knows it lost the task", WAIT, || async {
+        Ok(cluster.nodes[0]
+            .log()
+            .contains("another replica")
+            .then_some(()))
+    })
+    .await?;
+    ensure!(
+        cluster.events(&task.id).await? == logged,
+        "the paused replica wrote events after it woke"
+    );
+    ensure!(get(&other, &task.id).await? == done, "the task changed");
+    let runs = std::fs::read_to_string(&runs)?;
+    ensure!(runs.lines().count() == 1, "the tool ran twice: {runs:?}");
+    ensure!(
+        model.requests().len() == 2,
+        "{} model requests",
+        model.requests().len()
+    );
+    model.assert_done();
+    cluster.nodes[0].stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cancel_and_an_answer_reach_a_task_through_any_replica() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let gate = dir.path().join("gate");
+    let cluster = Cluster::start(
+        2,
+        "",
+        &[
+            ("gate.md", gate_role(&gate)),
+            ("echo.md", echo_role("echo")?),
+        ],
+    )
+    .await?;
+
+    // Canceled through the replica that does not run it.
+    let running = start(&cluster.agent(0, "gate").await?, "go").await?;
+    let other = cluster.agent(1, "gate").await?;
+    poll_until("the task runs", WAIT, || async {
+        Ok((get(&other, &running.id).await?.status.state == TaskState::Working).then_some(()))
+    })
+    .await?;
+    let request = CancelTaskRequest {
+        id: running.id.clone(),
+        ..Default::default()
+    };
+    let canceled = other.cancel_task(&ctx(), request).await?;
+    ensure!(canceled.status.state == TaskState::Canceled, "{canceled:?}");
+    let seen_by_runner = get(&cluster.agent(0, "gate").await?, &running.id).await?;
+    ensure!(
+        seen_by_runner.status.state == TaskState::Canceled,
+        "{seen_by_runner:?}"
+    );
+    cluster.events(&running.id).await?;
+
+    // A question asked on one replica, answered on the other.
+    let asker = cluster.agent(0, "echo").await?;
+    let asked = match asker
+        .send_message(&ctx(), SendMessageRequest::new(Message::user_text("ask")))
+        .await?
+    {
+        SendMessageResponse::Task(task) => task,
+        other => bail!("expected a task, got {other:?}"),
+    };
+    ensure!(asked.status.state == TaskState::InputRequired, "{asked:?}");
+    let mut reply = Message::user_text("blue");
+    reply.task_id = Some(asked.id.clone());
+    reply.context_id = Some(asked.context_id.clone());
+    let answered = match cluster
+        .agent(1, "echo")
+        .await?
+        .send_message(&ctx(), SendMessageRequest::new(reply))
+        .await?
+    {
+        SendMessageResponse::Task(task) => task,
+        other => bail!("expected a task, got {other:?}"),
+    };
+    ensure!(answered.id == asked.id, "the answer started another task");
+    ensure!(
+        answered.status.state == TaskState::Completed,
+        "{answered:?}"
+    );
+    let seen_by_asker = get(&asker, &asked.id).await?;
+    ensure!(
+        seen_by_asker == answered,
+        "{seen_by_asker:?} vs {answered:?}"
+    );
+    cluster.events(&asked.id).await?;
+    Ok(())
+}
