@@ -20,7 +20,8 @@
 //!
 //! **Wake-ups.** A write with an event runs `pg_notify('mew_events', task id)` in the same
 //! statement; a cancel asked for on another replica `mew_cancel`; a task let go of
-//! `mew_work`. One connection per replica listens (`listen`) and turns them into
+//! `mew_work`; a push config saved or deleted `mew_push` (the replica running the task
+//! enqueues its events for the configs it knows). One connection per replica listens (`listen`) and turns them into
 //! [`Change`]s. A notification is only a hint: what changed is read from the tables, and when
 //! the listening connection drops, `Change::Missed` says to read again.
 
@@ -569,6 +570,15 @@ async fn put_config(client: &impl GenericClient, row: &ConfigRow) -> Result<(), 
     Ok(())
 }
 
+/// Tells the replica running `task_id` that its push configs changed.
+async fn notify_push(client: &impl GenericClient, task_id: &str) -> Result<(), StoreError> {
+    client
+        .execute("SELECT pg_notify('mew_push', $1)", &[&task_id])
+        .await
+        .map(drop)
+        .map_err(|e| db_error("announce a push config", e))
+}
+
 async fn enqueue(client: &impl GenericClient, row: &OutboxRow) -> Result<(), StoreError> {
     client
         .execute(
@@ -782,7 +792,9 @@ impl TaskStore for PostgresStore {
 
     async fn put_push_config(&self, config: &TaskPushNotificationConfig) -> Result<(), StoreError> {
         let row = ConfigRow::encode(config)?;
-        put_config(&self.client().await?, &row).await
+        let client = self.client().await?;
+        put_config(&client, &row).await?;
+        notify_push(&client, &row.task_id).await
     }
 
     async fn delete_push_config(&self, task: &TaskId, id: &str) -> Result<(), StoreError> {
@@ -801,7 +813,7 @@ impl TaskStore for PostgresStore {
             )
             .await
             .map_err(fail)?;
-            Ok(())
+            notify_push(tx, task_id).await
         })
         .await
     }
@@ -1197,7 +1209,9 @@ async fn listen(
                     }
                 });
                 let listening = tokio::select! {
-                    listening = client.batch_execute("LISTEN mew_events; LISTEN mew_cancel; LISTEN mew_work") => listening,
+                    listening = client.batch_execute(
+                        "LISTEN mew_events; LISTEN mew_cancel; LISTEN mew_work; LISTEN mew_push",
+                    ) => listening,
                     () = stop.cancelled() => return,
                 };
                 match listening {
@@ -1214,6 +1228,7 @@ async fn listen(
                             let change = match n.channel() {
                                 "mew_events" => Change::Event(id),
                                 "mew_cancel" => Change::Cancel(id),
+                                "mew_push" => Change::PushConfigs(id),
                                 _ => Change::Work,
                             };
                             let _ = changes.send(change);

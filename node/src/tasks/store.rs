@@ -189,6 +189,8 @@ pub enum Change {
     Cancel(TaskId),
     /// A task was let go of, unfinished: a replica with room may take it.
     Work,
+    /// A task's push configs changed.
+    PushConfigs(TaskId),
     /// Wake-ups may have been lost (the listening connection was down): read again
     /// whatever is being watched.
     Missed,

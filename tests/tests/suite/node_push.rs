@@ -613,3 +613,79 @@ async fn a_task_running_at_a_crash_tells_its_webhook_it_failed() -> anyhow::Resu
     ensure!(reason.contains("restarted"), "reason {reason:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_webhook_gets_each_event_once_in_order_when_the_replica_running_the_task_is_killed()
+-> anyhow::Result<()> {
+    let receiver = Receiver::start().await?;
+    let url = format!("{}/replicas", receiver.url);
+    let db = mew_tests::postgres::database().await?;
+    let dir = tempfile::tempdir()?;
+    let gate = dir.path().join("gate");
+    // Runs again with the same input on the replica that takes it over.
+    let role = format!(
+        "---\nname: gated\ndescription: Waits for a file.\nresumable: true\n\
+         command: \"sh -c 'echo started; while [ ! -f {} ]; do sleep 0.05; done; echo passed'\"\n\
+         ---\nA resumable command role.\n",
+        gate.display()
+    );
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let mut node = MewNode::new()?;
+        node.write_config(&format!("{ALLOW_LOOPBACK}store:\n  lease: 2s\n"))?;
+        node.write_role("gated.md", &role)?;
+        node.set_env("MEW_STORE_URL", &db);
+        node.launch().await?;
+        replicas.push(node);
+    }
+    let agent = replicas[0].agent("/agents/gated", Binding::JsonRpc).await?;
+    let mut request = with_push("go", &url, "tok");
+    if let Some(configuration) = request.configuration.as_mut() {
+        configuration.return_immediately = true;
+    }
+    let task = match bounded("SendMessage", agent.send_message(&ctx(), request)).await?? {
+        mew_cards::SendMessageResponse::Task(task) => task,
+        other => bail!("expected a task, got {other:?}"),
+    };
+
+    // What the first replica logged is delivered before it dies.
+    let (client, connection) = tokio_postgres::connect(&db, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    let logged = async || -> anyhow::Result<Vec<StreamResponse>> {
+        let rows = client
+            .query(
+                "SELECT event FROM task_events WHERE task_id = $1 ORDER BY generation",
+                &[&task.id.as_str()],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| Ok(serde_json::from_str(row.get::<_, &str>(0))?))
+            .collect()
+    };
+    poll_until(
+        "the first replica's events are delivered",
+        DELIVERY_WAIT,
+        || async {
+            let logged = logged().await?;
+            let pushed = events(&receiver.accepted("/replicas"))?;
+            let started = logged
+                .iter()
+                .any(|e| state_of(e) == Some(TaskState::Working));
+            Ok((started && pushed.len() == logged.len()).then_some(()))
+        },
+    )
+    .await?;
+    replicas[0].kill_hard().await?;
+    std::fs::write(&gate, "")?;
+
+    // The other replica finishes it, and the webhook has every logged event, once, in order.
+    let delivered = receiver.wait_for_final("/replicas").await?;
+    let pushed: Vec<StreamResponse> = delivered.into_iter().map(|(_, e)| e).collect();
+    let logged = logged().await?;
+    ensure!(pushed == logged, "pushed {pushed:#?}\nlogged {logged:#?}");
+    ensure!(
+        state_of(pushed.last().context("nothing pushed")?) == Some(TaskState::Completed),
+        "{pushed:#?}"
+    );
+    Ok(())
+}

@@ -4,7 +4,8 @@
 //! keeps its leases alive (a heartbeat every `limits.heartbeat`), lets go at once of a task it
 //! lost (another replica took it over: nothing more is written for it here), takes over the
 //! tasks lost replicas left (as [`TaskManager::recover`] does at start), passes a cancel asked
-//! for elsewhere to the task it runs, and claims a task before it continues or cancels it.
+//! for elsewhere to the task it runs, reads again the push configs of a task it runs when
+//! another replica changed them, and claims a task before it continues or cancels it.
 //! A task run elsewhere that someone watches here is *followed*: its new events are read from
 //! the store when the store says it changed, and at least every [`FOLLOW_POLL`], into the
 //! task's live entry, whose subscribers read them as they read local ones.
@@ -44,6 +45,7 @@ impl TaskManager {
                     Ok(Change::Event(id)) => self.poke(&id),
                     Ok(Change::Cancel(id)) => self.cancel_asked(&id).await,
                     Ok(Change::Work) => self.take_over_room().await,
+                    Ok(Change::PushConfigs(id)) => self.reload_push_configs(&id).await,
                     Ok(Change::Missed) | Err(broadcast::error::RecvError::Lagged(_)) => {
                         self.poke_all();
                     }
@@ -111,6 +113,17 @@ impl TaskManager {
         };
         if runs_here && let Err(e) = self.cancel(id, &Scope::default()).await {
             warn!(task_id = %id, error = %e, "cannot cancel a task as another replica asked");
+        }
+    }
+
+    /// Another replica saved or deleted a push config of a task: the events this replica
+    /// records for it go to the configs as stored now.
+    async fn reload_push_configs(&self, id: &TaskId) {
+        let live = self.live_map().get(id).cloned();
+        let Some(live) = live else { return };
+        match self.store.push_configs(id).await {
+            Ok(push) => live.state.lock().await.push = push,
+            Err(e) => warn!(task_id = %id, error = %e, "cannot read the push configs of a task"),
         }
     }
 
