@@ -1274,23 +1274,13 @@ mod tests {
         let task = stored("t1", "c1", "r", TaskState::Working, T0);
         a.put(&task).await.unwrap();
         assert_eq!(b.get(&"t1".into()).await.unwrap(), Some(task));
-        let ids: Vec<String> = b
-            .replicas()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.id)
-            .collect();
-        assert_eq!(ids, ["a", "b"]);
+        let ids = async || -> Vec<String> {
+            let replicas = b.replicas().await.unwrap();
+            replicas.into_iter().map(|r| r.id).collect()
+        };
+        assert_eq!(ids().await, ["a", "b"]);
         Arc::new(a).close().await.unwrap();
-        let ids: Vec<String> = b
-            .replicas()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.id)
-            .collect();
-        assert_eq!(ids, ["b"], "a replica that stops leaves the list");
+        assert_eq!(ids().await, ["b"], "a replica that stops leaves the list");
         let version: i32 = b
             .client()
             .await
