@@ -562,7 +562,7 @@ impl Feed {
     }
 
     fn into_stream(self) -> EventStream {
-        Box::pin(stream::unfold(self, Self::next))
+        EventStream::new(stream::unfold(self, Self::next))
     }
 
     async fn next(mut self) -> Option<(Result<StreamResponse, Error>, Self)> {
@@ -615,7 +615,7 @@ fn direct_reply(message: &Message, text: String) -> EventStream {
             .clone()
             .unwrap_or_else(ContextId::generate),
     );
-    Box::pin(stream::iter([Ok(StreamResponse::Message(reply))]))
+    EventStream::once(Ok(StreamResponse::Message(reply)))
 }
 
 /// The text of the first text part, or "".

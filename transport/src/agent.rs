@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use async_trait::async_trait;
 use futures_util::{Stream, StreamExt};
@@ -14,7 +15,70 @@ use mew_cards::{
 };
 
 /// A stream of task events, ending after a terminal or interrupted state or a message.
-pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamResponse, Error>> + Send>>;
+///
+/// An agent whose tasks number their events (a node's per-task generation) says after each
+/// item which number it had ([`EventStream::event_id`]): servers send it as the SSE `id`,
+/// and a caller that lost the stream asks to resume after it
+/// ([`CallContext::last_event_id`]). Readers that do not care use it as any other stream.
+pub struct EventStream {
+    inner: Pin<Box<dyn Stream<Item = Result<Numbered, Error>> + Send>>,
+    last_id: Option<u64>,
+}
+
+/// An event with its number, when the agent numbers them.
+type Numbered = (Option<u64>, StreamResponse);
+
+impl EventStream {
+    /// A stream whose events carry no numbers.
+    pub fn new(stream: impl Stream<Item = Result<StreamResponse, Error>> + Send + 'static) -> Self {
+        Self::numbered(stream.map(|item| item.map(|event| (None, event))))
+    }
+
+    /// A stream whose events may carry their number in the task's history.
+    pub fn numbered(stream: impl Stream<Item = Result<Numbered, Error>> + Send + 'static) -> Self {
+        Self {
+            inner: Box::pin(stream),
+            last_id: None,
+        }
+    }
+
+    /// The stream of one item.
+    pub fn once(item: Result<StreamResponse, Error>) -> Self {
+        Self::new(futures_util::stream::iter([item]))
+    }
+
+    /// The number of the event last returned, when the agent numbers them.
+    pub fn event_id(&self) -> Option<u64> {
+        self.last_id
+    }
+}
+
+impl fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventStream")
+            .field("last_id", &self.last_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stream for EventStream {
+    type Item = Result<StreamResponse, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.inner.as_mut().poll_next(cx) {
+            Poll::Ready(Some(Ok((id, event)))) => {
+                self.last_id = id;
+                Poll::Ready(Some(Ok(event)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                self.last_id = None;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
 
 /// Everything that can go wrong calling an agent.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +157,10 @@ pub struct CallContext {
     pub principal: Option<String>,
     /// Extension URIs the caller declared (`A2A-Extensions`).
     pub extensions: Vec<String>,
+    /// The number of the last event the caller saw of the task it subscribes to again (SSE
+    /// `Last-Event-ID`): an agent that numbers its events sends only those after it, one
+    /// that does not (or no longer has them) starts with a snapshot as always.
+    pub last_event_id: Option<u64>,
 }
 
 impl CallContext {

@@ -18,6 +18,8 @@ pub struct SseEvent {
     pub event: Option<String>,
     /// The `data:` lines, joined with `\n`.
     pub data: String,
+    /// The `id:` field, when the event has one.
+    pub id: Option<String>,
 }
 
 /// Why the stream cannot be decoded. The decoder is not meant to be used after one.
@@ -150,6 +152,8 @@ fn parse_block(text: &str) -> Option<SseEvent> {
         let value = value.strip_prefix(' ').unwrap_or(value);
         match field {
             "event" => event.event = Some(value.to_owned()).filter(|name| !name.is_empty()),
+            // An id holding NULL is ignored, as the SSE specification says.
+            "id" if !value.contains('\0') => event.id = Some(value.to_owned()),
             "data" => {
                 if has_data {
                     event.data.push('\n');
@@ -171,6 +175,7 @@ mod tests {
         SseEvent {
             event: name.map(str::to_owned),
             data: data.to_owned(),
+            id: None,
         }
     }
 
@@ -230,6 +235,16 @@ mod tests {
             .map(|e| e.data)
             .collect();
         assert_eq!(data, ["one", "two"]);
+    }
+
+    #[test]
+    fn keeps_each_events_id() {
+        let events = decode_all(
+            &[b"id: 7\ndata: a\n\ndata: b\n\nid: 8\0\ndata: c\n\n"],
+            false,
+        );
+        let ids: Vec<Option<&str>> = events.iter().map(|e| e.id.as_deref()).collect();
+        assert_eq!(ids, [Some("7"), None, None]);
     }
 
     #[test]

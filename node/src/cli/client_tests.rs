@@ -89,7 +89,7 @@ fn update(state: TaskState, text: Option<&str>) -> StreamResponse {
 }
 
 fn events(items: Vec<StreamResponse>) -> EventStream {
-    Box::pin(stream::iter(items.into_iter().map(Ok)))
+    EventStream::new(stream::iter(items.into_iter().map(Ok)))
 }
 
 #[test]

@@ -376,7 +376,9 @@ impl AgentTransport for RoleAgent {
         ctx: &CallContext,
         request: SubscribeToTaskRequest,
     ) -> Result<EventStream, Error> {
-        self.manager.subscribe(&request.id, &self.scope(ctx)).await
+        self.manager
+            .subscribe(&request.id, &self.scope(ctx), ctx.last_event_id)
+            .await
     }
 
     async fn create_task_push_notification_config(

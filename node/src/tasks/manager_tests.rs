@@ -807,7 +807,7 @@ async fn wait_until(manager: &Arc<TaskManager>, id: &TaskId, state: TaskState) -
             assert_eq!(now.task.status.state, state, "{now:?}");
             return now;
         }
-        match manager.subscribe(id, &Scope::default()).await {
+        match manager.subscribe(id, &Scope::default(), None).await {
             Ok(stream) => drop(stream.collect::<Vec<_>>().await),
             Err(_) => continue,
         }

@@ -81,7 +81,7 @@ impl AgentTransport for ErrorAgent {
             status: TaskStatus::new(TaskState::Working),
             ..Task::default()
         };
-        Ok(Box::pin(futures_util::stream::iter([
+        Ok(EventStream::new(futures_util::stream::iter([
             Ok(StreamResponse::Task(task)),
             Err(failure(kind)),
         ])))

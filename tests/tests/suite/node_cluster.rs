@@ -120,11 +120,43 @@ async fn get(agent: &RemoteAgent, id: &TaskId) -> anyhow::Result<Task> {
 }
 
 async fn subscribe(agent: &RemoteAgent, id: &TaskId) -> anyhow::Result<EventStream> {
+    resubscribe(agent, id, None).await
+}
+
+/// A subscription that resumes after event number `after` (SSE `Last-Event-ID`).
+async fn resubscribe(
+    agent: &RemoteAgent,
+    id: &TaskId,
+    after: Option<u64>,
+) -> anyhow::Result<EventStream> {
     let request = SubscribeToTaskRequest {
         id: id.clone(),
         ..Default::default()
     };
-    Ok(agent.subscribe_to_task(&ctx(), request).await?)
+    let ctx = CallContext {
+        last_event_id: after,
+        ..ctx()
+    };
+    Ok(agent.subscribe_to_task(&ctx, request).await?)
+}
+
+/// Everything a stream yields until it ends, each event with its number (its SSE `id`).
+async fn drain_numbered(mut stream: EventStream) -> anyhow::Result<Vec<(u64, Value)>> {
+    let mut events = Vec::new();
+    let collect = async {
+        while let Some(event) = stream.next().await {
+            let event = event?;
+            let id = stream
+                .event_id()
+                .with_context(|| format!("an event without an id: {event:?}"))?;
+            events.push((id, serde_json::to_value(&event)?));
+        }
+        anyhow::Ok(())
+    };
+    tokio::time::timeout(WAIT, collect)
+        .await
+        .context("the stream did not end")??;
+    Ok(events)
 }
 
 /// Everything a stream yields until it ends.
@@ -215,7 +247,17 @@ async fn a_task_sent_to_one_replica_is_watched_on_another_and_read_on_a_third() 
     );
 
     let task = start(&cluster.agent(0, "gate").await?, "go").await?;
-    let watched = subscribe(&cluster.agent(1, "gate").await?, &task.id).await?;
+    // A watcher on the second replica reads the task, loses its stream, and resumes on the
+    // third after the last event it saw.
+    let mut lost = subscribe(&cluster.agent(1, "gate").await?, &task.id).await?;
+    let snapshot = lost.next().await.context("no snapshot")??;
+    ensure!(
+        matches!(snapshot, StreamResponse::Task(_)),
+        "a subscription starts with the task: {snapshot:?}"
+    );
+    let seen = lost.event_id().context("the snapshot has no id")?;
+    drop(lost);
+    let watched = resubscribe(&cluster.agent(2, "gate").await?, &task.id, Some(seen)).await?;
 
     // The replicas' listening connections are cut: events still arrive (they are read from
     // the store, and the replicas listen again).
@@ -236,19 +278,11 @@ async fn a_task_sent_to_one_replica_is_watched_on_another_and_read_on_a_third() 
     .await?;
     std::fs::write(&gate, "")?;
 
-    let events = drain(watched).await?;
-    let last = events.last().context("no events")?;
-    let StreamResponse::StatusUpdate(update) = last else {
-        bail!("the stream ended with {last:?}");
-    };
+    let events = drain_numbered(watched).await?;
+    let (_, last) = events.last().context("no events")?;
     ensure!(
-        update.status.state == TaskState::Completed,
-        "{:?}",
-        update.status
-    );
-    ensure!(
-        matches!(events.first(), Some(StreamResponse::Task(_))),
-        "a subscription starts with the task: {events:?}"
+        last["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED",
+        "the stream ended with {last:?}"
     );
 
     // The third replica reads the task as the first does, and as the log has it.
@@ -266,15 +300,25 @@ async fn a_task_sent_to_one_replica_is_watched_on_another_and_read_on_a_third() 
         "{text:?}"
     );
 
-    // The watcher saw the log's last events, in order, each once.
+    // The resumed watcher saw every logged event after the one it had, each once, in order,
+    // numbered as the log numbers them.
     let logged = cluster.events(&task.id).await?;
-    let seen: Vec<Value> = events[1..]
-        .iter()
-        .map(serde_json::to_value)
-        .collect::<Result<_, _>>()?;
+    let after = usize::try_from(seen)?;
+    let expected: Vec<(u64, Value)> = (seen + 1..).zip(logged[after..].iter().cloned()).collect();
     ensure!(
-        !seen.is_empty() && logged.ends_with(&seen),
-        "the watcher's events are not the end of the log:\nseen {seen:#?}\nlogged {logged:#?}"
+        events == expected,
+        "the resumed stream is not the log after event {seen}:\nseen {events:#?}\nlogged {logged:#?}"
+    );
+    // Resumed once the task has ended, a subscription gets the same rest from the log; one
+    // that saw the end has nothing left to watch.
+    let agent = cluster.agent(0, "gate").await?;
+    let again = drain_numbered(resubscribe(&agent, &task.id, Some(seen)).await?).await?;
+    ensure!(again == expected, "{again:#?} vs {expected:#?}");
+    let generation = u64::try_from(logged.len())?;
+    let over = resubscribe(&agent, &task.id, Some(generation)).await;
+    ensure!(
+        over.is_err(),
+        "a subscription after the last event: {over:?}"
     );
     Ok(())
 }

@@ -1399,3 +1399,96 @@ async fn a_resumable_command_role_runs_again_after_a_crash() -> anyhow::Result<(
     );
     Ok(())
 }
+
+/// The SSE events of `response`, each with its `id`, until the stream ends or `max` came.
+async fn sse_events(
+    response: reqwest::Response,
+    max: usize,
+) -> anyhow::Result<Vec<(Option<String>, serde_json::Value)>> {
+    let mut decoder = mew_transport::SseDecoder::default();
+    let mut bytes = response.bytes_stream();
+    let mut events = Vec::new();
+    let read = async {
+        while events.len() < max {
+            if let Some(event) = decoder.next_event()? {
+                events.push((event.id, serde_json::from_str(&event.data)?));
+                continue;
+            }
+            match bytes.next().await {
+                Some(chunk) => decoder.push(&chunk?),
+                None => break,
+            }
+        }
+        anyhow::Ok(())
+    };
+    bounded("the event stream", read).await??;
+    Ok(events)
+}
+
+#[tokio::test]
+async fn a_subscriber_that_lost_its_stream_resumes_after_the_last_event_id_it_saw()
+-> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let gate = dir.path().join("gate");
+    let role = command_role(
+        "gate",
+        &format!(
+            "sh -c 'echo started; while [ ! -f {} ]; do sleep 0.05; done; echo passed'",
+            gate.display()
+        ),
+    );
+    let node = MewNode::start(&[("gate.md", &role)]).await?;
+    let agent = node.agent("/agents/gate", Binding::HttpJson).await?;
+    let task = start(&agent, "go").await?;
+    let http = reqwest::Client::new();
+    let url = format!("{}/agents/gate/tasks/{}:subscribe", node.url(), task.id);
+    let subscribe = |last: Option<&str>| {
+        let request = http.get(&url).header("A2A-Version", "1.0");
+        match last {
+            Some(id) => request.header("Last-Event-ID", id),
+            None => request,
+        }
+        .send()
+    };
+
+    // The first event is the task, numbered; an id the node never sent is ignored.
+    for last in [None, Some("not-a-number")] {
+        let first = sse_events(subscribe(last).await?, 1).await?;
+        let [(id, event)] = first.as_slice() else {
+            bail!("no first event: {first:?}");
+        };
+        ensure!(event.get("task").is_some(), "{event}");
+        ensure!(id.is_some(), "the snapshot has no id");
+    }
+    let first = sse_events(subscribe(None).await?, 1).await?;
+    let seen: u64 = first[0].0.as_deref().context("no id")?.parse()?;
+
+    std::fs::write(&gate, "")?;
+    wait_for_state(&agent, &task.id, TaskState::Completed).await?;
+
+    // Resumed after the event it saw, the stream has only the later ones, numbered on from
+    // it, and ends with the task.
+    let rest = sse_events(subscribe(Some(&seen.to_string())).await?, usize::MAX).await?;
+    let ids: Vec<Option<String>> = rest.iter().map(|(id, _)| id.clone()).collect();
+    let expected: Vec<Option<String>> = (seen + 1..=seen + u64::try_from(rest.len())?)
+        .map(|n| Some(n.to_string()))
+        .collect();
+    ensure!(!rest.is_empty() && ids == expected, "{rest:#?}");
+    ensure!(
+        rest.iter().all(|(_, event)| event.get("task").is_none()),
+        "a resumed stream sends no snapshot: {rest:#?}"
+    );
+    let (_, last) = rest.last().context("no events")?;
+    ensure!(
+        last["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED",
+        "{last}"
+    );
+    let text: String = rest
+        .iter()
+        .filter_map(|(_, event)| event["artifactUpdate"]["artifact"]["parts"].as_array())
+        .flatten()
+        .filter_map(|part| part["text"].as_str())
+        .collect();
+    ensure!(text.contains("passed"), "{rest:#?}");
+    Ok(())
+}

@@ -393,6 +393,9 @@ impl Inner {
         } else {
             builder.header(EXTENSIONS_HEADER, ctx.extensions.join(","))
         };
+        if streaming && let Some(id) = ctx.last_event_id {
+            builder = builder.header("last-event-id", id.to_string());
+        }
         if let Some(credentials) = &self.credentials {
             let headers = credentials
                 .headers()
@@ -463,12 +466,12 @@ impl Inner {
                     .map_err(|e| Error::decode(format!("{}: {e}", call.jsonrpc_method)))?,
                 Binding::HttpJson => return Err(Error::Protocol(parse_rest_error(status, &body))),
             };
-            return Ok(Box::pin(futures_util::stream::iter([Ok(single)])));
+            return Ok(EventStream::once(Ok(single)));
         }
         let binding = self.binding;
         let bytes = response.bytes_stream();
         let state = (bytes, SseDecoder::default(), false);
-        Ok(Box::pin(futures_util::stream::unfold(
+        Ok(EventStream::numbered(futures_util::stream::unfold(
             state,
             move |(mut bytes, mut decoder, done)| async move {
                 if done {
@@ -479,6 +482,8 @@ impl Inner {
                         Ok(Some(event)) => {
                             let item = decode_event(binding, &event);
                             let last = item.as_ref().map_or(true, ends);
+                            let id = event.id.as_deref().and_then(|id| id.parse().ok());
+                            let item = item.map(|decoded| (id, decoded));
                             return Some((item, (bytes, decoder, last)));
                         }
                         Ok(None) => {}

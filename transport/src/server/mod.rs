@@ -106,9 +106,16 @@ pub(crate) fn call_context(headers: &HeaderMap, principal: Option<Principal>) ->
         .filter(|v| !v.is_empty())
         .map(str::to_owned)
         .collect();
+    // An id this server did not send (not a number) is ignored, as SSE lets a server do:
+    // the stream starts with a snapshot.
+    let last_event_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok());
     CallContext {
         principal: principal.map(|p| p.0),
         extensions,
+        last_event_id,
     }
 }
 
@@ -297,34 +304,38 @@ where
 {
     use axum::response::IntoResponse;
     use axum::response::sse::{Event, KeepAlive, Sse};
-    let frames = end_after_last(stream, ends).map(move |item| {
+    let frames = end_after_last(stream, ends).map(move |(item, id)| {
         let data = frame(item.map_err(crate::Error::into_a2a));
-        Ok::<_, std::convert::Infallible>(Event::default().data(data))
+        let event = Event::default().data(data);
+        Ok::<_, std::convert::Infallible>(match id {
+            Some(id) => event.id(id.to_string()),
+            None => event,
+        })
     });
     Sse::new(frames)
         .keep_alive(KeepAlive::new().interval(keep_alive))
         .into_response()
 }
 
-/// Ends a stream after its first error or after the item that `ends` says is the last.
+/// Each item with its event number, ending after the first error or after the item that
+/// `ends` says is the last.
 fn end_after_last(
     stream: EventStream,
     ends: fn(&mew_cards::StreamResponse) -> bool,
-) -> EventStream {
-    Box::pin(futures_util::stream::unfold(
-        (stream, false),
-        move |(mut stream, done)| async move {
-            if done {
-                return None;
-            }
-            let item = stream.next().await?;
-            let last = match &item {
-                Ok(event) => ends(event),
-                Err(_) => true,
-            };
-            Some((item, (stream, last)))
-        },
-    ))
+) -> impl futures_util::Stream<Item = (Result<mew_cards::StreamResponse, crate::Error>, Option<u64>)>
++ Send {
+    futures_util::stream::unfold((stream, false), move |(mut stream, done)| async move {
+        if done {
+            return None;
+        }
+        let item = stream.next().await?;
+        let last = match &item {
+            Ok(event) => ends(event),
+            Err(_) => true,
+        };
+        let id = stream.event_id();
+        Some(((item, id), (stream, last)))
+    })
 }
 
 #[cfg(test)]

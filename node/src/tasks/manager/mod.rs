@@ -443,9 +443,11 @@ impl TaskManager {
         if !push.is_empty() {
             self.push_wake.notify_one();
         }
+        let generation = stored.generation;
         let task = stored.task;
-        let stream: EventStream = Box::pin(futures_util::stream::iter([Ok(StreamResponse::Task(
-            task.clone(),
+        let stream = EventStream::numbered(futures_util::stream::iter([Ok((
+            Some(generation),
+            StreamResponse::Task(task.clone()),
         ))]));
         Ok((task, stream))
     }

@@ -2,7 +2,7 @@
 //! and then each stored change, in order and without gaps: what a lagging subscriber missed
 //! is read back from the task's event log (a fresh snapshot stands in when it cannot be).
 
-use mew_cards::{ErrorKind, StreamResponse, TaskId};
+use mew_cards::{ErrorKind, StreamResponse, TaskId, TaskState};
 use mew_transport::{Error, EventStream};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -16,11 +16,17 @@ use super::{Live, LiveOrDone, LiveState, Scope, Stamped, TaskManager, protocol};
 /// The most events a lagging subscription reads back from the log at once.
 const READ_BACK_BATCH: usize = 256;
 
+/// An event with its number in the task's history (the SSE `id`).
+type Numbered = (Option<u64>, StreamResponse);
+
 /// The state of one subscription.
 pub(super) struct WatchState {
     pub(super) rx: broadcast::Receiver<Stamped>,
     /// The number of the last event reflected in what the subscriber has seen.
     pub(super) seq: u64,
+    /// The number the task had when a resumed subscription began: the events up to it are
+    /// read back from the log before any live one.
+    pub(super) behind: u64,
     pub(super) live: Arc<Live>,
     /// Where a missed event is read back from.
     pub(super) store: Arc<dyn TaskStore>,
@@ -34,11 +40,17 @@ pub(super) struct WatchState {
 }
 
 impl WatchState {
-    pub(super) async fn next(mut self) -> Option<(Result<StreamResponse, Error>, Self)> {
+    pub(super) async fn next(mut self) -> Option<(Result<Numbered, Error>, Self)> {
         if self.done {
             return None;
         }
         loop {
+            if self.pending.is_empty() && self.seq < self.behind {
+                let behind = self.behind;
+                if !self.read_back(behind).await {
+                    return Some(self.snapshot().await);
+                }
+            }
             let received = match self.pending.pop_front() {
                 Some(next) => Ok(next),
                 None => tokio::select! {
@@ -77,10 +89,10 @@ impl WatchState {
         }
     }
 
-    fn send(mut self, seq: u64, event: StreamResponse) -> (Result<StreamResponse, Error>, Self) {
+    fn send(mut self, seq: u64, event: StreamResponse) -> (Result<Numbered, Error>, Self) {
         self.seq = seq;
         self.done = (self.ends)(&event);
-        (Ok(event), self)
+        (Ok((Some(seq), event)), self)
     }
 
     /// Queues the logged events after the last one sent, up to number `until`, at most a
@@ -107,43 +119,53 @@ impl WatchState {
     }
 
     /// The task as it is now, covering every event up to its number.
-    async fn snapshot(mut self) -> (Result<StreamResponse, Error>, Self) {
+    async fn snapshot(mut self) -> (Result<Numbered, Error>, Self) {
         let (snapshot, seq) = {
             let state = self.live.state.lock().await;
             (state.stored.task.clone(), state.stored.generation)
         };
         self.pending.clear();
+        self.behind = 0;
         self.send(seq, StreamResponse::Task(snapshot))
     }
 }
 
 impl TaskManager {
-    /// `SubscribeToTask`.
+    /// `SubscribeToTask`; with `after` (the caller's `Last-Event-ID`), only the events after
+    /// that number, read back from the task's log, then the live ones. A caller that lost
+    /// its stream just before the task ended gets the rest of it from the log.
     pub(crate) async fn subscribe(
         self: &Arc<Self>,
         id: &TaskId,
         scope: &Scope,
+        after: Option<u64>,
     ) -> Result<EventStream, Error> {
-        match self.live_or_load(id, scope).await? {
-            LiveOrDone::Done(stored) => Err(protocol(
+        let ended = |state: TaskState| {
+            protocol(
                 ErrorKind::UnsupportedOperation,
-                format!(
-                    "task {id} is {}; there is nothing left to watch",
-                    stored.task.status.state
-                ),
-            )),
+                format!("task {id} is {state}; there is nothing left to watch"),
+            )
+        };
+        match self.live_or_load(id, scope).await? {
+            LiveOrDone::Done(stored) => {
+                let state = stored.task.status.state;
+                self.rest_of_ended(id, stored.generation, after)
+                    .await
+                    .ok_or_else(|| ended(state))
+            }
             LiveOrDone::Live(live) => {
                 let state = live.state.lock().await;
                 if state.stored.task.status.state.is_terminal() {
-                    return Err(protocol(
-                        ErrorKind::UnsupportedOperation,
-                        format!(
-                            "task {id} is {}; there is nothing left to watch",
-                            state.stored.task.status.state
-                        ),
-                    ));
+                    let (generation, task_state) =
+                        (state.stored.generation, state.stored.task.status.state);
+                    drop(state);
+                    return self
+                        .rest_of_ended(id, generation, after)
+                        .await
+                        .ok_or_else(|| ended(task_state));
                 }
-                let stream = self.watch(&live, &state, StreamResponse::ends_subscription);
+                let stream =
+                    self.watch_after(&live, &state, StreamResponse::ends_subscription, after);
                 let elsewhere = !state.busy;
                 drop(state);
                 if elsewhere {
@@ -165,28 +187,79 @@ impl TaskManager {
         state: &LiveState,
         ends: fn(&StreamResponse) -> bool,
     ) -> EventStream {
+        self.watch_after(live, state, ends, None)
+    }
+
+    /// [`Self::watch`], or with `after` no older than the task, a subscription that starts
+    /// with the events after that number instead of a snapshot.
+    fn watch_after(
+        &self,
+        live: &Arc<Live>,
+        state: &LiveState,
+        ends: fn(&StreamResponse) -> bool,
+        after: Option<u64>,
+    ) -> EventStream {
         let rx = state.events.subscribe();
-        let first = StreamResponse::Task(state.stored.task.clone());
-        let seq = state.stored.generation;
+        let generation = state.stored.generation;
         let live = live.clone();
-        let over = ends(&first) && !state.busy;
-        let start = futures_util::stream::iter([Ok(first)]);
-        if over {
-            return Box::pin(start);
+        let watch = |seq, behind| WatchState {
+            rx,
+            seq,
+            behind,
+            live,
+            store: self.store.clone(),
+            pending: VecDeque::new(),
+            batch: READ_BACK_BATCH,
+            ends,
+            done: false,
+        };
+        if let Some(after) = after.filter(|after| *after <= generation) {
+            return EventStream::numbered(futures_util::stream::unfold(
+                watch(after, generation),
+                WatchState::next,
+            ));
         }
-        let rest = futures_util::stream::unfold(
-            WatchState {
-                rx,
-                seq,
-                live,
-                store: self.store.clone(),
-                pending: VecDeque::new(),
-                batch: READ_BACK_BATCH,
-                ends,
-                done: false,
-            },
-            WatchState::next,
-        );
-        Box::pin(futures_util::StreamExt::chain(start, rest))
+        let first = StreamResponse::Task(state.stored.task.clone());
+        let over = ends(&first) && !state.busy;
+        let start = futures_util::stream::iter([Ok((Some(generation), first))]);
+        if over {
+            return EventStream::numbered(start);
+        }
+        let rest = futures_util::stream::unfold(watch(generation, 0), WatchState::next);
+        EventStream::numbered(futures_util::StreamExt::chain(start, rest))
+    }
+
+    /// The events after `after` of a task that ended with number `generation`, read from its
+    /// log (the ended task itself when the log no longer holds them); `None` when there are
+    /// none: the caller saw the end, or did not resume.
+    async fn rest_of_ended(
+        &self,
+        id: &TaskId,
+        generation: u64,
+        after: Option<u64>,
+    ) -> Option<EventStream> {
+        let after = after.filter(|after| *after < generation)?;
+        let wanted = usize::try_from(generation - after).unwrap_or(usize::MAX);
+        let events = match self
+            .store
+            .events(id, after, wanted.min(READ_BACK_BATCH))
+            .await
+        {
+            Ok(events)
+                if events.first().is_some_and(|(seq, _)| *seq == after + 1)
+                    && events.last().is_some_and(|(seq, _)| *seq == generation) =>
+            {
+                events
+            }
+            _ => {
+                let stored = self.store.get(id).await.ok()??;
+                vec![(stored.generation, StreamResponse::Task(stored.task))]
+            }
+        };
+        Some(EventStream::numbered(futures_util::stream::iter(
+            events
+                .into_iter()
+                .map(|(seq, event)| Ok((Some(seq), event))),
+        )))
     }
 }
