@@ -533,3 +533,54 @@ async fn a_cancel_and_an_answer_reach_a_task_through_any_replica() -> anyhow::Re
     cluster.events(&asked.id).await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_new_task_a_full_replica_cannot_start_is_run_by_one_with_room() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let gate = dir.path().join("gate");
+    // `who` says which process runs it: its parent is the replica.
+    let who = command_role("who", "sh -c 'echo $PPID'");
+    let cluster = Cluster::start(
+        2,
+        "limits:\n  max_running_tasks: 1\n",
+        &[("gate.md", gate_role(&gate)), ("who.md", who)],
+    )
+    .await?;
+
+    // The first replica's one slot is taken.
+    let full = cluster.agent(0, "gate").await?;
+    let blocking = start(&full, "go").await?;
+    poll_until("the gate task runs", WAIT, || async {
+        Ok((get(&full, &blocking.id).await?.status.state == TaskState::Working).then_some(()))
+    })
+    .await?;
+
+    // A blocking send to it is answered when the other replica has run the task.
+    let request = SendMessageRequest::new(Message::user_text("who"));
+    let answer = tokio::time::timeout(
+        WAIT,
+        cluster.agent(0, "who").await?.send_message(&ctx(), request),
+    )
+    .await
+    .context("the waiting task was not run elsewhere")??;
+    let SendMessageResponse::Task(task) = answer else {
+        bail!("expected a task, got {answer:?}");
+    };
+    ensure!(task.status.state == TaskState::Completed, "{task:?}");
+    let ran_in: String = task
+        .artifacts
+        .iter()
+        .flat_map(|a| a.parts.iter().filter_map(|p| p.as_text()))
+        .collect();
+    let other = cluster.nodes[1].pid().context("no pid")?;
+    ensure!(
+        ran_in.trim() == other.to_string(),
+        "the task ran in {ran_in:?}, not in the replica with room ({other})"
+    );
+    cluster.events(&task.id).await?;
+
+    std::fs::write(&gate, "")?;
+    let done = finished(&full, &blocking.id).await?;
+    ensure!(done.status.state == TaskState::Completed, "{done:?}");
+    Ok(())
+}

@@ -23,7 +23,7 @@ use super::{Live, Scope, Stamped, TaskManager, protocol, store_error};
 use crate::tasks::store::Change;
 
 /// How often a followed task is read again when no wake-up came.
-const FOLLOW_POLL: Duration = Duration::from_secs(1);
+pub(super) const FOLLOW_POLL: Duration = Duration::from_secs(1);
 
 /// How long a cancel asked for on another replica waits for that replica to end the task.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);

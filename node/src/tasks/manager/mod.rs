@@ -599,7 +599,14 @@ impl TaskManager {
         self.tracker.spawn(
             async move {
                 let permit = match slot {
-                    Slot::Wait => manager.wait_for_slot(&live).await.map(Some),
+                    Slot::Wait => match manager.slot_or_offer(&live).await {
+                        Waited::Slot(permit) => Some(Some(permit)),
+                        Waited::Cancelled => None,
+                        Waited::Elsewhere => {
+                            manager.queued.fetch_sub(1, Ordering::SeqCst);
+                            return;
+                        }
+                    },
                     // Its parent holds a slot and waits for it: waiting too could deadlock.
                     Slot::Parents => (!live.cancel.is_cancelled()).then_some(None),
                 };
@@ -611,6 +618,89 @@ impl TaskManager {
             }
             .instrument(span),
         );
+    }
+
+    /// A slot for the turn of `live`. On a shared store, a new task that has to wait for one
+    /// is offered to the other replicas meanwhile (its lease let go, which wakes them): the
+    /// first with room takes it, and this replica follows it instead. Only a task that has not
+    /// started is offered: a continuation's turn has begun (WORKING), and taking it over
+    /// would count as a lost replica's work.
+    async fn slot_or_offer(self: &Arc<Self>, live: &Arc<Live>) -> Waited {
+        if let Ok(permit) = self.slots.clone().try_acquire_owned() {
+            return Waited::Slot(permit);
+        }
+        let offered = self.store.shared()
+            && live.state.lock().await.stored.task.status.state == TaskState::Submitted
+            && match self.store.release(&live.id).await {
+                Ok(()) => true,
+                Err(e) => {
+                    warn!(task_id = %live.id, error = %e, "cannot offer a waiting task to the other replicas");
+                    false
+                }
+            };
+        if !offered {
+            return self
+                .wait_for_slot(live)
+                .await
+                .map_or(Waited::Cancelled, Waited::Slot);
+        }
+        let permit = tokio::select! {
+            permit = self.wait_for_slot(live) => permit,
+            () = self.taken_elsewhere(live) => {
+                live.state.lock().await.busy = false;
+                self.follow(live);
+                return Waited::Elsewhere;
+            }
+        };
+        let cancelled = permit.is_none();
+        if cancelled
+            && live
+                .state
+                .lock()
+                .await
+                .stored
+                .task
+                .status
+                .state
+                .is_terminal()
+        {
+            // Cancelled here, and written so while nobody held it.
+            return Waited::Cancelled;
+        }
+        let taken_back = match self.store.claim(&live.id).await {
+            Ok(Some(stored)) => stored.generation == live.state.lock().await.stored.generation,
+            Ok(None) => false,
+            Err(e) => {
+                warn!(task_id = %live.id, error = %e, "cannot take back a task offered to the other replicas");
+                false
+            }
+        };
+        if taken_back {
+            return permit.map_or(Waited::Cancelled, Waited::Slot);
+        }
+        // Another replica runs it: this one follows it for whoever waits here.
+        if cancelled && let Err(e) = self.store.request_cancel(&live.id).await {
+            warn!(task_id = %live.id, error = %e, "cannot pass a cancel on to the replica running the task");
+        }
+        live.state.lock().await.busy = false;
+        self.follow(live);
+        Waited::Elsewhere
+    }
+
+    /// Returns once another replica has written the offered task `live` (it started it).
+    async fn taken_elsewhere(&self, live: &Live) {
+        let ours = live.state.lock().await.stored.generation;
+        loop {
+            tokio::select! {
+                () = live.poke.notified() => {}
+                () = tokio::time::sleep(cluster::FOLLOW_POLL) => {}
+            }
+            if let Ok(Some(fresh)) = self.store.get(&live.id).await
+                && fresh.generation > ours
+            {
+                return;
+            }
+        }
     }
 
     async fn wait_for_slot(&self, live: &Live) -> Option<OwnedSemaphorePermit> {
@@ -929,6 +1019,16 @@ struct TurnStart {
     fresh_context: bool,
     /// The turn was running when the node was lost, and starts over ([`Turn::recovered`]).
     recovered: bool,
+}
+
+/// How waiting for a slot ended.
+enum Waited {
+    /// This replica runs the turn.
+    Slot(OwnedSemaphorePermit),
+    /// The task was cancelled while it waited.
+    Cancelled,
+    /// Another replica took the offered task; this one follows it.
+    Elsewhere,
 }
 
 /// Whether a turn waits for a slot of its own.
