@@ -444,8 +444,10 @@ fn decode(row: &PgRow) -> Result<StoredTask, StoreError> {
 /// SUBMITTED or WORKING), `$16` the epoch this replica holds it under (-1: none).
 ///
 /// A new row is held by this replica under a new epoch (when it keeps a lease). An existing
-/// one is written only by the holder of its epoch, or, when nobody holds it, by a replica that
-/// does not think it does; a write that ends the lease clears it. `RETURNING epoch` gives no
+/// one is written only by the holder of its epoch, or, when nobody holds it and it waits for
+/// input (a SUBMITTED or WORKING task without a lease is one handed back or offered: it is
+/// claimed before it is written), by a replica that does not think it does; a write that
+/// ends the lease clears it. `RETURNING epoch` gives no
 /// row when the write was refused.
 const UPSERT: &str = "INSERT INTO tasks
          (id, context_id, role, owner, parent, state, status_time, created, task, private,
@@ -474,7 +476,7 @@ const UPSERT: &str = "INSERT INTO tasks
              ELSE tasks.lease_expires END,
          cancel_requested = $15::bool AND tasks.cancel_requested
      WHERE (tasks.lease_owner = $13::text AND tasks.epoch = $16::bigint)
-        OR (tasks.lease_owner IS NULL AND $16::bigint < 0)
+        OR (tasks.lease_owner IS NULL AND $16::bigint < 0 AND tasks.state NOT IN (1, 2))
      RETURNING id, epoch";
 
 /// A write's lease arguments (`$13`..`$16` of [`UPSERT`]).

@@ -584,3 +584,103 @@ async fn a_new_task_a_full_replica_cannot_start_is_run_by_one_with_room() -> any
     ensure!(done.status.state == TaskState::Completed, "{done:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_rolling_restart_under_load_leaves_no_task_unfinished() -> anyhow::Result<()> {
+    // A short turn that may run again: a replica that stops hands its running turns back.
+    let work = "---\nname: work\ndescription: Works a little.\n\
+                command: \"sh -c 'sleep 1; echo done'\"\nresumable: true\n---\nWorks.\n";
+    let mut cluster = Cluster::start(3, "", &[("work.md", work.to_owned())]).await?;
+    // Each replica comes back on its own address, as behind a load balancer.
+    for node in &mut cluster.nodes {
+        let port = node
+            .url()
+            .rsplit(':')
+            .next()
+            .and_then(|port| port.parse().ok())
+            .context("no port in the node's URL")?;
+        node.set_port(port);
+    }
+    let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url().to_owned()).collect();
+
+    // The load: tasks sent round the replicas until told to stop, each to the next replica
+    // that answers.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let senders = (0..4).map(|first| {
+        let stop = stop.clone();
+        let urls = urls.clone();
+        async move {
+            let mut sent = Vec::new();
+            let mut refused = 0_usize;
+            let mut next = first;
+            while !stop.is_cancelled() {
+                let url = format!("{}/agents/work", urls[next % urls.len()]);
+                next += 1;
+                let options = mew_transport::ClientOptions {
+                    binding: Some(Binding::JsonRpc),
+                    ..Default::default()
+                };
+                let Ok(agent) = RemoteAgent::resolve_with(&url, options).await else {
+                    refused += 1;
+                    continue;
+                };
+                match start(&agent, "go").await {
+                    Ok(task) => sent.push(task.id),
+                    Err(_) => refused += 1,
+                }
+            }
+            (sent, refused)
+        }
+    });
+    let load = tokio::spawn(futures_util::future::join_all(senders));
+
+    // Every replica in turn stops (SIGTERM) and comes back while the load runs.
+    let db = cluster.database().await?;
+    for replica in 0..cluster.nodes.len() {
+        let address = cluster.nodes[replica].url().to_owned();
+        poll_until("the replica runs a task", WAIT, || async {
+            let running: i64 = db
+                .query_one(
+                    "SELECT count(*) FROM tasks WHERE state = 2 AND lease_owner = \
+                     (SELECT id FROM replicas WHERE address = $1)",
+                    &[&address],
+                )
+                .await?
+                .get(0);
+            Ok((running > 0).then_some(()))
+        })
+        .await?;
+        cluster.nodes[replica].restart().await?;
+    }
+    stop.cancel();
+    let (sent, refused): (Vec<Vec<TaskId>>, Vec<usize>) = load.await?.into_iter().unzip();
+    let sent: Vec<TaskId> = sent.into_iter().flatten().collect();
+    let refused: usize = refused.into_iter().sum();
+    // Each replica stopped while it ran a task, and handed it back.
+    for node in &cluster.nodes {
+        ensure!(
+            node.log().contains("handed the task back"),
+            "a replica stopped without handing a task back:\n{}",
+            node.log()
+        );
+    }
+
+    // Every task sent ends, completed: none is left WORKING or SUBMITTED.
+    let agent = cluster.agent(0, "work").await?;
+    for id in &sent {
+        let task = finished(&agent, id).await?;
+        ensure!(
+            task.status.state == TaskState::Completed,
+            "task {id} ended {}: {}",
+            task.status.state,
+            status_text(&task)
+        );
+    }
+    let unfinished: i64 = db
+        .query_one("SELECT count(*) FROM tasks WHERE state IN (1, 2)", &[])
+        .await?
+        .get(0);
+    ensure!(unfinished == 0, "{unfinished} tasks are unfinished");
+    eprintln!("{} tasks sent, {refused} sends refused", sent.len());
+    Ok(())
+}

@@ -142,7 +142,8 @@ impl TaskManager {
     /// Takes the lease of a task this replica does not run, reading it afresh into `live`;
     /// false when another replica runs it (or it is over). True for a task running here.
     pub(super) async fn claim(&self, live: &Arc<Live>) -> Result<bool, Error> {
-        if live.state.lock().await.busy {
+        // A task offered to the other replicas is claimed back as one run elsewhere is.
+        if live.state.lock().await.busy && !live.offered.load(Ordering::SeqCst) {
             return Ok(true);
         }
         let claimed = self.store.claim(&live.id).await.map_err(store_error)?;

@@ -26,7 +26,7 @@ use mew_transport::{Error, EventStream};
 use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit, Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 mod cluster;
 mod listing;
@@ -155,6 +155,9 @@ struct Live {
     poke: Notify,
     /// Whether a follower reads what another replica writes of the task into this entry.
     following: std::sync::atomic::AtomicBool,
+    /// Set while a new task waits for a slot with its lease let go for another replica to
+    /// take: this replica must claim it again before it writes it.
+    offered: std::sync::atomic::AtomicBool,
     state: Mutex<LiveState>,
 }
 
@@ -322,6 +325,7 @@ impl TaskManager {
             released: CancellationToken::new(),
             poke: Notify::new(),
             following: std::sync::atomic::AtomicBool::new(false),
+            offered: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(LiveState {
                 stored,
                 events,
@@ -631,13 +635,23 @@ impl TaskManager {
         }
         let offered = self.store.shared()
             && live.state.lock().await.stored.task.status.state == TaskState::Submitted
-            && match self.store.release(&live.id).await {
-                Ok(()) => true,
-                Err(e) => {
-                    warn!(task_id = %live.id, error = %e, "cannot offer a waiting task to the other replicas");
-                    false
+            && {
+                live.offered.store(true, Ordering::SeqCst);
+                match self.store.release(&live.id).await {
+                    Ok(()) => true,
+                    Err(e) => {
+                        warn!(task_id = %live.id, error = %e, "cannot offer a waiting task to the other replicas");
+                        false
+                    }
                 }
             };
+        let waited = self.wait_offered(live, offered).await;
+        live.offered.store(false, Ordering::SeqCst);
+        waited
+    }
+
+    /// The rest of [`Self::slot_or_offer`].
+    async fn wait_offered(self: &Arc<Self>, live: &Arc<Live>, offered: bool) -> Waited {
         if !offered {
             return self
                 .wait_for_slot(live)
@@ -664,7 +678,7 @@ impl TaskManager {
                 .state
                 .is_terminal()
         {
-            // Cancelled here, and written so while nobody held it.
+            // Cancelled here, after a claim (see `TaskManager::claim`).
             return Waited::Cancelled;
         }
         let taken_back = match self.store.claim(&live.id).await {
@@ -875,6 +889,7 @@ impl TaskManager {
             if let Err(e) = self.store.release(&live.id).await {
                 warn!(error = %e, "cannot let go of the task; another replica takes it when its lease lapses");
             }
+            info!(task_id = %live.id, "handed the task back for the next start or another replica");
             live.released.cancel();
             return;
         }

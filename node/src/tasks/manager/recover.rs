@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use mew_cards::{Message, Role, RoleDefinition, TaskState};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{RESTART_REASON, Slot, TaskManager, TurnStart};
 use crate::tasks::store::{StoreError, StoredTask};
@@ -63,7 +63,13 @@ impl TaskManager {
                 Fate::Run { .. } => recovery.resumed += 1,
                 Fate::Fail(_) => recovery.failed += 1,
             }
-            self.take_up(stored, fate).await?;
+            match self.take_up(stored, fate).await {
+                // Taken by another replica in the meantime: it is that one's now.
+                Err(StoreError::Fenced(id)) => {
+                    info!(task_id = %id, "another replica took the task first");
+                }
+                taken => taken?,
+            }
         }
         Ok(recovery)
     }
