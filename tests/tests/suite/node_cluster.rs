@@ -8,8 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use futures_util::StreamExt;
 use mew_cards::{
-    CancelTaskRequest, GetTaskRequest, Message, SendMessageConfiguration, SendMessageRequest,
-    SendMessageResponse, StreamResponse, SubscribeToTaskRequest, Task, TaskId, TaskState,
+    CancelTaskRequest, ErrorKind, GetTaskRequest, Message, SendMessageConfiguration,
+    SendMessageRequest, SendMessageResponse, StreamResponse, SubscribeToTaskRequest, Task, TaskId,
+    TaskState,
 };
 use mew_tests::model::{ScriptedModel, Step};
 use mew_tests::node::{
@@ -36,6 +37,16 @@ impl Cluster {
     /// `n` replicas with `config` (beside [`STORE`]) and `roles`, started at once (their
     /// migrations race).
     async fn start(n: usize, config: &str, roles: &[(&str, String)]) -> anyhow::Result<Self> {
+        Self::start_with_env(n, config, roles, &[]).await
+    }
+
+    /// [`Cluster::start`] with `env` set for every replica.
+    async fn start_with_env(
+        n: usize,
+        config: &str,
+        roles: &[(&str, String)],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let url = postgres::database().await?;
         let mut nodes = Vec::new();
         for _ in 0..n {
@@ -43,6 +54,9 @@ impl Cluster {
             node.write_config(&format!("{STORE}{config}"))?;
             for (file, text) in roles {
                 node.write_role(file, text)?;
+            }
+            for (name, value) in env {
+                node.set_env(name, value);
             }
             node.set_env("MEW_STORE_URL", &url);
             nodes.push(node);
@@ -682,5 +696,136 @@ async fn a_rolling_restart_under_load_leaves_no_task_unfinished() -> anyhow::Res
         .get(0);
     ensure!(unfinished == 0, "{unfinished} tasks are unfinished");
     eprintln!("{} tasks sent, {refused} sends refused", sent.len());
+    Ok(())
+}
+
+#[tokio::test]
+async fn what_one_principal_starts_on_one_replica_another_cannot_touch_on_any() -> anyhow::Result<()>
+{
+    const ALICE: &str = "alice-key-0123456789";
+    const BOB: &str = "bob-key-9876543210";
+    let auth = "auth:\n  api_keys:\n    - name: alice\n      key_env: TEST_KEY_ALICE\n    \
+                - name: bob\n      key_env: TEST_KEY_BOB\n";
+    let dir = tempfile::tempdir()?;
+    let gate = dir.path().join("gate");
+    let cluster = Cluster::start_with_env(
+        2,
+        auth,
+        &[("gate.md", gate_role(&gate))],
+        &[("TEST_KEY_ALICE", ALICE), ("TEST_KEY_BOB", BOB)],
+    )
+    .await?;
+    let caller = |replica: usize, key: &'static str, binding: Binding| {
+        let node = &cluster.nodes[replica];
+        async move {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert("x-api-key", reqwest::header::HeaderValue::from_static(key));
+            node.agent_with_headers("/agents/gate", binding, headers)
+                .await
+        }
+    };
+    let alice = caller(0, ALICE, Binding::JsonRpc).await?;
+    let task = start(&alice, "go").await?;
+    poll_until("alice's task runs", WAIT, || async {
+        Ok((get(&alice, &task.id).await?.status.state == TaskState::Working).then_some(()))
+    })
+    .await?;
+
+    let not_found = |what: &str, outcome: Result<(), mew_transport::Error>| match outcome {
+        Err(mew_transport::Error::Protocol(e)) if e.kind == ErrorKind::TaskNotFound => Ok(()),
+        other => Err(anyhow::anyhow!(
+            "{what}: expected TaskNotFound, got {other:?}"
+        )),
+    };
+    for binding in [Binding::JsonRpc, Binding::HttpJson] {
+        for replica in 0..2 {
+            let bob = caller(replica, BOB, binding).await?;
+            let what = |op: &str| format!("bob's {op} on replica {replica} over {binding:?}");
+            let id = &task.id;
+            let request = GetTaskRequest {
+                id: id.clone(),
+                ..Default::default()
+            };
+            not_found(&what("get"), bob.get_task(&ctx(), request).await.map(drop))?;
+            for after in [None, Some(0)] {
+                let request = SubscribeToTaskRequest {
+                    id: id.clone(),
+                    ..Default::default()
+                };
+                let ctx = CallContext {
+                    last_event_id: after,
+                    ..ctx()
+                };
+                let outcome = match bob.subscribe_to_task(&ctx, request).await {
+                    Ok(mut stream) => match stream.next().await {
+                        Some(Err(e)) => Err(e),
+                        other => bail!("{}: {other:?}", what("subscription")),
+                    },
+                    Err(e) => Err(e),
+                };
+                not_found(&what("subscription"), outcome)?;
+            }
+            let request = CancelTaskRequest {
+                id: id.clone(),
+                ..Default::default()
+            };
+            not_found(
+                &what("cancel"),
+                bob.cancel_task(&ctx(), request).await.map(drop),
+            )?;
+            let mut message = Message::user_text("mine now");
+            message.task_id = Some(id.clone());
+            let request = SendMessageRequest::new(message);
+            not_found(
+                &what("message"),
+                bob.send_message(&ctx(), request).await.map(drop),
+            )?;
+            let config = mew_cards::TaskPushNotificationConfig {
+                task_id: id.clone(),
+                url: "https://example.com/hook".to_owned(),
+                ..Default::default()
+            };
+            let outcome = bob
+                .create_task_push_notification_config(&ctx(), config)
+                .await
+                .map(drop);
+            not_found(&what("push config"), outcome)?;
+            let listed = bob
+                .list_tasks(&ctx(), mew_cards::ListTasksRequest::default())
+                .await?;
+            ensure!(
+                listed.tasks.iter().all(|t| t.id != *id),
+                "{} shows alice's task",
+                what("list")
+            );
+        }
+    }
+
+    // Alice's task ran on untouched, and she reads it on the other replica.
+    let other = caller(1, ALICE, Binding::HttpJson).await?;
+    ensure!(get(&other, &task.id).await?.status.state == TaskState::Working);
+    std::fs::write(&gate, "")?;
+    let done = finished(&other, &task.id).await?;
+    ensure!(done.status.state == TaskState::Completed, "{done:?}");
+    ensure!(
+        done.history
+            .iter()
+            .all(|m| mew_cards::join_text(&m.parts) != "mine now"),
+        "bob's message reached the task: {done:?}"
+    );
+    // Once it ended, the rest of its log is hers alone too.
+    let bob = caller(1, BOB, Binding::JsonRpc).await?;
+    let request = SubscribeToTaskRequest {
+        id: task.id.clone(),
+        ..Default::default()
+    };
+    let ctx = CallContext {
+        last_event_id: Some(1),
+        ..ctx()
+    };
+    not_found(
+        "bob resuming alice's ended task",
+        bob.subscribe_to_task(&ctx, request).await.map(drop),
+    )?;
     Ok(())
 }
