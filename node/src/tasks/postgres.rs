@@ -251,7 +251,7 @@ impl PostgresStore {
         let running = i32::try_from(running).unwrap_or(i32::MAX);
         self.client()
             .await?
-            .execute(
+            .cached_execute(
                 "INSERT INTO replicas (id, address, started, heartbeat, running)
                  VALUES ($1, $2, $3, now(), $4)
                  ON CONFLICT (id) DO UPDATE SET
@@ -439,6 +439,57 @@ fn decode(row: &PgRow) -> Result<StoredTask, StoreError> {
     Ok(stored)
 }
 
+/// Statements prepared once per connection and kept (deadpool's statement cache): given
+/// text, tokio-postgres prepares a statement anew on every call, a round trip of its own
+/// and a fresh parse and plan in the server, before it runs it.
+trait Cached: GenericClient + Sized {
+    fn cached_query<'a>(
+        &'a self,
+        sql: &'a str,
+        params: &'a [&'a (dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Vec<PgRow>, tokio_postgres::Error>> + Send + 'a {
+        async move {
+            let statement = self.prepare_cached(sql).await?;
+            self.query(&statement, params).await
+        }
+    }
+
+    fn cached_execute<'a>(
+        &'a self,
+        sql: &'a str,
+        params: &'a [&'a (dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<u64, tokio_postgres::Error>> + Send + 'a {
+        async move {
+            let statement = self.prepare_cached(sql).await?;
+            self.execute(&statement, params).await
+        }
+    }
+
+    fn cached_query_one<'a>(
+        &'a self,
+        sql: &'a str,
+        params: &'a [&'a (dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<PgRow, tokio_postgres::Error>> + Send + 'a {
+        async move {
+            let statement = self.prepare_cached(sql).await?;
+            self.query_one(&statement, params).await
+        }
+    }
+
+    fn cached_query_opt<'a>(
+        &'a self,
+        sql: &'a str,
+        params: &'a [&'a (dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Option<PgRow>, tokio_postgres::Error>> + Send + 'a {
+        async move {
+            let statement = self.prepare_cached(sql).await?;
+            self.query_opt(&statement, params).await
+        }
+    }
+}
+
+impl<T: GenericClient> Cached for T {}
+
 /// The upsert of a task row under its lease: `$1`..`$12` are the columns of [`Row`]; `$13` this
 /// replica, `$14` the lease in milliseconds, `$15` whether the task keeps a lease (it is
 /// SUBMITTED or WORKING), `$16` the epoch this replica holds it under (-1: none).
@@ -515,7 +566,7 @@ async fn put(
         &lease.epoch,
     ];
     let written = match &row.event {
-        None => client.query(UPSERT, &columns).await,
+        None => client.cached_query(UPSERT, &columns).await,
         Some(event) => {
             let sql = format!(
                 "WITH written AS ({UPSERT}),
@@ -526,7 +577,7 @@ async fn put(
             );
             let mut params = columns.to_vec();
             params.push(event);
-            client.query(&sql, &params).await
+            client.cached_query(&sql, &params).await
         }
     };
     let rows = written.map_err(|e| {
@@ -557,7 +608,7 @@ async fn put_with_events(
 
 async fn put_config(client: &impl GenericClient, row: &ConfigRow) -> Result<(), StoreError> {
     client
-        .execute(
+        .cached_execute(
             "INSERT INTO push_configs (task_id, id, config) VALUES ($1, $2, $3)
              ON CONFLICT (task_id, id) DO UPDATE SET config = excluded.config",
             &[&row.task_id, &row.id, &row.config],
@@ -575,7 +626,7 @@ async fn put_config(client: &impl GenericClient, row: &ConfigRow) -> Result<(), 
 /// Tells the replica running `task_id` that its push configs changed.
 async fn notify_push(client: &impl GenericClient, task_id: &str) -> Result<(), StoreError> {
     client
-        .execute("SELECT pg_notify('mew_push', $1)", &[&task_id])
+        .cached_execute("SELECT pg_notify('mew_push', $1)", &[&task_id])
         .await
         .map(drop)
         .map_err(|e| db_error("announce a push config", e))
@@ -583,7 +634,7 @@ async fn notify_push(client: &impl GenericClient, task_id: &str) -> Result<(), S
 
 async fn enqueue(client: &impl GenericClient, row: &OutboxRow) -> Result<(), StoreError> {
     client
-        .execute(
+        .cached_execute(
             "INSERT INTO push_outbox (task_id, config_id, body) VALUES ($1, $2, $3)",
             &[&row.task_id.as_str(), &row.config_id, &row.body],
         )
@@ -604,7 +655,7 @@ async fn foreign_owner(
     owner: Option<&str>,
 ) -> Result<bool, tokio_postgres::Error> {
     Ok(client
-        .query_one(
+        .cached_query_one(
             "SELECT EXISTS (SELECT 1 FROM tasks \
              WHERE context_id = $1 AND owner IS DISTINCT FROM $2)",
             &[&context_id, &owner],
@@ -694,7 +745,7 @@ impl TaskStore for PostgresStore {
         self.stop.cancel();
         if let Ok(client) = self.client().await
             && let Err(e) = client
-                .execute("DELETE FROM replicas WHERE id = $1", &[&self.replica.id])
+                .cached_execute("DELETE FROM replicas WHERE id = $1", &[&self.replica.id])
                 .await
         {
             tracing::warn!(error = %e, "cannot take this replica off the list");
@@ -722,7 +773,7 @@ impl TaskStore for PostgresStore {
         self.in_transaction("store a new task", async |tx| {
             let fail = |e| db_error(&format!("check the context of task {}", row.id), e);
             // One new task of a context at a time: the check below and the insert are atomic.
-            tx.execute(
+            tx.cached_execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
                 &[&row.context_id],
             )
@@ -781,7 +832,7 @@ impl TaskStore for PostgresStore {
         let rows = self
             .client()
             .await?
-            .query(
+            .cached_query(
                 "SELECT id, config FROM push_configs WHERE task_id = $1 ORDER BY id",
                 &[&task.as_str()],
             )
@@ -803,13 +854,13 @@ impl TaskStore for PostgresStore {
         let task_id = task.as_str();
         self.in_transaction("delete a push config", async |tx| {
             let fail = |e| db_error(&format!("delete push config {id} of task {task_id}"), e);
-            tx.execute(
+            tx.cached_execute(
                 "DELETE FROM push_configs WHERE task_id = $1 AND id = $2",
                 &[&task_id, &id],
             )
             .await
             .map_err(fail)?;
-            tx.execute(
+            tx.cached_execute(
                 "DELETE FROM push_outbox WHERE task_id = $1 AND config_id = $2",
                 &[&task_id, &id],
             )
@@ -828,7 +879,7 @@ impl TaskStore for PostgresStore {
         let rows = self
             .client()
             .await?
-            .query(
+            .cached_query(
                 &format!(
                     "WITH heads AS (
                          SELECT min(seq) AS seq FROM push_outbox
@@ -877,7 +928,7 @@ impl TaskStore for PostgresStore {
     async fn push_done(&self, seq: i64) -> Result<(), StoreError> {
         self.client()
             .await?
-            .execute("DELETE FROM push_outbox WHERE seq = $1", &[&seq])
+            .cached_execute("DELETE FROM push_outbox WHERE seq = $1", &[&seq])
             .await
             .map(drop)
             .map_err(|e| db_error("remove a push notification", e))
@@ -886,7 +937,7 @@ impl TaskStore for PostgresStore {
     async fn push_retry(&self, seq: i64, next_at: i64, error: &str) -> Result<(), StoreError> {
         self.client()
             .await?
-            .execute(
+            .cached_execute(
                 "UPDATE push_outbox SET attempts = attempts + 1, next_at = $2, last_error = $3, \
                  locked_by = NULL, locked_until = NULL WHERE seq = $1",
                 &[&seq, &next_at, &error],
@@ -900,7 +951,7 @@ impl TaskStore for PostgresStore {
         let row = self
             .client()
             .await?
-            .query_opt(
+            .cached_query_opt(
                 &format!("SELECT {COLUMNS} FROM tasks WHERE id = $1"),
                 &[&id.as_str()],
             )
@@ -922,11 +973,11 @@ impl TaskStore for PostgresStore {
             .await
             .map_err(fail)?;
         let total: i64 = tx
-            .query_one(&count_sql, &refs(&count_args))
+            .cached_query_one(&count_sql, &refs(&count_args))
             .await
             .map_err(fail)?
             .get(0);
-        let rows = tx.query(&page_sql, &refs(&page_args)).await.map_err(fail)?;
+        let rows = tx.cached_query(&page_sql, &refs(&page_args)).await.map_err(fail)?;
         tx.commit().await.map_err(fail)?;
 
         let mut tasks: Vec<StoredTask> = Vec::with_capacity(query.limit.min(rows.len()));
@@ -962,7 +1013,7 @@ impl TaskStore for PostgresStore {
         let rows = self
             .client()
             .await?
-            .query(
+            .cached_query(
                 &format!(
                     "SELECT {COLUMNS} FROM tasks \
                      WHERE context_id = $1 AND owner IS NOT DISTINCT FROM $2 \
@@ -986,7 +1037,7 @@ impl TaskStore for PostgresStore {
         let rows = self
             .client()
             .await?
-            .query(
+            .cached_query(
                 "SELECT generation, event FROM task_events \
                  WHERE task_id = $1 AND generation > $2 ORDER BY generation LIMIT $3",
                 &[&task.as_str(), &after, &limit],
@@ -1014,7 +1065,7 @@ impl TaskStore for PostgresStore {
         let rows = self
             .client()
             .await?
-            .query(
+            .cached_query(
                 &format!(
                     "UPDATE tasks SET epoch = nextval('lease_epochs'), lease_owner = $1,
                          lease_expires = now() + $2::float8 * interval '1 millisecond',
@@ -1052,7 +1103,7 @@ impl TaskStore for PostgresStore {
         let rows = self
             .client()
             .await?
-            .query(
+            .cached_query(
                 &format!(
                     "UPDATE tasks SET epoch = nextval('lease_epochs'), lease_owner = $1,
                          lease_expires = now() + $2::float8 * interval '1 millisecond'
@@ -1078,7 +1129,7 @@ impl TaskStore for PostgresStore {
         };
         self.client()
             .await?
-            .query(
+            .cached_query(
                 "WITH released AS (
                      UPDATE tasks SET lease_owner = NULL, lease_expires = NULL
                      WHERE id = $1 AND lease_owner = $2 AND epoch = $3
@@ -1097,7 +1148,7 @@ impl TaskStore for PostgresStore {
         let rows = self
             .client()
             .await?
-            .query(
+            .cached_query(
                 "UPDATE tasks SET lease_expires = now() + $2::float8 * interval '1 millisecond'
                  WHERE lease_owner = $1 AND id = ANY($3::text[])
                  RETURNING id, epoch, cancel_requested",
@@ -1133,7 +1184,7 @@ impl TaskStore for PostgresStore {
     async fn request_cancel(&self, id: &TaskId) -> Result<(), StoreError> {
         self.client()
             .await?
-            .query(
+            .cached_query(
                 "WITH asked AS (
                      UPDATE tasks SET cancel_requested = true
                      WHERE id = $1 AND lease_owner IS NOT NULL
@@ -1154,7 +1205,7 @@ impl TaskStore for PostgresStore {
         let rows = self
             .client()
             .await?
-            .query(
+            .cached_query(
                 "SELECT id, address, started,
                      (extract(epoch FROM heartbeat) * 1000)::bigint, running,
                      heartbeat > now() - 2 * $1::float8 * interval '1 millisecond'
