@@ -977,7 +977,10 @@ impl TaskStore for PostgresStore {
             .await
             .map_err(fail)?
             .get(0);
-        let rows = tx.cached_query(&page_sql, &refs(&page_args)).await.map_err(fail)?;
+        let rows = tx
+            .cached_query(&page_sql, &refs(&page_args))
+            .await
+            .map_err(fail)?;
         tx.commit().await.map_err(fail)?;
 
         let mut tasks: Vec<StoredTask> = Vec::with_capacity(query.limit.min(rows.len()));
