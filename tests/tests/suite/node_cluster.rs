@@ -134,7 +134,7 @@ async fn get(agent: &RemoteAgent, id: &TaskId) -> anyhow::Result<Task> {
 }
 
 async fn subscribe(agent: &RemoteAgent, id: &TaskId) -> anyhow::Result<EventStream> {
-    resubscribe(agent, id, None).await
+    Ok(resubscribe(agent, id, None).await?)
 }
 
 /// A subscription that resumes after event number `after` (SSE `Last-Event-ID`).
@@ -142,7 +142,7 @@ async fn resubscribe(
     agent: &RemoteAgent,
     id: &TaskId,
     after: Option<u64>,
-) -> anyhow::Result<EventStream> {
+) -> Result<EventStream, mew_transport::Error> {
     let request = SubscribeToTaskRequest {
         id: id.clone(),
         ..Default::default()
@@ -151,7 +151,7 @@ async fn resubscribe(
         last_event_id: after,
         ..ctx()
     };
-    Ok(agent.subscribe_to_task(&ctx, request).await?)
+    agent.subscribe_to_task(&ctx, request).await
 }
 
 /// Everything a stream yields until it ends, each event with its number (its SSE `id`).
@@ -748,15 +748,7 @@ async fn what_one_principal_starts_on_one_replica_another_cannot_touch_on_any() 
             };
             not_found(&what("get"), bob.get_task(&ctx(), request).await.map(drop))?;
             for after in [None, Some(0)] {
-                let request = SubscribeToTaskRequest {
-                    id: id.clone(),
-                    ..Default::default()
-                };
-                let ctx = CallContext {
-                    last_event_id: after,
-                    ..ctx()
-                };
-                let outcome = match bob.subscribe_to_task(&ctx, request).await {
+                let outcome = match resubscribe(&bob, id, after).await {
                     Ok(mut stream) => match stream.next().await {
                         Some(Err(e)) => Err(e),
                         other => bail!("{}: {other:?}", what("subscription")),
@@ -815,17 +807,9 @@ async fn what_one_principal_starts_on_one_replica_another_cannot_touch_on_any() 
     );
     // Once it ended, the rest of its log is hers alone too.
     let bob = caller(1, BOB, Binding::JsonRpc).await?;
-    let request = SubscribeToTaskRequest {
-        id: task.id.clone(),
-        ..Default::default()
-    };
-    let ctx = CallContext {
-        last_event_id: Some(1),
-        ..ctx()
-    };
     not_found(
         "bob resuming alice's ended task",
-        bob.subscribe_to_task(&ctx, request).await.map(drop),
+        resubscribe(&bob, &task.id, Some(1)).await.map(drop),
     )?;
     Ok(())
 }
