@@ -215,6 +215,11 @@ pub struct ChildLink {
     /// True when it ran (or moved) to the background.
     #[serde(default)]
     pub background: bool,
+    /// The id of the parent's tool call that started it: a parent continued after its node
+    /// was lost finds the child of a call that had no result yet, and follows it instead of
+    /// starting it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
 }
 
 /// A task's own model use (`mew.usage`); a missing count is 0.

@@ -500,6 +500,7 @@ mod tests {
                 task_id: None,
                 depth: 0,
                 scope: None,
+                call_id: None,
             },
         }
     }

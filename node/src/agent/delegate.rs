@@ -21,7 +21,7 @@ use futures_util::StreamExt;
 use mew_cards::mew::{self, MewMetadata};
 use mew_cards::{
     CancelTaskRequest, ContextId, GetTaskRequest, Message, SendMessageRequest, StreamResponse,
-    Task, TaskId, TaskState,
+    SubscribeToTaskRequest, Task, TaskId, TaskState,
 };
 use mew_transport::{AgentTransport, CallContext, EventStream};
 use serde::Deserialize;
@@ -336,56 +336,230 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
         };
     };
     d.link.background = d.background;
+    d.link.call_id = ctx.call_id.clone();
     children.record(&d.link).await;
-    if d.background {
+    carry(ctx, children, (stream, child), d.agent, d.link, permit).await
+}
+
+/// Follows a recorded child: to its end in the foreground, moving it to the background when
+/// it runs longer than `background_after`, or at once in the background when its link says
+/// so.
+async fn carry(
+    ctx: &ToolContext,
+    children: Arc<Children>,
+    (mut stream, mut child): (EventStream, Task),
+    agent: Arc<dyn AgentTransport>,
+    mut link: ChildLink,
+    permit: Option<OwnedSemaphorePermit>,
+) -> ToolOutput {
+    let hooks = super::scope::hooks(ctx).cloned();
+    if link.background {
         let notifier = children.started_in_background();
-        let answer = launched(&d.link, "async_launched");
+        let answer = launched(&link, "async_launched");
         spawn_follower(
             stream,
             child,
-            d.agent,
-            d.link,
+            agent,
+            link,
             (children, notifier),
-            (ctx.cancel.clone(), super::scope::hooks(ctx).cloned()),
+            (ctx.cancel.clone(), hooks),
             permit,
         );
         return answer;
     }
+    let call = call_for(Some(&children));
     let limit = children.background_after;
     let followed = tokio::time::timeout(
         limit,
         follow(
             &mut stream,
             &mut child,
-            (&d.agent, &call),
+            (&agent, &call),
             &ctx.cancel,
-            Some((&children, &d.link)),
+            Some((&children, &link)),
         ),
     )
     .await;
     match followed {
         Ok(Followed::Ended) => {
-            subagent_stop(super::scope::hooks(ctx).map(Arc::as_ref), &d.link, &child).await;
-            answer_of(&child, &d.link.agent)
+            subagent_stop(hooks.as_deref(), &link, &child).await;
+            answer_of(&child, &link.agent)
         }
         Ok(Followed::Canceled) => ToolOutput::error("canceled"),
-        Ok(Followed::Failed(e)) => ToolOutput::error(format!("{} failed: {e}", d.link.agent)),
+        Ok(Followed::Failed(e)) => ToolOutput::error(format!("{} failed: {e}", link.agent)),
         Err(_) => {
             // Still running: it carries on in the background instead of failing.
-            d.link.background = true;
-            children.record(&d.link).await;
+            link.background = true;
+            children.record(&link).await;
             let notifier = children.started_in_background();
-            let answer = launched(&d.link, "timed_out_to_background");
+            let answer = launched(&link, "timed_out_to_background");
             spawn_follower(
                 stream,
                 child,
-                d.agent,
-                d.link,
+                agent,
+                link,
                 (children, notifier),
-                (ctx.cancel.clone(), super::scope::hooks(ctx).cloned()),
+                (ctx.cancel.clone(), hooks),
                 permit,
             );
             answer
+        }
+    }
+}
+
+/// What became of a child found again by its link.
+enum Again {
+    /// It still runs: its events from the snapshot on.
+    Running(EventStream, Task),
+    /// It ended, or waits for an answer.
+    Over(Task),
+}
+
+/// Finds the child `id` again on `agent`: subscribed to while it runs, read once it is over.
+async fn find_again(
+    agent: &Arc<dyn AgentTransport>,
+    call: &CallContext,
+    id: &str,
+) -> Result<Again, String> {
+    let over = |task: &Task| task.status.state.is_terminal() || task.status.state.is_interrupted();
+    let request = SubscribeToTaskRequest {
+        id: TaskId::from(id),
+        ..SubscribeToTaskRequest::default()
+    };
+    // A task that is over cannot be subscribed to: it is read instead.
+    if let Ok(mut stream) = agent.subscribe_to_task(call, request).await
+        && let Some(Ok(StreamResponse::Task(task))) = stream.next().await
+    {
+        return Ok(if over(&task) {
+            Again::Over(task)
+        } else {
+            Again::Running(stream, task)
+        });
+    }
+    let request = GetTaskRequest {
+        id: TaskId::from(id),
+        history_length: Some(0),
+        ..GetTaskRequest::default()
+    };
+    let task = agent
+        .get_task(call, request)
+        .await
+        .map_err(|e| e.to_string())?;
+    if over(&task) {
+        Ok(Again::Over(task))
+    } else {
+        Err(format!(
+            "it is {} and cannot be followed",
+            task.status.state
+        ))
+    }
+}
+
+/// Takes up the delegation of the call `ctx.call_id`, which was running when the node running
+/// its task was lost: the child its link names is followed again, not started twice. `None`
+/// when the call had started no child (or none was recorded): the call stays interrupted.
+async fn reattach(directory: &Directory, ctx: &ToolContext) -> Option<ToolOutput> {
+    let call_id = ctx.call_id.as_deref()?;
+    let children = super::scope::children(ctx)?.clone();
+    let link = children
+        .links()
+        .await
+        .into_iter()
+        .rev()
+        .find(|l| l.call_id.as_deref() == Some(call_id))?;
+    let lost = |e: String| {
+        ToolOutput::error(format!(
+            "{} (task {}) was started by this call before the node running this task was lost, \
+             and cannot be followed again: {e}",
+            link.agent, link.task_id
+        ))
+    };
+    let resolved = match directory.resolve(&link.agent).await {
+        Ok(resolved) => resolved,
+        Err(e) => return Some(lost(e)),
+    };
+    let Some(permit) = children.place(&ctx.cancel).await else {
+        return Some(ToolOutput::error("canceled"));
+    };
+    let call = call_for(Some(&children));
+    Some(
+        match find_again(&resolved.agent, &call, &link.task_id).await {
+            Ok(Again::Running(stream, child)) => {
+                tracing::info!(child = %link.task_id, agent = %link.agent, "following a delegated task again");
+                carry(
+                    ctx,
+                    children,
+                    (stream, child),
+                    resolved.agent,
+                    link,
+                    Some(permit),
+                )
+                .await
+            }
+            Ok(Again::Over(child)) => {
+                subagent_stop(super::scope::hooks(ctx).map(Arc::as_ref), &link, &child).await;
+                answer_of(&child, &link.agent)
+            }
+            Err(e) => lost(e),
+        },
+    )
+}
+
+/// Follows again, after a run continued from a checkpoint, the background children its
+/// answered calls started whose notice is not in the conversation: their followers were lost
+/// with the node, and the parent still waits for their notices (a child that ended meanwhile
+/// leaves its notice at once).
+pub(crate) async fn follow_background_again(
+    directory: &Directory,
+    ctx: &ToolContext,
+    session: &super::session::Session,
+) {
+    let Some(children) = super::scope::children(ctx).cloned() else {
+        return;
+    };
+    let answered = super::session::answered_ids(session);
+    let said: String = session
+        .messages
+        .iter()
+        .filter(|m| m.speaker == Speaker::User)
+        .map(ChatMessage::text)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let call = call_for(Some(&children));
+    for link in children.links().await {
+        let ours = link
+            .call_id
+            .as_deref()
+            .is_some_and(|id| answered.contains(id));
+        if !link.background || !ours || said.contains(&format!("Task {}", link.task_id)) {
+            continue;
+        }
+        let notifier = children.started_in_background();
+        let found = match directory.resolve(&link.agent).await {
+            Ok(resolved) => find_again(&resolved.agent, &call, &link.task_id)
+                .await
+                .map(|again| (resolved.agent, again)),
+            Err(e) => Err(e),
+        };
+        match found {
+            Ok((agent, Again::Running(stream, child))) => {
+                tracing::info!(child = %link.task_id, agent = %link.agent, "following a background task again");
+                let permit = children.place(&ctx.cancel).await;
+                spawn_follower(
+                    stream,
+                    child,
+                    agent,
+                    link,
+                    (children.clone(), notifier),
+                    (ctx.cancel.clone(), super::scope::hooks(ctx).cloned()),
+                    permit,
+                );
+            }
+            Ok((_, Again::Over(child))) => {
+                let state = child.status.state.to_string();
+                notifier.send(notice(&link, &state, &result_text(&child)));
+            }
+            Err(e) => notifier.send(notice(&link, "unknown", &format!("lost track of it: {e}"))),
         }
     }
 }
@@ -591,6 +765,10 @@ impl Tool for AgentTool {
         pass_reply(&self.directory, ctx, task, reply).await
     }
 
+    async fn reattach(&self, ctx: &ToolContext) -> Option<ToolOutput> {
+        reattach(&self.directory, ctx).await
+    }
+
     async fn call(&self, input: Value, ctx: &ToolContext) -> ToolOutput {
         let input: AgentInput = match serde_json::from_value(input) {
             Ok(input) => input,
@@ -624,6 +802,7 @@ impl Tool for AgentTool {
             name: input.name.filter(|n| !n.trim().is_empty()),
             description: input.description,
             background,
+            call_id: None,
         };
         let delegation = Delegation {
             agent: resolved.agent,
@@ -660,6 +839,7 @@ pub(crate) async fn fork_for_skill(
             name: None,
             description: description.to_owned(),
             background: false,
+            call_id: None,
         },
         background: false,
     };
@@ -795,6 +975,10 @@ impl Tool for SendMessageTool {
 
     async fn answer(&self, task: &str, reply: &str, ctx: &ToolContext) -> ToolOutput {
         pass_reply(&self.directory, ctx, task, reply).await
+    }
+
+    async fn reattach(&self, ctx: &ToolContext) -> Option<ToolOutput> {
+        reattach(&self.directory, ctx).await
     }
 
     async fn call(&self, input: Value, ctx: &ToolContext) -> ToolOutput {

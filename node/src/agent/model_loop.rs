@@ -13,8 +13,9 @@
 //!
 //! The loop checkpoints the session (through its observer) before it runs the tools of a
 //! model answer and after each batch of results: a run whose node was lost continues from
-//! there (`Resume::Recovered`). A read-only call that had no result yet runs again; any other
-//! gets a result saying it was interrupted with an unknown outcome, and the model decides.
+//! there (`Resume::Recovered`). A read-only call that had no result yet runs again; a
+//! delegation whose task was started follows that task (`Tool::reattach`); any other gets a
+//! result saying it was interrupted with an unknown outcome, and the model decides.
 
 use std::sync::Arc;
 
@@ -164,7 +165,9 @@ impl Agent {
                 }
             } else if approved {
                 observer.tool_started(&pending.id, &pending.name, &pending.input);
-                let mut output = self.call(&pending.name, pending.input.clone()).await;
+                let mut output = self
+                    .call(&pending.id, &pending.name, pending.input.clone())
+                    .await;
                 if output.relay.is_none()
                     && let Some(reason) = self
                         .post_tool_use(&pending.id, &pending.name, &pending.input, &mut output)
@@ -471,7 +474,7 @@ impl Agent {
                     let mut stop = None;
                     let output = match verdict {
                         Verdict::Run(_) => {
-                            let mut output = self.call(name, input.clone()).await;
+                            let mut output = self.call(id, name, input.clone()).await;
                             if output.relay.is_none() {
                                 stop = self.post_tool_use(id, name, input, &mut output).await;
                             }
@@ -646,12 +649,13 @@ impl Agent {
     }
 
     /// Runs a tool without asking; a panicking tool is an error result.
-    async fn call(&self, name: &str, input: Value) -> ToolOutput {
+    async fn call(&self, id: &str, name: &str, input: Value) -> ToolOutput {
         use futures_util::FutureExt as _;
         let Some(tool) = self.tools.get(name) else {
             return ToolOutput::error(format!("there is no tool {name:?}"));
         };
-        match std::panic::AssertUnwindSafe(tool.call(input, &self.context))
+        let context = self.call_context(id);
+        match std::panic::AssertUnwindSafe(tool.call(input, &context))
             .catch_unwind()
             .await
         {
@@ -659,6 +663,14 @@ impl Agent {
             Err(_) => {
                 ToolOutput::error(format!("the tool {name} failed unexpectedly (it panicked)"))
             }
+        }
+    }
+
+    /// The context of the call `id`.
+    fn call_context(&self, id: &str) -> ToolContext {
+        ToolContext {
+            call_id: Some(id.to_owned()),
+            ..self.context.clone()
         }
     }
 
@@ -679,7 +691,8 @@ impl Agent {
     }
 
     /// Settles the calls of the last model answer that have no result, in a run continued
-    /// from a checkpoint: read-only ones run again, the others get [`INTERRUPTED`].
+    /// from a checkpoint: read-only ones run again, a delegation follows the task it started,
+    /// the others get [`INTERRUPTED`].
     async fn settle_interrupted(
         &self,
         session: &mut Session,
@@ -693,7 +706,12 @@ impl Agent {
                     .is_some_and(|tool| tool.category() == Category::Read)
             });
         for (id, name, _) in &lost {
-            let output = ToolOutput::error(INTERRUPTED);
+            // A call that started something it can follow (a delegated task) takes it up.
+            let output = match self.tools.get(name) {
+                Some(tool) => tool.reattach(&self.call_context(id)).await,
+                None => None,
+            }
+            .unwrap_or_else(|| ToolOutput::error(INTERRUPTED));
             observer.tool_finished(id, name, &output);
             self.push_result(session, result_block(id, output));
         }

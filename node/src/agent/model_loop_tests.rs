@@ -120,6 +120,7 @@ fn agent(model: &ScriptedModel, tools: ToolRegistry, unknown_tool_limit: u32) ->
             task_id: None,
             depth: 0,
             scope: None,
+            call_id: None,
         },
     }
 }

@@ -529,6 +529,7 @@ impl Executor for ModelExecutor {
                     }),
                 }
                 .into_context(),
+                call_id: None,
             },
         };
 
@@ -627,6 +628,10 @@ impl Executor for ModelExecutor {
             skill_fork: state.skill_fork.clone(),
             turn: turn.message.message_id.as_str().to_owned(),
         };
+        if recovering && let Some(directory) = &self.directory {
+            super::delegate::follow_background_again(directory, &agent.context, &state.session)
+                .await;
+        }
         let resume = match state.pending.take() {
             _ if recovering => Resume::Recovered,
             Some(pending) if turn.resumed => {

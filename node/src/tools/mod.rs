@@ -56,6 +56,8 @@ pub(crate) struct ToolContext {
     /// What the agent that runs the tools hands its own tools (delegation, skills, hooks),
     /// of a type this module does not know: the built-in tools never look at it.
     pub(crate) scope: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// The id of the model's tool call being run, when a model made it.
+    pub(crate) call_id: Option<String>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -159,6 +161,14 @@ pub(crate) trait Tool: Send + Sync {
         ))
     }
 
+    /// Takes up the call `ctx.call_id` of this tool, which was running when the node running
+    /// the task was lost: `Some` answer when the tool can find out what became of it (a
+    /// delegation follows the task it started, by its link), `None` when it cannot and the
+    /// call stays interrupted with an unknown outcome.
+    async fn reattach(&self, _ctx: &ToolContext) -> Option<ToolOutput> {
+        None
+    }
+
     /// The spec the model sees.
     fn spec(&self) -> ToolSpec {
         ToolSpec {
@@ -189,6 +199,7 @@ pub(crate) mod test_support {
             task_id: None,
             depth: 0,
             scope: None,
+            call_id: None,
         }
     }
 }

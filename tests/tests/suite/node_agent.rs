@@ -1244,3 +1244,210 @@ async fn continues_after_the_node_goes(kill: bool) -> anyhow::Result<()> {
     model.assert_done();
     Ok(())
 }
+
+#[tokio::test]
+async fn a_delegated_task_on_another_node_is_followed_again_after_a_crash_not_started_twice()
+-> anyhow::Result<()> {
+    let (b, runs, gate) = gated_worker().await?;
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "Agent",
+            json!({"prompt": "do the work", "description": "work", "subagent_type": b.role_url("worker")}),
+        ),
+        Step::text("The worker finished.").expect_tool_results(["call_1"]),
+    ])?;
+    let mut a = node(
+        &model,
+        "openai",
+        &[("boss.md", &role("boss", "tools: [Agent]\n"))],
+    )
+    .await?;
+    let boss = a.agent("/agents/boss", Binding::JsonRpc).await?;
+    let task = start_task(&boss, "get the work done on B").await?;
+    // The child runs on B, and A has recorded it with the call that started it.
+    child_recorded(&boss, &task.id, &runs).await?;
+
+    a.kill_hard().await?;
+    a.restart().await?;
+    std::fs::write(&gate, "")?;
+
+    let boss = a.agent("/agents/boss", Binding::HttpJson).await?;
+    let done = over(&boss, &task.id).await?;
+    ensure!(
+        done.status.state == TaskState::Completed && status_text(&done) == "The worker finished.",
+        "{:?}: {}",
+        done.status.state,
+        status_text(&done)
+    );
+    // The model got the child's own answer, and B ran the work once.
+    let requests = model.requests();
+    ensure!(requests.len() == 2, "{} model requests", requests.len());
+    let result = requests[1].last_user_text();
+    ensure!(
+        result.contains("finished the work") && !result.contains("interrupted"),
+        "the model did not get the child's answer: {result:?}"
+    );
+    started_once(&b, &runs).await?;
+    model.assert_done();
+    Ok(())
+}
+
+async fn task_of(agent: &impl AgentTransport, id: &mew_cards::TaskId) -> anyhow::Result<Task> {
+    let request = mew_cards::GetTaskRequest {
+        id: id.clone(),
+        ..Default::default()
+    };
+    Ok(agent.get_task(&CallContext::default(), request).await?)
+}
+
+#[tokio::test]
+async fn a_background_child_running_at_a_crash_still_sends_its_notice() -> anyhow::Result<()> {
+    let (b, runs, gate) = gated_worker().await?;
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "Agent",
+            json!({"prompt": "do the work", "description": "work", "subagent_type": b.role_url("worker"),
+                   "run_in_background": true}),
+        ),
+        Step::text("Waiting for the worker.").expect_tool_results(["call_1"]),
+        // Continued from the checkpoint after the launch: the model is asked again.
+        Step::text("Still waiting.").expect_tool_results(["call_1"]),
+        Step::text("The worker finished in the background.").expect_last_user("finished the work"),
+    ])?;
+    let mut a = node(
+        &model,
+        "openai",
+        &[("boss.md", &role("boss", "tools: [Agent]\n"))],
+    )
+    .await?;
+    let boss = a.agent("/agents/boss", Binding::JsonRpc).await?;
+    let task = start_task(&boss, "get the work done on B in the background").await?;
+    child_recorded(&boss, &task.id, &runs).await?;
+    model_asked(&model, 2).await?;
+
+    a.kill_hard().await?;
+    a.restart().await?;
+    // The parent waits for its child again before the child may end.
+    model_asked(&model, 3).await?;
+    std::fs::write(&gate, "")?;
+
+    let boss = a.agent("/agents/boss", Binding::HttpJson).await?;
+    let done = over(&boss, &task.id).await?;
+    ensure!(
+        done.status.state == TaskState::Completed
+            && status_text(&done) == "The worker finished in the background.",
+        "{:?}: {}",
+        done.status.state,
+        status_text(&done)
+    );
+    started_once(&b, &runs).await?;
+    model.assert_done();
+    Ok(())
+}
+
+/// A node B with a command role `worker` that appends a line to `runs` when it starts,
+/// waits for `gate` to exist, and answers "finished the work".
+async fn gated_worker() -> anyhow::Result<(MewNode, std::path::PathBuf, std::path::PathBuf)> {
+    let mut b = MewNode::new()?;
+    let runs = b.dir().join("runs.txt");
+    let gate = b.dir().join("gate");
+    b.write_role(
+        "worker.md",
+        &mew_tests::node::command_role(
+            "worker",
+            &format!(
+                "sh -c 'echo run >> {runs}; while [ ! -f {gate} ]; do sleep 0.05; done; \
+                 echo finished the work'",
+                runs = runs.display(),
+                gate = gate.display()
+            ),
+        ),
+    )?;
+    b.launch().await?;
+    Ok((b, runs, gate))
+}
+
+/// Sends `text` and returns the task at once.
+async fn start_task(agent: &impl AgentTransport, text: &str) -> anyhow::Result<Task> {
+    let request = SendMessageRequest {
+        configuration: Some(mew_cards::SendMessageConfiguration {
+            return_immediately: true,
+            ..Default::default()
+        }),
+        ..SendMessageRequest::new(Message::user_text(text))
+    };
+    match agent.send_message(&CallContext::default(), request).await? {
+        SendMessageResponse::Task(task) => Ok(task),
+        other => bail!("expected a task, got {other:?}"),
+    }
+}
+
+/// Waits until the worker has started and the parent `id` has recorded it with the call
+/// `call_1` that started it.
+async fn child_recorded(
+    agent: &impl AgentTransport,
+    id: &mew_cards::TaskId,
+    runs: &std::path::Path,
+) -> anyhow::Result<()> {
+    mew_tests::node::poll_until(
+        "the parent has recorded its child",
+        Duration::from_secs(30),
+        || async {
+            let parent = task_of(agent, id).await?;
+            let link = parent
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get("mew"))
+                .and_then(|m| m.get("children"))
+                .and_then(|c| c.get(0))
+                .and_then(|l| l.get("callId"))
+                .cloned();
+            Ok((link == Some(json!("call_1"))).then_some(()))
+        },
+    )
+    .await?;
+    mew_tests::node::poll_until("the child has started", Duration::from_secs(30), || async {
+        Ok(std::fs::read_to_string(runs)
+            .is_ok_and(|r| r.lines().count() == 1)
+            .then_some(()))
+    })
+    .await
+}
+
+/// Waits until `model` has had `n` requests.
+async fn model_asked(model: &ScriptedModel, n: usize) -> anyhow::Result<()> {
+    mew_tests::node::poll_until("the model is asked", Duration::from_secs(30), || async {
+        Ok((model.requests().len() >= n).then_some(()))
+    })
+    .await
+}
+
+/// Waits until the task `id` is over.
+async fn over(agent: &impl AgentTransport, id: &mew_cards::TaskId) -> anyhow::Result<Task> {
+    mew_tests::node::poll_until("the task is over", Duration::from_secs(30), || async {
+        let task = task_of(agent, id).await?;
+        Ok(task.status.state.is_terminal().then_some(task))
+    })
+    .await
+}
+
+/// Checks that the worker of `b` ran once: one line in `runs`, one task on B.
+async fn started_once(b: &MewNode, runs: &std::path::Path) -> anyhow::Result<()> {
+    let ran = std::fs::read_to_string(runs)?;
+    ensure!(ran.lines().count() == 1, "the child started again: {ran:?}");
+    let worker = b.agent("/agents/worker", Binding::JsonRpc).await?;
+    let listed = worker
+        .list_tasks(
+            &CallContext::default(),
+            mew_cards::ListTasksRequest::default(),
+        )
+        .await?;
+    ensure!(
+        listed.total_size == 1,
+        "B holds {} tasks",
+        listed.total_size
+    );
+    Ok(())
+}
