@@ -2,9 +2,10 @@
 //! every replica that points at it.
 //!
 //! The same tables and the same encoding as the SQLite store (`rows.rs`), in a pool of
-//! connections. Every write that touches several rows is one transaction; a new task takes a
-//! transaction-scoped advisory lock on its context first, so two principals naming one new
-//! context at once cannot both get it.
+//! connections, and one more: `contexts`, the owner of each context. Every write that touches
+//! several rows is one statement or one transaction. A new task claims its context in the
+//! statement that writes it, so two principals naming one new context at once cannot both get
+//! it, and a new task is one round trip.
 //!
 //! Migrations are versioned (`mew_schema`) and applied in one transaction under an advisory
 //! lock, so several replicas starting at once against one database migrate it once.
@@ -114,6 +115,15 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE push_outbox
         ADD COLUMN locked_by text,
         ADD COLUMN locked_until timestamptz;",
+    // 5: the owner of each context, claimed by its first task: a new task checks and claims
+    // its context in the statement that writes it (`CREATE`).
+    "CREATE TABLE contexts (
+        id    text PRIMARY KEY,
+        owner text
+    );
+    INSERT INTO contexts (id, owner)
+        SELECT DISTINCT ON (context_id) context_id, owner FROM tasks
+        ORDER BY context_id, created, id;",
 ];
 
 /// The advisory lock key migrations run under ("mew" + "migr" in ASCII).
@@ -245,36 +255,73 @@ impl PostgresStore {
         self.replica.lease.as_secs_f64() * 1000.0
     }
 
-    /// Records this replica's heartbeat in `replicas`.
-    async fn beat(&self, running: usize) -> Result<(), StoreError> {
+    /// Records this replica's heartbeat in `replicas`: how many other replicas are alive
+    /// (beat within two leases, as `replicas` says).
+    async fn beat(&self, running: usize) -> Result<usize, StoreError> {
         let started = i64::try_from(Timestamp::now().unix_nanos() / 1_000_000).unwrap_or(0);
         let running = i32::try_from(running).unwrap_or(i32::MAX);
-        self.client()
+        let others: i64 = self
+            .client()
             .await?
-            .cached_execute(
-                "INSERT INTO replicas (id, address, started, heartbeat, running)
-                 VALUES ($1, $2, $3, now(), $4)
-                 ON CONFLICT (id) DO UPDATE SET
-                     address = excluded.address, heartbeat = now(), running = excluded.running",
-                &[&self.replica.id, &self.replica.address, &started, &running],
+            .cached_query_one(
+                "WITH beat AS (
+                     INSERT INTO replicas (id, address, started, heartbeat, running)
+                     VALUES ($1, $2, $3, now(), $4)
+                     ON CONFLICT (id) DO UPDATE SET
+                         address = excluded.address, heartbeat = now(),
+                         running = excluded.running)
+                 SELECT count(*) FROM replicas
+                 WHERE id <> $1 AND heartbeat > now() - 2 * $5::float8 * interval '1 millisecond'",
+                &[
+                    &self.replica.id,
+                    &self.replica.address,
+                    &started,
+                    &running,
+                    &self.lease_ms(),
+                ],
             )
             .await
-            .map(drop)
-            .map_err(|e| db_error("record this replica's heartbeat", e))
+            .map_err(|e| db_error("record this replica's heartbeat", e))?
+            .get(0);
+        Ok(usize::try_from(others).unwrap_or(0))
     }
 
     /// Writes a task row, under its lease (see [`UPSERT`]), and keeps `held` in step.
     async fn write(&self, client: &impl GenericClient, row: &Row) -> Result<(), StoreError> {
-        let keeps =
-            row.state == TaskState::Submitted.number() || row.state == TaskState::Working.number();
-        let epoch = self.held().get(&row.id).copied().unwrap_or(-1);
-        let lease = Lease {
+        let lease = self.lease_for(row);
+        let written = put(client, row, &lease).await?;
+        self.written(row, lease.keeps, written)
+    }
+
+    /// Writes a new task row (see [`CREATE`]) and holds it; `ForeignContext` when its
+    /// context is another owner's (nothing was written).
+    async fn write_new(&self, client: &impl GenericClient, row: &Row) -> Result<(), StoreError> {
+        let lease = self.lease_for(row);
+        let (admitted, written) = insert_new(client, row, &lease).await?;
+        if !admitted {
+            self.held().remove(&row.id);
+            return Err(StoreError::ForeignContext(ContextId::from(
+                row.context_id.as_str(),
+            )));
+        }
+        self.written(row, lease.keeps, written)
+    }
+
+    /// The lease arguments of a write of `row` by this replica.
+    fn lease_for<'a>(&'a self, row: &Row) -> Lease<'a> {
+        Lease {
             owner: &self.replica.id,
             lease_ms: self.lease_ms(),
-            keeps,
-            epoch,
-        };
-        match put(client, row, &lease).await? {
+            keeps: row.state == TaskState::Submitted.number()
+                || row.state == TaskState::Working.number(),
+            epoch: self.held().get(&row.id).copied().unwrap_or(-1),
+        }
+    }
+
+    /// Keeps `held` in step with a write of `row` that returned `written` (the epoch, or
+    /// `None` when the lease refused it).
+    fn written(&self, row: &Row, keeps: bool, written: Option<i64>) -> Result<(), StoreError> {
+        match written {
             Some(epoch) if keeps => {
                 self.held().insert(row.id.clone(), epoch);
                 Ok(())
@@ -500,13 +547,40 @@ impl<T: GenericClient> Cached for T {}
 /// claimed before it is written), by a replica that does not think it does; a write that
 /// ends the lease clears it. `RETURNING epoch` gives no
 /// row when the write was refused.
-const UPSERT: &str = "INSERT INTO tasks
+const UPSERT: &str = concat!(
+    task_insert!(),
+    " VALUES (",
+    task_values!(),
+    ") ",
+    task_conflict!()
+);
+
+/// The columns of a task row's insert.
+macro_rules! task_insert {
+    () => {
+        "INSERT INTO tasks
          (id, context_id, role, owner, parent, state, status_time, created, task, private,
-          attempts, generation, epoch, lease_owner, lease_expires)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, nextval('lease_epochs'),
-          CASE WHEN $15::bool THEN $13::text END,
-          CASE WHEN $15::bool THEN now() + $14::float8 * interval '1 millisecond' END)
-     ON CONFLICT (id) DO UPDATE SET
+          attempts, generation, epoch, lease_owner, lease_expires)"
+    };
+}
+use task_insert;
+
+/// The values of [`task_insert`], from the arguments of [`UPSERT`] (typed: they are also
+/// selected, where nothing else gives their types).
+macro_rules! task_values {
+    () => {
+        "$1::text, $2::text, $3::text, $4::text, $5::text, $6::integer, $7::bigint, $8::bigint,
+         $9::text, $10::text, $11::integer, $12::bigint, nextval('lease_epochs'),
+         CASE WHEN $15::bool THEN $13::text END,
+         CASE WHEN $15::bool THEN now() + $14::float8 * interval '1 millisecond' END"
+    };
+}
+use task_values;
+
+/// What [`UPSERT`] does to a row that exists.
+macro_rules! task_conflict {
+    () => {
+        "ON CONFLICT (id) DO UPDATE SET
          context_id = excluded.context_id,
          role = excluded.role,
          owner = excluded.owner,
@@ -528,7 +602,50 @@ const UPSERT: &str = "INSERT INTO tasks
          cancel_requested = $15::bool AND tasks.cancel_requested
      WHERE (tasks.lease_owner = $13::text AND tasks.epoch = $16::bigint)
         OR (tasks.lease_owner IS NULL AND $16::bigint < 0 AND tasks.state NOT IN (1, 2))
-     RETURNING id, epoch";
+     RETURNING id, epoch"
+    };
+}
+use task_conflict;
+
+/// [`UPSERT`] with the task's event (`$17`) logged and the replicas that follow the task woken,
+/// in the same statement.
+const UPSERT_LOGGED: &str = concat!(
+    "WITH written AS (",
+    task_insert!(),
+    " VALUES (",
+    task_values!(),
+    ") ",
+    task_conflict!(),
+    "), logged AS (
+         INSERT INTO task_events (task_id, generation, event)
+         SELECT id, $12, $17 FROM written)
+     SELECT id, epoch, pg_notify('mew_events', id) FROM written"
+);
+
+/// A new task with its first event, in one statement: the context is claimed for the task's
+/// owner (`contexts`; a context that exists is locked, and read as committed, by the
+/// `ON CONFLICT` update), and the task is written only when the context is its owner's. One
+/// row: whether the context admitted the task, and the task's epoch (NULL when it did not).
+/// Two principals naming one new context at once: the second waits for the first's insert
+/// into `contexts`, then finds the first's owner.
+const CREATE: &str = concat!(
+    "WITH context AS (
+         INSERT INTO contexts (id, owner) VALUES ($2::text, $4::text)
+         ON CONFLICT (id) DO UPDATE SET owner = contexts.owner
+         RETURNING owner),
+     written AS (",
+    task_insert!(),
+    " SELECT ",
+    task_values!(),
+    " FROM context WHERE context.owner IS NOT DISTINCT FROM $4::text ",
+    task_conflict!(),
+    "), logged AS (
+         INSERT INTO task_events (task_id, generation, event)
+         SELECT id, $12, $17 FROM written)
+     SELECT context.owner IS NOT DISTINCT FROM $4::text, written.epoch,
+         CASE WHEN written.id IS NOT NULL THEN pg_notify('mew_events', written.id) END
+     FROM context LEFT JOIN written ON true"
+);
 
 /// A write's lease arguments (`$13`..`$16` of [`UPSERT`]).
 struct Lease<'a> {
@@ -538,16 +655,9 @@ struct Lease<'a> {
     epoch: i64,
 }
 
-/// Writes a task row and, when it has one, logs its event and wakes the replicas that follow
-/// the task: one statement either way, so a write is one round trip and atomic without a
-/// transaction of its own. The epoch the task is held under now, or `None` when the lease
-/// refused the write (nothing was written).
-async fn put(
-    client: &impl GenericClient,
-    row: &Row,
-    lease: &Lease<'_>,
-) -> Result<Option<i64>, StoreError> {
-    let columns: [&(dyn ToSql + Sync); 16] = [
+/// The arguments of [`UPSERT`] (and, with the event, of [`UPSERT_LOGGED`] and [`CREATE`]).
+fn task_params<'a>(row: &'a Row, lease: &'a Lease<'_>) -> Vec<&'a (dyn ToSql + Sync)> {
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
         &row.id,
         &row.context_id,
         &row.role,
@@ -565,28 +675,60 @@ async fn put(
         &lease.keeps,
         &lease.epoch,
     ];
-    let written = match &row.event {
-        None => client.cached_query(UPSERT, &columns).await,
-        Some(event) => {
-            let sql = format!(
-                "WITH written AS ({UPSERT}),
-                 logged AS (
-                     INSERT INTO task_events (task_id, generation, event)
-                     SELECT id, $12, $17 FROM written)
-                 SELECT id, epoch, pg_notify('mew_events', id) FROM written"
-            );
-            let mut params = columns.to_vec();
-            params.push(event);
-            client.cached_query(&sql, &params).await
-        }
+    if let Some(event) = &row.event {
+        params.push(event);
+    }
+    params
+}
+
+/// Writes a task row and, when it has one, logs its event and wakes the replicas that follow
+/// the task: one statement either way, so a write is one round trip and atomic without a
+/// transaction of its own. The epoch the task is held under now, or `None` when the lease
+/// refused the write (nothing was written).
+async fn put(
+    client: &impl GenericClient,
+    row: &Row,
+    lease: &Lease<'_>,
+) -> Result<Option<i64>, StoreError> {
+    let sql = if row.event.is_some() {
+        UPSERT_LOGGED
+    } else {
+        UPSERT
     };
-    let rows = written.map_err(|e| {
-        db_error(
-            &format!("store task {} (event {})", row.id, row.generation),
-            e,
-        )
-    })?;
+    let rows = client
+        .cached_query(sql, &task_params(row, lease))
+        .await
+        .map_err(|e| {
+            db_error(
+                &format!("store task {} (event {})", row.id, row.generation),
+                e,
+            )
+        })?;
     Ok(rows.first().map(|r| r.get(1)))
+}
+
+/// Writes a new task row with its first event, in one statement ([`CREATE`]): whether its
+/// context admitted it, and the epoch it is held under (`None` when the lease refused the
+/// write of a row that existed).
+async fn insert_new(
+    client: &impl GenericClient,
+    row: &Row,
+    lease: &Lease<'_>,
+) -> Result<(bool, Option<i64>), StoreError> {
+    let fail = |e| db_error(&format!("store the new task {}", row.id), e);
+    if row.event.is_none() {
+        return Err(StoreError::Backend(format!(
+            "the new task {} has no first event",
+            row.id
+        )));
+    }
+    let written = client
+        .cached_query_one(CREATE, &task_params(row, lease))
+        .await
+        .map_err(fail)?;
+    let admitted: bool = written.try_get(0).map_err(fail)?;
+    let epoch: Option<i64> = written.try_get(1).map_err(fail)?;
+    Ok((admitted, epoch))
 }
 
 async fn put_with_events(
@@ -648,7 +790,7 @@ async fn enqueue(client: &impl GenericClient, row: &OutboxRow) -> Result<(), Sto
     Ok(())
 }
 
-/// Whether `context_id` holds a task whose owner is not `owner`.
+/// Whether `context_id` belongs to another owner than `owner`.
 async fn foreign_owner(
     client: &impl GenericClient,
     context_id: &str,
@@ -656,8 +798,7 @@ async fn foreign_owner(
 ) -> Result<bool, tokio_postgres::Error> {
     Ok(client
         .cached_query_one(
-            "SELECT EXISTS (SELECT 1 FROM tasks \
-             WHERE context_id = $1 AND owner IS DISTINCT FROM $2)",
+            "SELECT EXISTS (SELECT 1 FROM contexts WHERE id = $1 AND owner IS DISTINCT FROM $2)",
             &[&context_id, &owner],
         )
         .await?
@@ -770,28 +911,19 @@ impl TaskStore for PostgresStore {
             .iter()
             .map(ConfigRow::encode)
             .collect::<Result<_, _>>()?;
+        if configs.is_empty() && outbox.is_empty() {
+            // One statement: atomic as it is.
+            return self.write_new(&self.client().await?, &row).await;
+        }
         self.in_transaction("store a new task", async |tx| {
-            let fail = |e| db_error(&format!("check the context of task {}", row.id), e);
-            // One new task of a context at a time: the lock, the check and the insert run in
-            // this order in one transaction, sent together (tokio-postgres pipelines what is
-            // awaited at once on a connection): one round trip instead of three. When the
-            // check finds another owner's task, the insert is rolled back with the rest.
-            let context: [&(dyn ToSql + Sync); 1] = [&row.context_id];
-            let lock = tx.cached_execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                &context,
-            );
-            let check = foreign_owner(tx, &row.context_id, row.owner.as_deref());
-            let write = put_with_events(self, tx, &row, &configs, outbox);
-            let (locked, foreign, written) = futures_util::future::join3(lock, check, write).await;
-            locked.map_err(fail)?;
-            if foreign.map_err(fail)? {
-                self.held().remove(&row.id);
-                return Err(StoreError::ForeignContext(ContextId::from(
-                    row.context_id.as_str(),
-                )));
+            self.write_new(tx, &row).await?;
+            for config in &configs {
+                put_config(tx, config).await?;
             }
-            written
+            for event in outbox {
+                enqueue(tx, event).await?;
+            }
+            Ok(())
         })
         .await
     }
@@ -1184,8 +1316,12 @@ impl TaskStore for PostgresStore {
                 }
             }
         }
-        self.beat(kept.len()).await?;
-        Ok(Heartbeat { lost, cancel })
+        let others = self.beat(kept.len()).await?;
+        Ok(Heartbeat {
+            lost,
+            cancel,
+            others,
+        })
     }
 
     async fn request_cancel(&self, id: &TaskId) -> Result<(), StoreError> {
@@ -1380,7 +1516,8 @@ mod tests {
         // Held and beating: nobody else gets it.
         assert!(b.take_over(10).await.unwrap().is_empty());
         assert_eq!(b.claim(&"t1".into()).await.unwrap(), None);
-        assert_eq!(a.heartbeat().await.unwrap(), Heartbeat::default());
+        let beat = a.heartbeat().await.unwrap();
+        assert_eq!((beat.lost, beat.cancel, beat.others), (vec![], vec![], 2));
 
         lapse(&a).await;
         let before_a = a.held().clone();

@@ -160,6 +160,9 @@ pub struct Heartbeat {
     pub lost: Vec<TaskId>,
     /// Tasks this replica holds whose cancellation another replica asked for.
     pub cancel: Vec<TaskId>,
+    /// How many other replicas are alive (as [`ReplicaStatus::alive`]): whether waiting work is
+    /// worth offering.
+    pub others: usize,
 }
 
 /// A replica as the shared store knows it (`/status`).

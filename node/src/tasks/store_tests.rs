@@ -48,6 +48,7 @@ on_every_store!(
     context_lists_a_context_oldest_first,
     context_reads_only_the_owners_tasks,
     a_new_task_in_another_owners_context_is_refused_and_not_written,
+    principals_racing_for_one_new_context_get_it_once,
     configs_without_ids_are_refused_before_the_writer,
     unfinished_tasks_are_the_submitted_and_working_ones_oldest_first,
     attempts_are_kept,
@@ -565,6 +566,47 @@ async fn a_new_task_in_another_owners_context_is_refused_and_not_written(
     store.create(&second, &[], &[]).await.unwrap();
     let tasks = store.context(&"c".into(), Some("alice")).await.unwrap();
     assert_eq!(ids(&tasks), ["a1", "a2"]);
+}
+
+async fn principals_racing_for_one_new_context_get_it_once(store: Arc<dyn TaskStore>) {
+    let creates = (0..8_i128).map(|i| {
+        let owner = if i % 2 == 0 { "alice" } else { "bob" };
+        let task = owned(
+            stored(&format!("t{i}"), "race", "r", TaskState::Submitted, T0 + i),
+            owner,
+        );
+        let store = store.clone();
+        async move { (owner, store.create(&task, &[], &[]).await) }
+    });
+    let results = futures_util::future::join_all(creates).await;
+    let admitted: std::collections::HashSet<&str> = results
+        .iter()
+        .filter(|(_, result)| result.is_ok())
+        .map(|(owner, _)| *owner)
+        .collect();
+    assert_eq!(admitted.len(), 1, "{results:?}");
+    let winner = admitted.into_iter().next().unwrap();
+    for (owner, result) in &results {
+        if *owner != winner {
+            assert!(
+                matches!(result, Err(StoreError::ForeignContext(c)) if c.as_str() == "race"),
+                "{result:?}"
+            );
+        }
+    }
+    let loser = if winner == "alice" { "bob" } else { "alice" };
+    let theirs = |owner| {
+        let store = store.clone();
+        async move {
+            store
+                .context(&"race".into(), Some(owner))
+                .await
+                .unwrap()
+                .len()
+        }
+    };
+    assert_eq!(theirs(winner).await, 4);
+    assert_eq!(theirs(loser).await, 0);
 }
 
 async fn configs_without_ids_are_refused_before_the_writer(store: Arc<dyn TaskStore>) {

@@ -62,6 +62,7 @@ impl TaskManager {
     async fn beat(self: &Arc<Self>) {
         match self.store.heartbeat().await {
             Ok(beat) => {
+                self.others_alive.store(beat.others > 0, Ordering::SeqCst);
                 for id in &beat.lost {
                     self.lose(id);
                 }

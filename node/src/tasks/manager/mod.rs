@@ -12,7 +12,7 @@
 //! ends the turn: one write fewer each.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as SyncMutex, PoisonError};
 use std::time::Duration;
 
@@ -244,6 +244,9 @@ pub(crate) struct TaskManager {
     live: SyncMutex<HashMap<TaskId, Arc<Live>>>,
     slots: Arc<Semaphore>,
     queued: AtomicUsize,
+    /// Whether other replicas beat at the last heartbeat: a new task that waits for a slot is
+    /// offered to them only then.
+    others_alive: AtomicBool,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -265,6 +268,7 @@ impl TaskManager {
             limits,
             live: SyncMutex::new(HashMap::new()),
             queued: AtomicUsize::new(0),
+            others_alive: AtomicBool::new(false),
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
         });
@@ -624,8 +628,8 @@ impl TaskManager {
         );
     }
 
-    /// A slot for the turn of `live`. On a shared store, a new task that has to wait for one
-    /// is offered to the other replicas meanwhile (its lease let go, which wakes them): the
+    /// A slot for the turn of `live`. On a shared store with other replicas alive, a new task
+    /// that has to wait for one is offered to them meanwhile (its lease let go, which wakes them): the
     /// first with room takes it, and this replica follows it instead. Only a task that has not
     /// started is offered: a continuation's turn has begun (WORKING), and taking it over
     /// would count as a lost replica's work.
@@ -634,6 +638,7 @@ impl TaskManager {
             return Waited::Slot(permit);
         }
         let offered = self.store.shared()
+            && self.others_alive().await
             && live.state.lock().await.stored.task.status.state == TaskState::Submitted
             && {
                 live.offered.store(true, Ordering::SeqCst);
@@ -648,6 +653,21 @@ impl TaskManager {
         let waited = self.wait_offered(live, offered).await;
         live.offered.store(false, Ordering::SeqCst);
         waited
+    }
+
+    /// Whether other replicas are alive: as the last heartbeat found, or, when it found none,
+    /// as the store says now (a replica that started since is not missed until the next beat).
+    async fn others_alive(&self) -> bool {
+        if self.others_alive.load(Ordering::SeqCst) {
+            return true;
+        }
+        let alive = self
+            .store
+            .replicas()
+            .await
+            .is_ok_and(|replicas| replicas.iter().filter(|r| r.alive).count() > 1);
+        self.others_alive.store(alive, Ordering::SeqCst);
+        alive
     }
 
     /// The rest of [`Self::slot_or_offer`].
