@@ -19,8 +19,8 @@
 //! lease. Heartbeats extend this replica's leases; `take_over` claims the unfinished tasks
 //! whose lease lapsed, with `FOR UPDATE SKIP LOCKED`, so replicas never take the same one.
 //!
-//! **Wake-ups.** A write with an event runs `pg_notify('mew_events', task id)` in the same
-//! statement; a cancel asked for on another replica `mew_cancel`; a task let go of
+//! **Wake-ups.** A write with an event of a task another replica follows (`follow` set
+//! `followed`) runs `pg_notify('mew_events', task id)` in the same statement; a cancel asked for on another replica `mew_cancel`; a task let go of
 //! `mew_work`; a push config saved or deleted `mew_push` (the replica running the task
 //! enqueues its events for the configs it knows). One connection per replica listens (`listen`) and turns them into
 //! [`Change`]s. A notification is only a hint: what changed is read from the tables, and when
@@ -124,6 +124,9 @@ const MIGRATIONS: &[&str] = &[
     INSERT INTO contexts (id, owner)
         SELECT DISTINCT ON (context_id) context_id, owner FROM tasks
         ORDER BY context_id, created, id;",
+    // 6: whether a replica follows the task (see `follow`): only then do its events wake the
+    // replicas.
+    "ALTER TABLE tasks ADD COLUMN followed boolean NOT NULL DEFAULT false;",
 ];
 
 /// The advisory lock key migrations run under ("mew" + "migr" in ASCII).
@@ -602,13 +605,13 @@ macro_rules! task_conflict {
          cancel_requested = $15::bool AND tasks.cancel_requested
      WHERE (tasks.lease_owner = $13::text AND tasks.epoch = $16::bigint)
         OR (tasks.lease_owner IS NULL AND $16::bigint < 0 AND tasks.state NOT IN (1, 2))
-     RETURNING id, epoch"
+     RETURNING id, epoch, followed"
     };
 }
 use task_conflict;
 
-/// [`UPSERT`] with the task's event (`$17`) logged and the replicas that follow the task woken,
-/// in the same statement.
+/// [`UPSERT`] with the task's event (`$17`) logged and the replicas that follow the task woken
+/// (when one does: `followed`), in the same statement.
 const UPSERT_LOGGED: &str = concat!(
     "WITH written AS (",
     task_insert!(),
@@ -619,13 +622,14 @@ const UPSERT_LOGGED: &str = concat!(
     "), logged AS (
          INSERT INTO task_events (task_id, generation, event)
          SELECT id, $12, $17 FROM written)
-     SELECT id, epoch, pg_notify('mew_events', id) FROM written"
+     SELECT id, epoch, CASE WHEN followed THEN pg_notify('mew_events', id) END FROM written"
 );
 
 /// A new task with its first event, in one statement: the context is claimed for the task's
 /// owner (`contexts`; a context that exists is locked, and read as committed, by the
 /// `ON CONFLICT` update), and the task is written only when the context is its owner's. One
 /// row: whether the context admitted the task, and the task's epoch (NULL when it did not).
+/// Nobody follows a new task yet: it wakes nobody.
 /// Two principals naming one new context at once: the second waits for the first's insert
 /// into `contexts`, then finds the first's owner.
 const CREATE: &str = concat!(
@@ -642,8 +646,7 @@ const CREATE: &str = concat!(
     "), logged AS (
          INSERT INTO task_events (task_id, generation, event)
          SELECT id, $12, $17 FROM written)
-     SELECT context.owner IS NOT DISTINCT FROM $4::text, written.epoch,
-         CASE WHEN written.id IS NOT NULL THEN pg_notify('mew_events', written.id) END
+     SELECT context.owner IS NOT DISTINCT FROM $4::text, written.epoch
      FROM context LEFT JOIN written ON true"
 );
 
@@ -1324,6 +1327,18 @@ impl TaskStore for PostgresStore {
         })
     }
 
+    async fn follow(&self, id: &TaskId) -> Result<(), StoreError> {
+        self.client()
+            .await?
+            .cached_execute(
+                "UPDATE tasks SET followed = true WHERE id = $1 AND NOT followed",
+                &[&id.as_str()],
+            )
+            .await
+            .map(drop)
+            .map_err(|e| db_error("follow a task", e))
+    }
+
     async fn request_cancel(&self, id: &TaskId) -> Result<(), StoreError> {
         self.client()
             .await?
@@ -1572,12 +1587,21 @@ mod tests {
         let (got_a, got_b) = (got_a.unwrap(), got_b.unwrap());
         assert!(got_a.is_some() != got_b.is_some(), "{got_a:?} {got_b:?}");
         let (holder, other) = if got_a.is_some() { (&a, &b) } else { (&b, &a) };
+        // Followed from now on: the holder's next event wakes the replicas, the earlier did not.
+        other.follow(&id).await.unwrap();
+        task.task.status.state = TaskState::Working;
+        task.generation = 3;
+        let event = StreamResponse::Task(task.task.clone());
+        holder
+            .put_with_events(&task, Some(&event), &[], &[])
+            .await
+            .unwrap();
         other.request_cancel(&"t1".into()).await.unwrap();
         assert_eq!(
             holder.heartbeat().await.unwrap().cancel,
             [TaskId::from("t1")]
         );
-        // The wake-ups reach the listening replica: the event, and the cancel.
+        // The wake-ups reach the listening replica: the followed event, and the cancel.
         let mut seen = Vec::new();
         while !seen.contains(&Change::Cancel("t1".into())) {
             match changes.recv().await.unwrap() {
@@ -1585,7 +1609,8 @@ mod tests {
                 change => seen.push(change),
             }
         }
-        assert!(seen.contains(&Change::Event("t1".into())), "{seen:?}");
+        let events = seen.iter().filter(|c| **c == Change::Event(id.clone()));
+        assert_eq!(events.count(), 1, "{seen:?}");
     }
 
     #[tokio::test]

@@ -346,6 +346,13 @@ pub trait TaskStore: Send + Sync {
         Ok(())
     }
 
+    /// Asks for a wake-up ([`Change::Event`]) at every later event of a task: a replica
+    /// follows a task another one runs. Before it, the task's events wake nobody; after it,
+    /// the follower reads the task once to see what came between.
+    async fn follow(&self, _id: &TaskId) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Wake-ups for what other replicas change; `None` when nothing else writes.
     fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
         None

@@ -214,12 +214,19 @@ impl TaskManager {
     }
 
     async fn run_follower(self: Arc<Self>, live: Arc<Live>) {
+        // Its events wake this replica from now on; what came before is read at once.
+        if let Err(e) = self.store.follow(&live.id).await {
+            warn!(task_id = %live.id, error = %e, "cannot ask for a followed task's wake-ups; it is polled");
+        }
+        let mut first = true;
         loop {
-            tokio::select! {
-                () = live.poke.notified() => {}
-                () = tokio::time::sleep(FOLLOW_POLL) => {}
-                () = self.shutdown.cancelled() => break,
-                () = live.released.cancelled() => break,
+            if !std::mem::take(&mut first) {
+                tokio::select! {
+                    () = live.poke.notified() => {}
+                    () = tokio::time::sleep(FOLLOW_POLL) => {}
+                    () = self.shutdown.cancelled() => break,
+                    () = live.released.cancelled() => break,
+                }
             }
             let fresh = match self.store.get(&live.id).await {
                 Ok(Some(fresh)) => fresh,
