@@ -1273,7 +1273,7 @@ impl TaskStore for PostgresStore {
             .await?
             .cached_query(
                 "WITH released AS (
-                     UPDATE tasks SET lease_owner = NULL, lease_expires = NULL
+                     UPDATE tasks SET lease_owner = NULL, lease_expires = NULL, followed = true
                      WHERE id = $1 AND lease_owner = $2 AND epoch = $3
                      RETURNING id)
                  SELECT pg_notify('mew_work', id) FROM released",

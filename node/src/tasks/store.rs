@@ -330,7 +330,7 @@ pub trait TaskStore: Send + Sync {
     }
 
     /// Lets go of a task's lease, leaving the task as it is stored (another replica may take
-    /// it).
+    /// it), and follows it (see [`TaskStore::follow`]): whoever takes it wakes this replica.
     async fn release(&self, _id: &TaskId) -> Result<(), StoreError> {
         Ok(())
     }
