@@ -10,7 +10,8 @@
 //! Migrations are versioned (`mew_schema`) and applied in one transaction under an advisory
 //! lock, so several replicas starting at once against one database migrate it once.
 //!
-//! **Leases.** A task row names the replica that runs it (`lease_owner`), until when
+//! **Leases.** A task row names the replica (and process: `owner`) that runs it
+//! (`lease_owner`), until when
 //! (`lease_expires`, by the database's clock) and under which epoch (`epoch`, from the
 //! sequence `lease_epochs`: every new holder gets a new one). The store remembers the epoch of
 //! each task this replica holds (`held`), and every write of a task is conditional on it in
@@ -127,6 +128,8 @@ const MIGRATIONS: &[&str] = &[
     // 6: whether a replica follows the task (see `follow`): only then do its events wake the
     // replicas.
     "ALTER TABLE tasks ADD COLUMN followed boolean NOT NULL DEFAULT false;",
+    // 7: which process offered a task waiting for a slot (see `offer`).
+    "ALTER TABLE tasks ADD COLUMN offered_by text;",
 ];
 
 /// The advisory lock key migrations run under ("mew" + "migr" in ASCII).
@@ -164,6 +167,14 @@ pub(crate) struct PostgresStore {
     replica: Replica,
     /// The epoch of each task this replica holds the lease of, by id.
     held: SyncMutex<HashMap<String, i64>>,
+    /// Names this process in the tasks it offers (`offered_by`, see [`TaskStore::offer`]):
+    /// its own `take_over` leaves them to the turn that waits for them here, which claims
+    /// them back; a later run of the replica (another token) takes them like any.
+    token: String,
+    /// What the leases this process holds name as their owner (`lease_owner`): the replica's
+    /// id and this process's token, so that the tasks a replica's last run held are told
+    /// from those this run is taking at the same moment.
+    owner: String,
     /// Wake-ups from the listening connection.
     changes: broadcast::Sender<Change>,
     /// Stops the listening connection.
@@ -237,16 +248,42 @@ impl PostgresStore {
         let (changes, _) = broadcast::channel(CHANGES_BUFFER);
         let stop = CancellationToken::new();
         tokio::spawn(listen(config, tls, changes.clone(), stop.clone()));
+        let token = uuid::Uuid::now_v7().to_string();
+        let owner = format!("{}#{token}", replica.id);
         let store = Self {
+            owner,
             pool,
             location,
             replica,
             held: SyncMutex::new(HashMap::new()),
+            token,
             changes,
             stop,
         };
         store.beat(0).await?;
         Ok(store)
+    }
+
+    /// Lets go of the lease of task `id` and follows the task; `offered_by` names the
+    /// process that offers it (see [`TaskStore::offer`]), `None` when it is handed back.
+    async fn let_go(&self, id: &TaskId, offered_by: Option<&str>) -> Result<(), StoreError> {
+        let Some(epoch) = self.held().remove(id.as_str()) else {
+            return Ok(());
+        };
+        self.client()
+            .await?
+            .cached_query(
+                "WITH released AS (
+                     UPDATE tasks SET lease_owner = NULL, lease_expires = NULL, followed = true,
+                         offered_by = $4
+                     WHERE id = $1 AND lease_owner = $2 AND epoch = $3
+                     RETURNING id)
+                 SELECT pg_notify('mew_work', id) FROM released",
+                &[&id.as_str(), &self.owner, &epoch, &offered_by],
+            )
+            .await
+            .map(drop)
+            .map_err(|e| db_error(&format!("let go of task {id}"), e))
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
@@ -313,7 +350,7 @@ impl PostgresStore {
     /// The lease arguments of a write of `row` by this replica.
     fn lease_for<'a>(&'a self, row: &Row) -> Lease<'a> {
         Lease {
-            owner: &self.replica.id,
+            owner: &self.owner,
             lease_ms: self.lease_ms(),
             keeps: row.state == TaskState::Submitted.number()
                 || row.state == TaskState::Working.number(),
@@ -1203,7 +1240,8 @@ impl TaskStore for PostgresStore {
     async fn take_over(&self, limit: usize) -> Result<Vec<StoredTask>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let held: Vec<String> = self.held().keys().cloned().collect();
-        // A lapsed lease, none, or one this replica's last run left: what no live replica runs.
+        // A lapsed lease, none, or one this replica's last run left (not this run's: a lease it
+        // is taking right now is not in `held` yet): what no live replica runs.
         let rows = self
             .client()
             .await?
@@ -1211,17 +1249,26 @@ impl TaskStore for PostgresStore {
                 &format!(
                     "UPDATE tasks SET epoch = nextval('lease_epochs'), lease_owner = $1,
                          lease_expires = now() + $2::float8 * interval '1 millisecond',
-                         cancel_requested = false
+                         cancel_requested = false, offered_by = NULL
                      WHERE id IN (
                          SELECT id FROM tasks
                          WHERE state IN (1, 2)
-                           AND (lease_owner IS NULL OR lease_expires < now() OR lease_owner = $1)
+                           AND (lease_owner IS NULL OR lease_expires < now()
+                                OR (starts_with(lease_owner, $6) AND lease_owner <> $1))
                            AND NOT (id = ANY($3::text[]))
+                           AND offered_by IS DISTINCT FROM $5
                          ORDER BY created, id LIMIT $4
                          FOR UPDATE SKIP LOCKED)
                      RETURNING {COLUMNS}, epoch"
                 ),
-                &[&self.replica.id, &self.lease_ms(), &held, &limit],
+                &[
+                    &self.owner,
+                    &self.lease_ms(),
+                    &held,
+                    &limit,
+                    &self.token,
+                    &format!("{}#", self.replica.id),
+                ],
             )
             .await
             .map_err(|e| db_error("take over unfinished tasks", e))?;
@@ -1248,16 +1295,19 @@ impl TaskStore for PostgresStore {
             .cached_query(
                 &format!(
                     "UPDATE tasks SET epoch = nextval('lease_epochs'), lease_owner = $1,
-                         lease_expires = now() + $2::float8 * interval '1 millisecond'
+                         lease_expires = now() + $2::float8 * interval '1 millisecond',
+                         offered_by = NULL
                      WHERE id = $3 AND state = ANY($4::integer[])
-                       AND (lease_owner IS NULL OR lease_expires < now() OR lease_owner = $1)
+                       AND (lease_owner IS NULL OR lease_expires < now()
+                            OR (starts_with(lease_owner, $5) AND lease_owner <> $1))
                      RETURNING {COLUMNS}, epoch"
                 ),
                 &[
-                    &self.replica.id,
+                    &self.owner,
                     &self.lease_ms(),
                     &id.as_str(),
                     &unfinished.as_slice(),
+                    &format!("{}#", self.replica.id),
                 ],
             )
             .await
@@ -1266,22 +1316,11 @@ impl TaskStore for PostgresStore {
     }
 
     async fn release(&self, id: &TaskId) -> Result<(), StoreError> {
-        let Some(epoch) = self.held().remove(id.as_str()) else {
-            return Ok(());
-        };
-        self.client()
-            .await?
-            .cached_query(
-                "WITH released AS (
-                     UPDATE tasks SET lease_owner = NULL, lease_expires = NULL, followed = true
-                     WHERE id = $1 AND lease_owner = $2 AND epoch = $3
-                     RETURNING id)
-                 SELECT pg_notify('mew_work', id) FROM released",
-                &[&id.as_str(), &self.replica.id, &epoch],
-            )
-            .await
-            .map(drop)
-            .map_err(|e| db_error(&format!("let go of task {id}"), e))
+        self.let_go(id, None).await
+    }
+
+    async fn offer(&self, id: &TaskId) -> Result<(), StoreError> {
+        self.let_go(id, Some(&self.token)).await
     }
 
     async fn heartbeat(&self) -> Result<Heartbeat, StoreError> {
@@ -1294,7 +1333,7 @@ impl TaskStore for PostgresStore {
                 "UPDATE tasks SET lease_expires = now() + $2::float8 * interval '1 millisecond'
                  WHERE lease_owner = $1 AND id = ANY($3::text[])
                  RETURNING id, epoch, cancel_requested",
-                &[&self.replica.id, &self.lease_ms(), &ids],
+                &[&self.owner, &self.lease_ms(), &ids],
             )
             .await
             .map_err(|e| db_error("renew this replica's leases", e))?;
@@ -1465,7 +1504,7 @@ async fn listen(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tasks::store_tests::{T0, postgres_database, replica, stored};
+    use crate::tasks::store_tests::{T0, ids, postgres_database, replica, stored};
 
     fn error_text<T>(result: Result<T, StoreError>) -> String {
         match result {
@@ -1611,6 +1650,47 @@ mod tests {
         }
         let events = seen.iter().filter(|c| **c == Change::Event(id.clone()));
         assert_eq!(events.count(), 1, "{seen:?}");
+    }
+
+    #[tokio::test]
+    async fn an_offered_task_is_left_to_its_waiting_turn_here_and_taken_by_others() {
+        let url = postgres_database().await;
+        let a = PostgresStore::open(&url, None, replica("a")).await.unwrap();
+        let b = PostgresStore::open(&url, None, replica("b")).await.unwrap();
+        let id = TaskId::from("t1");
+        let task = stored("t1", "c1", "r", TaskState::Submitted, T0);
+        a.create(&task, &[], &[]).await.unwrap();
+
+        // Offered: this process's own take-over leaves it (its turn waits for it here)...
+        a.offer(&id).await.unwrap();
+        assert!(a.take_over(10).await.unwrap().is_empty());
+        // ... and claims it back; offered again, another replica takes it.
+        assert!(a.claim(&id).await.unwrap().is_some());
+        a.offer(&id).await.unwrap();
+        let taken = b.take_over(10).await.unwrap();
+        assert_eq!(ids(&taken), ["t1"]);
+        assert_eq!(a.claim(&id).await.unwrap(), None);
+
+        // A later run of the offering replica takes what the last one offered.
+        b.offer(&id).await.unwrap();
+        let again = PostgresStore::open(&url, None, replica("b")).await.unwrap();
+        assert_eq!(ids(&again.take_over(10).await.unwrap()), ["t1"]);
+    }
+
+    #[tokio::test]
+    async fn a_process_never_takes_over_its_own_leases_only_its_last_runs() {
+        let url = postgres_database().await;
+        let a = PostgresStore::open(&url, None, replica("a")).await.unwrap();
+        let task = stored("t1", "c1", "r", TaskState::Working, T0);
+        a.create(&task, &[], &[]).await.unwrap();
+        // As while a lease is being taken: written, not yet among those it holds.
+        let held = std::mem::take(&mut *a.held());
+        assert!(a.take_over(10).await.unwrap().is_empty());
+        assert_eq!(a.claim(&"t1".into()).await.unwrap(), None);
+        a.held().extend(held);
+        // The replica's next run takes what this one left at once.
+        let next = PostgresStore::open(&url, None, replica("a")).await.unwrap();
+        assert_eq!(ids(&next.take_over(10).await.unwrap()), ["t1"]);
     }
 
     #[tokio::test]

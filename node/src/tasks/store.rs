@@ -335,6 +335,13 @@ pub trait TaskStore: Send + Sync {
         Ok(())
     }
 
+    /// Offers a new task waiting for a slot here to the other replicas: [`TaskStore::release`],
+    /// except that this process's own `take_over` leaves the task to the turn waiting for it
+    /// here, which claims it back when its slot comes.
+    async fn offer(&self, id: &TaskId) -> Result<(), StoreError> {
+        self.release(id).await
+    }
+
     /// Keeps this replica's leases alive, and says which it lost and which tasks others want
     /// canceled.
     async fn heartbeat(&self) -> Result<Heartbeat, StoreError> {

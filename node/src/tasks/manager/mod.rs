@@ -642,7 +642,7 @@ impl TaskManager {
             && live.state.lock().await.stored.task.status.state == TaskState::Submitted
             && {
                 live.offered.store(true, Ordering::SeqCst);
-                match self.store.release(&live.id).await {
+                match self.store.offer(&live.id).await {
                     Ok(()) => true,
                     Err(e) => {
                         warn!(task_id = %live.id, error = %e, "cannot offer a waiting task to the other replicas");
