@@ -321,11 +321,37 @@ impl Observer for Reporter {
     }
 }
 
+/// The last piece of a run's answer text, held back for the write that ends the turn.
+struct LastPiece {
+    artifact_id: ArtifactId,
+    text: String,
+    /// Whether earlier pieces were sent (this one is appended to them).
+    started: bool,
+}
+
+impl LastPiece {
+    /// Sends it on its own, saying it is the last.
+    async fn send(self, sink: &dyn EventSink) {
+        let _ = sink
+            .text(
+                self.artifact_id,
+                "response",
+                self.text,
+                (self.started, true),
+            )
+            .await;
+    }
+}
+
 /// Drains reports into the sink, merging text that arrived together. The text goes out as
-/// chunks of one `response` artifact, each sent when the next report arrives, so that the
-/// last one, sent when the run is over, says `lastChunk` (an empty last chunk when the run
-/// ended with notes after its text).
-async fn forward(mut queue: mpsc::UnboundedReceiver<Report>, sink: Arc<dyn EventSink>) {
+/// chunks of one `response` artifact, each sent when the next report arrives; the last one
+/// (an empty one when the run ended with notes after its text) is returned for the runner to
+/// send, saying `lastChunk`, with the status that ends the turn. `None` when there was no
+/// text, or the sink closed.
+async fn forward(
+    mut queue: mpsc::UnboundedReceiver<Report>,
+    sink: Arc<dyn EventSink>,
+) -> Option<LastPiece> {
     let artifact_id = ArtifactId::generate();
     let mut started = false;
     let mut held: Option<String> = None;
@@ -368,7 +394,7 @@ async fn forward(mut queue: mpsc::UnboundedReceiver<Report>, sink: Arc<dyn Event
         // Text held back goes out before what came after it; the newest is held in turn.
         if let Some(previous) = held.take() {
             if !send(previous, started, false).await {
-                return;
+                return None;
             }
             started = true;
         }
@@ -379,25 +405,29 @@ async fn forward(mut queue: mpsc::UnboundedReceiver<Report>, sink: Arc<dyn Event
             && let Some(previous) = held.take()
         {
             if !send(previous, started, false).await {
-                return;
+                return None;
             }
             started = true;
         }
         for note in notes {
             if sink.progress(note).await.is_err() {
-                return;
+                return None;
             }
         }
     }
     // The run is over: its last chunk says so.
     match held {
-        Some(text) => {
-            let _ = send(text, started, true).await;
-        }
-        None if started => {
-            let _ = send(String::new(), true, true).await;
-        }
-        None => {}
+        Some(text) => Some(LastPiece {
+            artifact_id,
+            text,
+            started,
+        }),
+        None if started => Some(LastPiece {
+            artifact_id,
+            text: String::new(),
+            started: true,
+        }),
+        None => None,
     }
 }
 
@@ -680,7 +710,12 @@ impl Executor for ModelExecutor {
             )
             .await;
         // The reporter is gone: the forwarder drains what is left and ends.
-        let _ = forwarder.await;
+        let mut last = forwarder.await.ok().flatten();
+        if !matches!(outcome, Ok(Outcome::Answered(_)))
+            && let Some(piece) = last.take()
+        {
+            piece.send(sink.as_ref()).await;
+        }
 
         if let Some(skills) = &skills {
             state.active_skills = skills.active();
@@ -705,9 +740,19 @@ impl Executor for ModelExecutor {
                 } else {
                     text
                 };
-                sink.status(TaskState::Completed, Some(Message::agent_text(answer)))
-                    .await
-                    .map_err(closed)
+                let answer = Some(Message::agent_text(answer));
+                // The answer's last piece and the status are stored in one write.
+                match last.take() {
+                    Some(piece) => sink.text_then_status(
+                        (piece.artifact_id, "response"),
+                        (piece.text, piece.started),
+                        TaskState::Completed,
+                        answer,
+                    ),
+                    None => sink.status(TaskState::Completed, answer),
+                }
+                .await
+                .map_err(closed)
             }
             Ok(Outcome::NeedsApproval(pending)) => {
                 if children.outstanding() {

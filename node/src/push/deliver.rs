@@ -454,7 +454,7 @@ mod tests {
             })
             .collect();
         store
-            .put_with_events(&task, None, std::slice::from_ref(config), &rows)
+            .put_with_events(&task, &[], std::slice::from_ref(config), &rows)
             .await
             .unwrap();
     }

@@ -82,6 +82,20 @@ pub trait EventSink: Send + Sync {
         self.artifact(artifact, append, last_chunk).await
     }
 
+    /// The last piece of the text of artifact `artifact_id` (as [`Self::text`] with
+    /// `last_chunk`), then the move to `state`: in one write where the sink can, so that an
+    /// answer and the status that ends its turn are stored together.
+    async fn text_then_status(
+        &self,
+        (artifact_id, name): (ArtifactId, &str),
+        (text, append): (String, bool),
+        state: TaskState,
+        message: Option<Message>,
+    ) -> Result<(), SinkClosed> {
+        self.text(artifact_id, name, text, (append, true)).await?;
+        self.status(state, message).await
+    }
+
     /// Answers with a direct agent message; the task completes with it.
     async fn message(&self, message: Message) -> Result<(), SinkClosed>;
 

@@ -317,12 +317,12 @@ impl TaskStore for Counting {
     async fn put_with_events(
         &self,
         task: &StoredTask,
-        event: Option<&StreamResponse>,
+        events: &[StreamResponse],
         configs: &[mew_cards::TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError> {
         self.inner
-            .put_with_events(task, event, configs, outbox)
+            .put_with_events(task, events, configs, outbox)
             .await?;
         self.writes.lock().unwrap().push(task.clone());
         Ok(())

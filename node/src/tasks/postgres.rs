@@ -647,7 +647,8 @@ macro_rules! task_conflict {
 }
 use task_conflict;
 
-/// [`UPSERT`] with the task's event (`$17`) logged and the replicas that follow the task woken
+/// [`UPSERT`] with the task's events (numbers `$17`, events `$18`) logged and the replicas that
+/// follow the task woken
 /// (when one does: `followed`), in the same statement.
 const UPSERT_LOGGED: &str = concat!(
     "WITH written AS (",
@@ -658,7 +659,7 @@ const UPSERT_LOGGED: &str = concat!(
     task_conflict!(),
     "), logged AS (
          INSERT INTO task_events (task_id, generation, event)
-         SELECT id, $12, $17 FROM written)
+         SELECT id, n, e FROM written, unnest($17::bigint[], $18::text[]) AS logged(n, e))
      SELECT id, epoch, CASE WHEN followed THEN pg_notify('mew_events', id) END FROM written"
 );
 
@@ -682,7 +683,7 @@ const CREATE: &str = concat!(
     task_conflict!(),
     "), logged AS (
          INSERT INTO task_events (task_id, generation, event)
-         SELECT id, $12, $17 FROM written)
+         SELECT id, n, e FROM written, unnest($17::bigint[], $18::text[]) AS logged(n, e))
      SELECT context.owner IS NOT DISTINCT FROM $4::text, written.epoch
      FROM context LEFT JOIN written ON true"
 );
@@ -695,8 +696,13 @@ struct Lease<'a> {
     epoch: i64,
 }
 
-/// The arguments of [`UPSERT`] (and, with the event, of [`UPSERT_LOGGED`] and [`CREATE`]).
-fn task_params<'a>(row: &'a Row, lease: &'a Lease<'_>) -> Vec<&'a (dyn ToSql + Sync)> {
+/// The arguments of [`UPSERT`] (and, with the events' numbers and the events, of
+/// [`UPSERT_LOGGED`] and [`CREATE`]).
+fn task_params<'a>(
+    row: &'a Row,
+    lease: &'a Lease<'_>,
+    numbers: &'a Vec<i64>,
+) -> Vec<&'a (dyn ToSql + Sync)> {
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![
         &row.id,
         &row.context_id,
@@ -715,8 +721,9 @@ fn task_params<'a>(row: &'a Row, lease: &'a Lease<'_>) -> Vec<&'a (dyn ToSql + S
         &lease.keeps,
         &lease.epoch,
     ];
-    if let Some(event) = &row.event {
-        params.push(event);
+    if !row.events.is_empty() {
+        params.push(numbers);
+        params.push(&row.events);
     }
     params
 }
@@ -730,13 +737,14 @@ async fn put(
     row: &Row,
     lease: &Lease<'_>,
 ) -> Result<Option<i64>, StoreError> {
-    let sql = if row.event.is_some() {
-        UPSERT_LOGGED
-    } else {
+    let sql = if row.events.is_empty() {
         UPSERT
+    } else {
+        UPSERT_LOGGED
     };
+    let numbers = row.event_numbers();
     let rows = client
-        .cached_query(sql, &task_params(row, lease))
+        .cached_query(sql, &task_params(row, lease, &numbers))
         .await
         .map_err(|e| {
             db_error(
@@ -756,14 +764,15 @@ async fn insert_new(
     lease: &Lease<'_>,
 ) -> Result<(bool, Option<i64>), StoreError> {
     let fail = |e| db_error(&format!("store the new task {}", row.id), e);
-    if row.event.is_none() {
+    if row.events.is_empty() {
         return Err(StoreError::Backend(format!(
             "the new task {} has no first event",
             row.id
         )));
     }
+    let numbers = row.event_numbers();
     let written = client
-        .cached_query_one(CREATE, &task_params(row, lease))
+        .cached_query_one(CREATE, &task_params(row, lease, &numbers))
         .await
         .map_err(fail)?;
     let admitted: bool = written.try_get(0).map_err(fail)?;
@@ -982,11 +991,11 @@ impl TaskStore for PostgresStore {
     async fn put_with_events(
         &self,
         task: &StoredTask,
-        event: Option<&StreamResponse>,
+        events: &[StreamResponse],
         configs: &[TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError> {
-        let row = Row::with_event(task, event)?;
+        let row = Row::with_events(task, events)?;
         let configs: Vec<ConfigRow> = configs
             .iter()
             .map(ConfigRow::encode)
@@ -1585,7 +1594,7 @@ mod tests {
 
         // The old holder's write is refused, and its heartbeat says it lost the task.
         task.generation = 2;
-        let refused = a.put_with_events(&task, None, &[], &[]).await;
+        let refused = a.put_with_events(&task, &[], &[], &[]).await;
         assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
         assert_eq!(a.get(&"t1".into()).await.unwrap().unwrap().generation, 1);
         assert!(matches!(a.put(&task).await, Err(StoreError::Fenced(_))));
@@ -1593,10 +1602,10 @@ mod tests {
         assert!(loser.take_over(10).await.unwrap().is_empty());
 
         // The new holder writes; the end of the task lets go of the lease.
-        winner.put_with_events(&task, None, &[], &[]).await.unwrap();
+        winner.put_with_events(&task, &[], &[], &[]).await.unwrap();
         task.task.status.state = TaskState::Completed;
         task.generation = 3;
-        winner.put_with_events(&task, None, &[], &[]).await.unwrap();
+        winner.put_with_events(&task, &[], &[], &[]).await.unwrap();
         assert!(winner.held().is_empty());
         assert_eq!(
             winner.claim(&"t1".into()).await.unwrap(),
@@ -1616,7 +1625,7 @@ mod tests {
         task.task.status.state = TaskState::InputRequired;
         task.generation = 2;
         let event = StreamResponse::Task(task.task.clone());
-        a.put_with_events(&task, Some(&event), &[], &[])
+        a.put_with_events(&task, std::slice::from_ref(&event), &[], &[])
             .await
             .unwrap();
         assert!(a.held().is_empty(), "waiting for input, nobody holds it");
@@ -1632,7 +1641,7 @@ mod tests {
         task.generation = 3;
         let event = StreamResponse::Task(task.task.clone());
         holder
-            .put_with_events(&task, Some(&event), &[], &[])
+            .put_with_events(&task, std::slice::from_ref(&event), &[], &[])
             .await
             .unwrap();
         other.request_cancel(&"t1".into()).await.unwrap();

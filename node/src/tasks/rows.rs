@@ -30,8 +30,9 @@ pub(super) struct Row {
     pub(super) private: String,
     pub(super) attempts: i32,
     pub(super) generation: i64,
-    /// The event this row's snapshot comes from, as JSON, to log under `generation`.
-    pub(super) event: Option<String>,
+    /// The events this row's snapshot comes from, in order, as JSON, to log under the last
+    /// numbers up to `generation`.
+    pub(super) events: Vec<String>,
 }
 
 impl Row {
@@ -71,31 +72,46 @@ impl Row {
             generation: i64::try_from(stored.generation).map_err(|_| {
                 StoreError::Backend(format!("task {id} has too many events to store"))
             })?,
-            event: None,
+            events: Vec::new(),
         })
     }
 
-    /// [`Row::encode`], with `event` to log (when there is one) under the task's generation.
-    pub(super) fn with_event(
+    /// [`Row::encode`], with `events` to log under the task's last numbers.
+    pub(super) fn with_events(
         stored: &StoredTask,
-        event: Option<&StreamResponse>,
+        events: &[StreamResponse],
     ) -> Result<Self, StoreError> {
         let mut row = Self::encode(stored)?;
-        row.event = event
+        if i64::try_from(events.len()).map_or(true, |n| n > row.generation) {
+            return Err(StoreError::Backend(format!(
+                "task {} has {} events to log under number {}",
+                row.id,
+                events.len(),
+                row.generation
+            )));
+        }
+        row.events = events
+            .iter()
             .map(|event| {
                 serde_json::to_string(event).map_err(|e| {
                     StoreError::Backend(format!("cannot encode an event of task {}: {e}", row.id))
                 })
             })
-            .transpose()?;
+            .collect::<Result<_, _>>()?;
         Ok(row)
+    }
+
+    /// The numbers `events` are logged under, in order.
+    pub(super) fn event_numbers(&self) -> Vec<i64> {
+        let count = i64::try_from(self.events.len()).unwrap_or(0);
+        (self.generation - count + 1..=self.generation).collect()
     }
 
     /// [`Row::encode`], logging the task as it is as its event (a new task's first one).
     pub(super) fn with_snapshot(stored: &StoredTask) -> Result<Self, StoreError> {
         let mut row = Self::encode(stored)?;
         // The `task` member of a StreamResponse is the task as the row stores it.
-        row.event = Some(format!("{{\"task\":{}}}", row.task));
+        row.events = vec![format!("{{\"task\":{}}}", row.task)];
         Ok(row)
     }
 }

@@ -345,11 +345,11 @@ impl TaskStore for SqliteStore {
     async fn put_with_events(
         &self,
         task: &StoredTask,
-        event: Option<&StreamResponse>,
+        events: &[StreamResponse],
         configs: &[TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError> {
-        let row = Row::with_event(task, event)?;
+        let row = Row::with_events(task, events)?;
         let configs = configs
             .iter()
             .map(ConfigRow::encode)
@@ -1160,17 +1160,12 @@ fn put(conn: &Connection, row: &Row) -> Result<(), StoreError> {
         row.generation,
     ])
     .map_err(|e| write_error(&format!("store task {}", row.id), e))?;
-    if let Some(event) = &row.event {
+    for (generation, event) in row.event_numbers().into_iter().zip(&row.events) {
         conn.prepare_cached(
             "INSERT INTO task_events (task_id, generation, event) VALUES (?1, ?2, ?3)",
         )
-        .and_then(|mut stmt| stmt.execute(params![row.id, row.generation, event]))
-        .map_err(|e| {
-            write_error(
-                &format!("log event {} of task {}", row.generation, row.id),
-                e,
-            )
-        })?;
+        .and_then(|mut stmt| stmt.execute(params![row.id, generation, event]))
+        .map_err(|e| write_error(&format!("log event {generation} of task {}", row.id), e))?;
     }
     Ok(())
 }
@@ -1284,7 +1279,7 @@ mod tests {
         store
             .put_with_events(
                 &task,
-                None,
+                &[],
                 &[a.clone(), b.clone()],
                 &[
                     for_config(event("t", 1), "a"),
@@ -1296,7 +1291,7 @@ mod tests {
         store
             .put_with_events(
                 &task,
-                None,
+                &[],
                 &[],
                 &[
                     for_config(event("t", 2), "a"),
@@ -1418,7 +1413,7 @@ mod tests {
         store
             .put_with_events(
                 &task,
-                None,
+                &[],
                 &[hook("task-1", "a")],
                 &[for_config(event("task-1", 1), "a")],
             )

@@ -250,15 +250,15 @@ pub trait TaskStore: Send + Sync {
         owner: Option<&str>,
     ) -> Result<bool, StoreError>;
 
-    /// [`TaskStore::put`], and in the same transaction logs `event` (the change that made
-    /// this snapshot) as the task's event number `task.generation`, saves `configs` (push
-    /// configs of the task, replacing those with the same id) and enqueues `outbox`: either
-    /// all of it is durable or none. An event number already logged is refused, and nothing
-    /// is written.
+    /// [`TaskStore::put`], and in the same transaction logs `events` (the changes that made
+    /// this snapshot, in order) as the task's last event numbers, the last one
+    /// `task.generation`, saves `configs` (push configs of the task, replacing those with the
+    /// same id) and enqueues `outbox`: either all of it is durable or none. An event number
+    /// already logged is refused, and nothing is written.
     async fn put_with_events(
         &self,
         task: &StoredTask,
-        event: Option<&StreamResponse>,
+        events: &[StreamResponse],
         configs: &[TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError>;

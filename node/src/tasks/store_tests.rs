@@ -54,6 +54,7 @@ on_every_store!(
     attempts_are_kept,
     events_are_logged_with_their_snapshot_and_read_back_in_order,
     an_event_number_is_logged_once,
+    several_events_are_logged_in_one_write_under_consecutive_numbers,
     tasks_that_cannot_be_stored_are_refused_before_the_writer,
 );
 
@@ -617,7 +618,7 @@ async fn configs_without_ids_are_refused_before_the_writer(store: Arc<dyn TaskSt
     let task = stored("t", "c", "r", TaskState::Working, T0);
     assert!(
         store
-            .put_with_events(&task, None, &[hook("", "a")], &[])
+            .put_with_events(&task, &[], &[hook("", "a")], &[])
             .await
             .is_err()
     );
@@ -707,7 +708,7 @@ async fn events_are_logged_with_their_snapshot_and_read_back_in_order(store: Arc
         task.task.status = TaskStatus::new(TaskState::Working);
         let change = working("t");
         store
-            .put_with_events(&task, Some(&change), &[], &[])
+            .put_with_events(&task, std::slice::from_ref(&change), &[], &[])
             .await
             .unwrap();
         changes.push((n, change));
@@ -725,6 +726,31 @@ async fn events_are_logged_with_their_snapshot_and_read_back_in_order(store: Arc
     assert_eq!(store.events(&"other".into(), 0, 10).await.unwrap(), []);
 }
 
+async fn several_events_are_logged_in_one_write_under_consecutive_numbers(
+    store: Arc<dyn TaskStore>,
+) {
+    let mut task = stored("t", "c", "r", TaskState::Working, T0);
+    task.generation = 1;
+    store.create(&task, &[], &[]).await.unwrap();
+    let (first, second) = (working("t"), working("t"));
+    task.generation = 3;
+    store
+        .put_with_events(&task, &[first.clone(), second.clone()], &[], &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.events(&"t".into(), 1, 10).await.unwrap(),
+        [(2, first), (3, second)]
+    );
+    // More events than numbers up to the task's: refused, nothing written.
+    task.generation = 4;
+    let refused = store
+        .put_with_events(&task, &vec![working("t"); 5], &[], &[])
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(store.get(&"t".into()).await.unwrap().unwrap().generation, 3);
+}
+
 async fn an_event_number_is_logged_once(store: Arc<dyn TaskStore>) {
     let mut task = stored("t", "c", "r", TaskState::Submitted, T0);
     task.generation = 1;
@@ -733,7 +759,7 @@ async fn an_event_number_is_logged_once(store: Arc<dyn TaskStore>) {
     task.task.status = TaskStatus::new(TaskState::Working);
     let first = working("t");
     store
-        .put_with_events(&task, Some(&first), &[], &[])
+        .put_with_events(&task, std::slice::from_ref(&first), &[], &[])
         .await
         .unwrap();
     // A second writer with the same number (one that lost the task, say) writes nothing.
@@ -746,7 +772,12 @@ async fn an_event_number_is_logged_once(store: Arc<dyn TaskStore>) {
         metadata: None,
     });
     let refused = store
-        .put_with_events(&rival, Some(&done), &[], &[for_config(event("t", 9), "a")])
+        .put_with_events(
+            &rival,
+            std::slice::from_ref(&done),
+            &[],
+            &[for_config(event("t", 9), "a")],
+        )
         .await;
     assert!(refused.is_err(), "{refused:?}");
     assert_eq!(store.get(&"t".into()).await.unwrap(), Some(task));

@@ -445,7 +445,7 @@ impl TaskManager {
         let outbox =
             outbox_rows(&push, &StreamResponse::Task(stored.task.clone())).map_err(store_error)?;
         self.store
-            .put_with_events(&stored, Some(&event), &push, &outbox)
+            .put_with_events(&stored, std::slice::from_ref(&event), &push, &outbox)
             .await
             .map_err(store_error)?;
         if !push.is_empty() {
@@ -1159,35 +1159,57 @@ async fn record_as(
     event: StreamResponse,
     stored: Stored,
 ) -> Result<(), StoreError> {
+    record_all(store, push_wake, state, vec![(event, stored)]).await
+}
+
+/// Records `events` in order, in one write: each applied to the snapshot as its [`Stored`]
+/// says and numbered, then all logged with the snapshot and their push notifications, and
+/// only then announced.
+async fn record_all(
+    store: &dyn TaskStore,
+    push_wake: &Notify,
+    state: &mut LiveState,
+    events: Vec<(StreamResponse, Stored)>,
+) -> Result<(), StoreError> {
     let previous = state.stored.task.clone();
-    let attempts = state.stored.attempts;
-    state.stored.generation += 1;
+    let (attempts, generation) = (state.stored.attempts, state.stored.generation);
     state.apply_annotations();
-    state.stored.task.apply(&event);
-    if state.stored.task.status.state.ends_stream() {
-        // The turn is over: the next one starts with all its attempts.
-        state.stored.attempts = 0;
+    let mut outbox = Vec::new();
+    let mut logged = Vec::with_capacity(events.len());
+    let mut failed = None;
+    for (event, stored) in events {
+        state.stored.generation += 1;
+        state.stored.task.apply(&event);
+        if state.stored.task.status.state.ends_stream() {
+            // The turn is over: the next one starts with all its attempts.
+            state.stored.attempts = 0;
+        }
+        if let (Stored::JoiningText, StreamResponse::ArtifactUpdate(update)) = (stored, &event) {
+            join_last_text(&mut state.stored.task, &update.artifact.artifact_id);
+        }
+        match outbox_rows(&state.push, &event) {
+            Ok(rows) => outbox.extend(rows),
+            Err(e) => failed = Some(e),
+        }
+        logged.push(event);
     }
-    if let (Stored::JoiningText, StreamResponse::ArtifactUpdate(update)) = (stored, &event) {
-        join_last_text(&mut state.stored.task, &update.artifact.artifact_id);
-    }
-    // The event is logged, and its push notifications enqueued, in the same transaction as
-    // the change.
-    let written = match outbox_rows(&state.push, &event) {
-        Ok(outbox) => store
-            .put_with_events(&state.stored, Some(&event), &[], &outbox)
+    // The events are logged, and their push notifications enqueued, in the same transaction
+    // as the change.
+    let written = match failed {
+        None => store
+            .put_with_events(&state.stored, &logged, &[], &outbox)
             .await
             .inspect(|()| {
                 if !outbox.is_empty() {
                     push_wake.notify_one();
                 }
             }),
-        Err(e) => Err(e),
+        Some(e) => Err(e),
     };
     if let Err(e) = written {
         state.stored.task = previous;
         state.stored.attempts = attempts;
-        state.stored.generation -= 1;
+        state.stored.generation = generation;
         return Err(e);
     }
     state.annotations.clear();
@@ -1195,10 +1217,9 @@ async fn record_as(
         state.busy = false;
     }
     // No receivers is fine: nobody is watching.
-    let _ = state.events.send(Stamped {
-        seq: state.stored.generation,
-        event,
-    });
+    for (seq, event) in (generation + 1..).zip(logged) {
+        let _ = state.events.send(Stamped { seq, event });
+    }
     Ok(())
 }
 

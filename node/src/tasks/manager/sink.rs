@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use tracing::warn;
 
-use super::{Live, Stored, apply_annotation, own_message, record_as, status_event};
+use super::{Live, Stored, apply_annotation, own_message, record_all, status_event};
 
 /// Reports events from a running turn into its task.
 pub(super) struct Sink {
@@ -36,49 +36,62 @@ impl Sink {
         make: impl FnOnce(&Task) -> Option<StreamResponse>,
         stored: Stored,
     ) -> Result<(), SinkClosed> {
+        self.record_all(|task| {
+            make(task)
+                .map(|event| (event, stored))
+                .into_iter()
+                .collect()
+        })
+        .await
+    }
+
+    /// Records the events `make` gives, in one write (none: nothing).
+    async fn record_all(
+        &self,
+        make: impl FnOnce(&Task) -> Vec<(StreamResponse, Stored)>,
+    ) -> Result<(), SinkClosed> {
         let mut state = self.live.state.lock().await;
         if state.turn != self.turn || !state.busy || self.live.cancel.is_cancelled() {
             return Err(SinkClosed);
         }
-        let Some(event) = make(&state.stored.task) else {
+        let events = make(&state.stored.task);
+        if events.is_empty() {
             return Ok(());
-        };
-        record_as(
-            self.store.as_ref(),
-            &self.push_wake,
-            &mut state,
-            event,
-            stored,
-        )
-        .await
-        .map_err(|e| {
-            warn!(error = %e, "cannot persist an event; the task stops");
-            if matches!(e, crate::tasks::store::StoreError::Fenced(_)) {
-                self.live.lost();
-            }
-            SinkClosed
-        })
+        }
+        record_all(self.store.as_ref(), &self.push_wake, &mut state, events)
+            .await
+            .map_err(|e| {
+                warn!(error = %e, "cannot persist an event; the task stops");
+                if matches!(e, crate::tasks::store::StoreError::Fenced(_)) {
+                    self.live.lost();
+                }
+                SinkClosed
+            })
     }
 }
 
 #[async_trait]
 impl EventSink for Sink {
     async fn status(&self, state: TaskState, message: Option<Message>) -> Result<(), SinkClosed> {
-        self.record(|task| {
-            let current = task.status.state;
-            if !current.can_become(state) || state == TaskState::Submitted {
-                warn!(from = %current, to = %state, "ignoring an illegal state change");
-                return None;
-            }
-            let message = message.map(|m| own_message(task, m));
-            Some(status_event(
-                task,
-                TaskStatus {
-                    state,
-                    message,
-                    timestamp: Some(Timestamp::now()),
-                },
-            ))
+        self.record(|task| status_change(task, state, message))
+            .await
+    }
+
+    async fn text_then_status(
+        &self,
+        (artifact_id, name): (ArtifactId, &str),
+        (text, append): (String, bool),
+        state: TaskState,
+        message: Option<Message>,
+    ) -> Result<(), SinkClosed> {
+        let artifact = text_artifact(artifact_id, name, text);
+        self.record_all(|task| {
+            let mut events = vec![(
+                artifact_update(task, artifact, (append, true)),
+                Stored::JoiningText,
+            )];
+            events.extend(status_change(task, state, message).map(|e| (e, Stored::AsSent)));
+            events
         })
         .await
     }
@@ -112,23 +125,9 @@ impl EventSink for Sink {
         text: String,
         (append, last_chunk): (bool, bool),
     ) -> Result<(), SinkClosed> {
-        let artifact = Artifact {
-            artifact_id,
-            name: name.to_owned(),
-            parts: vec![mew_cards::Part::text(text)],
-            ..Artifact::default()
-        };
+        let artifact = text_artifact(artifact_id, name, text);
         self.record_as(
-            |task| {
-                Some(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                    task_id: task.id.clone(),
-                    context_id: task.context_id.clone(),
-                    artifact,
-                    append,
-                    last_chunk,
-                    metadata: None,
-                }))
-            },
+            |task| Some(artifact_update(task, artifact, (append, last_chunk))),
             Stored::JoiningText,
         )
         .await
@@ -255,4 +254,52 @@ impl EventSink for Sink {
             .flat_map(|t| mew_cards::mew::MewMetadata::read(t.task.metadata.as_ref()).children)
             .collect()
     }
+}
+
+/// The move of `task` to `state`, or `None` (with a warning) when it may not move there.
+fn status_change(
+    task: &Task,
+    state: TaskState,
+    message: Option<Message>,
+) -> Option<StreamResponse> {
+    let current = task.status.state;
+    if !current.can_become(state) || state == TaskState::Submitted {
+        warn!(from = %current, to = %state, "ignoring an illegal state change");
+        return None;
+    }
+    let message = message.map(|m| own_message(task, m));
+    Some(status_event(
+        task,
+        TaskStatus {
+            state,
+            message,
+            timestamp: Some(Timestamp::now()),
+        },
+    ))
+}
+
+/// A text artifact (or piece of one) with one part.
+fn text_artifact(artifact_id: ArtifactId, name: &str, text: String) -> Artifact {
+    Artifact {
+        artifact_id,
+        name: name.to_owned(),
+        parts: vec![mew_cards::Part::text(text)],
+        ..Artifact::default()
+    }
+}
+
+/// The event that adds `artifact` to `task` (`append`ed to its earlier pieces, `last_chunk`).
+fn artifact_update(
+    task: &Task,
+    artifact: Artifact,
+    (append, last_chunk): (bool, bool),
+) -> StreamResponse {
+    StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+        task_id: task.id.clone(),
+        context_id: task.context_id.clone(),
+        artifact,
+        append,
+        last_chunk,
+        metadata: None,
+    })
 }
