@@ -1257,13 +1257,7 @@ async fn a_delegated_task_on_another_node_is_followed_again_after_a_crash_not_st
         ),
         Step::text("The worker finished.").expect_tool_results(["call_1"]),
     ])?;
-    let mut a = node(
-        &model,
-        "openai",
-        &[("boss.md", &role("boss", "tools: [Agent]\n"))],
-    )
-    .await?;
-    let boss = a.agent("/agents/boss", Binding::JsonRpc).await?;
+    let (mut a, boss) = boss_node(&model).await?;
     let task = start_task(&boss, "get the work done on B").await?;
     // The child runs on B, and A has recorded it with the call that started it.
     child_recorded(&boss, &task.id, &runs).await?;
@@ -1316,13 +1310,7 @@ async fn a_background_child_running_at_a_crash_still_sends_its_notice() -> anyho
         Step::text("Still waiting.").expect_tool_results(["call_1"]),
         Step::text("The worker finished in the background.").expect_last_user("finished the work"),
     ])?;
-    let mut a = node(
-        &model,
-        "openai",
-        &[("boss.md", &role("boss", "tools: [Agent]\n"))],
-    )
-    .await?;
-    let boss = a.agent("/agents/boss", Binding::JsonRpc).await?;
+    let (mut a, boss) = boss_node(&model).await?;
     let task = start_task(&boss, "get the work done on B in the background").await?;
     child_recorded(&boss, &task.id, &runs).await?;
     model_asked(&model, 2).await?;
@@ -1367,6 +1355,18 @@ async fn gated_worker() -> anyhow::Result<(MewNode, std::path::PathBuf, std::pat
     )?;
     b.launch().await?;
     Ok((b, runs, gate))
+}
+
+/// A node A with a model role `boss` that may delegate, and its agent.
+async fn boss_node(model: &ScriptedModel) -> anyhow::Result<(MewNode, mew_transport::RemoteAgent)> {
+    let a = node(
+        model,
+        "openai",
+        &[("boss.md", &role("boss", "tools: [Agent]\n"))],
+    )
+    .await?;
+    let boss = a.agent("/agents/boss", Binding::JsonRpc).await?;
+    Ok((a, boss))
 }
 
 /// Sends `text` and returns the task at once.

@@ -105,17 +105,8 @@ impl EventSink for Sink {
         if artifact.artifact_id.is_empty() {
             artifact.artifact_id = ArtifactId::generate();
         }
-        self.record(|task| {
-            Some(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                task_id: task.id.clone(),
-                context_id: task.context_id.clone(),
-                artifact,
-                append,
-                last_chunk,
-                metadata: None,
-            }))
-        })
-        .await
+        self.record(|task| Some(artifact_update(task, artifact, (append, last_chunk))))
+            .await
     }
 
     async fn text(
