@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fs::{File, TryLockError};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use anyhow::{Context as _, bail};
 use mew_cards::{AgentCard, CardOptions, RoleDefinition, front_card, role_base_url, role_card};
@@ -37,16 +37,26 @@ use crate::tasks::manager::{Limits, Roles, TaskManager};
 use crate::tasks::store::TaskStore;
 use crate::tools::registry::ToolRegistry;
 
-/// The node's roles and what runs them.
+/// The node's roles and what runs them. The catalog is replaced whole when role files
+/// change; a task's turn holds the definition it started with.
 struct NodeRoles {
-    catalog: RoleCatalog,
+    catalog: RwLock<Arc<RoleCatalog>>,
     command: Arc<dyn Executor>,
     model: Arc<dyn Executor>,
 }
 
+impl NodeRoles {
+    fn catalog(&self) -> Arc<RoleCatalog> {
+        self.catalog
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
 impl Roles for NodeRoles {
     fn role(&self, name: &str) -> Option<Arc<RoleDefinition>> {
-        self.catalog.get(name)
+        self.catalog().get(name)
     }
 
     fn executor(&self, role: &RoleDefinition) -> Arc<dyn Executor> {
@@ -58,11 +68,16 @@ impl Roles for NodeRoles {
     }
 }
 
-/// Loads the role catalog from the standard directories plus `roles.dirs`.
-pub(crate) fn load_catalog(config: &Config) -> RoleCatalog {
+/// The directories roles are loaded from: the standard ones plus `roles.dirs`.
+fn role_dirs(config: &Config) -> RoleDirs {
     let mut dirs = RoleDirs::standard(config.home_dir.as_deref(), &config.project_dir);
     dirs.extra.extend(config.roles.dirs.iter().cloned());
-    RoleCatalog::load(&dirs)
+    dirs
+}
+
+/// Loads the role catalog from the standard directories plus `roles.dirs`.
+pub(crate) fn load_catalog(config: &Config) -> RoleCatalog {
+    RoleCatalog::load(&role_dirs(config))
 }
 
 /// Loads the roles as the node runs them: the catalog (its problems logged and skipped) and
@@ -118,10 +133,16 @@ pub(crate) struct Runtime {
     pub(crate) hook_problems: Vec<crate::hooks::HookProblem>,
     /// The node's signing key (cards, JWTs to peers and webhooks).
     pub(crate) identity: Arc<crate::identity::NodeKey>,
-    default_role: Arc<RoleDefinition>,
+    /// The role the front agent runs: the last version that loaded.
+    default_role: RwLock<Arc<RoleDefinition>>,
     roles: Arc<NodeRoles>,
-    /// The agent of every role, made (and its card signed) once.
-    agents: HashMap<String, Arc<RoleAgent>>,
+    /// The agent of every role, made (and its card signed) when its catalog is published.
+    agents: RwLock<HashMap<String, Arc<RoleAgent>>>,
+    /// Where delegations find roles: this node's (replaced with the catalog) and the peers'.
+    directory: Arc<Directory>,
+    /// What a change of role files is looked for in, and what they looked like last.
+    role_dirs: RoleDirs,
+    role_stamp: std::sync::Mutex<crate::user_file::Stamp>,
     store: Arc<dyn TaskStore>,
     /// The push notification dispatcher.
     push: crate::push::Push,
@@ -255,7 +276,7 @@ impl Runtime {
             tools
         };
         let roles = Arc::new(NodeRoles {
-            catalog,
+            catalog: RwLock::new(Arc::new(catalog)),
             command: Arc::new(CommandExecutor::new(
                 env.clone(),
                 config.limits.task_timeout,
@@ -296,6 +317,7 @@ impl Runtime {
             &config.node.public_url,
             client_options.tls.clone(),
         );
+        let role_dirs = role_dirs(&config);
         let runtime = Self {
             config,
             manager,
@@ -306,25 +328,34 @@ impl Runtime {
             hooks,
             hook_problems,
             identity,
-            default_role,
+            default_role: RwLock::new(default_role),
             roles,
-            agents: HashMap::new(),
+            agents: RwLock::default(),
+            directory,
+            // Empty: the first look finds the files "changed" and reads them once more, so a
+            // change made while the node started is not missed.
+            role_stamp: Default::default(),
+            role_dirs,
             store,
             push,
             _lock: lock,
         };
-        // Every role, published or not, can take delegated work from this node's agents.
-        let mut runtime = runtime;
-        runtime.agents = runtime
-            .catalog()
+        runtime.publish_agents();
+        Ok(runtime)
+    }
+
+    /// Makes the agent of every role of the catalog (published or not: each can take
+    /// delegated work from this node's agents) and hands them to the delegation directory.
+    fn publish_agents(&self) {
+        let catalog = self.catalog();
+        let agents: HashMap<String, Arc<RoleAgent>> = catalog
             .roles()
-            .map(|role| (role.name.clone(), Arc::new(runtime.role_agent(role))))
+            .map(|role| (role.name.clone(), Arc::new(self.role_agent(role))))
             .collect();
-        let local = runtime
-            .catalog()
+        let local = catalog
             .roles()
             .filter_map(|role| {
-                let agent = runtime.agents.get(&role.name)?.clone();
+                let agent = agents.get(&role.name)?.clone();
                 Some((
                     role.name.clone(),
                     LocalRole {
@@ -335,21 +366,76 @@ impl Runtime {
                 ))
             })
             .collect();
-        directory.set_local(local);
-        Ok(runtime)
+        *self.agents.write().unwrap_or_else(PoisonError::into_inner) = agents;
+        self.directory.set_local(local);
     }
 
-    /// Every role the node knows.
-    pub(crate) fn catalog(&self) -> &RoleCatalog {
-        &self.roles.catalog
+    /// Reads the role and skill files again if any changed since the last look, and publishes
+    /// what they define now: new roles get agents and cards, changed ones new versions, removed
+    /// ones are withdrawn; a file that no longer loads keeps its last good version (with a
+    /// problem that says so). Tasks already running keep the definition they started with.
+    /// `None` when nothing changed.
+    pub(crate) fn reload(&self) -> Option<RoleChanges> {
+        let stamp = {
+            let mut stamp = self.role_dirs.stamp();
+            for root in self.skills.roots() {
+                stamp.add_dir(&root.dir, 1);
+            }
+            stamp
+        };
+        {
+            let mut last = self
+                .role_stamp
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if *last == stamp {
+                return None;
+            }
+            *last = stamp;
+        }
+        let before = self.catalog();
+        let skills_before = (self.skills.list(), self.skills.problems());
+        self.skills.reload();
+        let catalog = RoleCatalog::load(&self.role_dirs).keeping_last_good(&before);
+        let skills_changed = (self.skills.list(), self.skills.problems()) != skills_before;
+        if catalog == *before && !skills_changed {
+            return None;
+        }
+        let changes = RoleChanges::between(&before, &catalog, skills_changed);
+        match catalog.get(&self.config.node.default_role) {
+            Some(role) => {
+                *self
+                    .default_role
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner) = role;
+            }
+            None => warn!(
+                role = %self.config.node.default_role,
+                "the default role is gone from the role files; the front agent keeps its last \
+                 version"
+            ),
+        }
+        *self
+            .roles
+            .catalog
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(catalog);
+        self.publish_agents();
+        Some(changes)
+    }
+
+    /// Every role the node knows, as last loaded.
+    pub(crate) fn catalog(&self) -> Arc<RoleCatalog> {
+        self.roles.catalog()
     }
 
     /// The role `name`; the error lists the known roles.
     pub(crate) fn known_role(&self, name: &str) -> anyhow::Result<Arc<RoleDefinition>> {
-        self.catalog().get(name).ok_or_else(|| {
+        let catalog = self.catalog();
+        catalog.get(name).ok_or_else(|| {
             anyhow::anyhow!(
                 "there is no role {name:?}; known roles: {}",
-                role_names(self.catalog())
+                role_names(&catalog)
             )
         })
     }
@@ -406,12 +492,16 @@ impl Runtime {
         }
     }
 
-    /// The agent of `role`: the one made at start for a role of the catalog.
+    /// The agent of `role`: the one made for this version of a role of the catalog.
     pub(crate) fn agent(&self, role: &Arc<RoleDefinition>) -> Arc<RoleAgent> {
-        match self.agents.get(&role.name) {
-            Some(agent) => agent.clone(),
-            None => Arc::new(self.role_agent(role)),
-        }
+        let known = self
+            .agents
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&role.name)
+            .filter(|agent| agent.definition() == role)
+            .cloned();
+        known.unwrap_or_else(|| Arc::new(self.role_agent(role)))
     }
 
     /// The agent of `role` alone.
@@ -427,19 +517,79 @@ impl Runtime {
     /// The node's front agent: runs the default role, sees every task; its card lists the
     /// published roles.
     pub(crate) fn front_agent(&self) -> RoleAgent {
-        let published: Vec<&RoleDefinition> =
-            self.catalog().published().map(AsRef::as_ref).collect();
+        let catalog = self.catalog();
+        let published: Vec<&RoleDefinition> = catalog.published().map(AsRef::as_ref).collect();
+        let default_role = self
+            .default_role
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         let card = self.signed(front_card(
             &published,
             &self.config.node.public_url,
-            &self.default_role.name,
+            &default_role.name,
             &self.card_options(),
         ));
         let extended = self.extended_card(&card);
-        RoleAgent::front(self.manager.clone(), self.default_role.clone(), card)
+        RoleAgent::front(self.manager.clone(), default_role, card)
             .with_hooks(self.hooks.clone(), self.config.project_dir.clone())
             .with_push(crate::push::Webhooks::new(&self.config.push))
             .with_extended_card(extended)
+    }
+
+    /// The node's HTTP surface over the roles as they are now: the front agent, each published
+    /// role under `/agents/{role}`, the list of their cards, and `/status`.
+    fn router(&self, surface: &Surface) -> axum::Router {
+        let catalog = self.catalog();
+        let published: Vec<&Arc<RoleDefinition>> = catalog.published().collect();
+        if let Some(authenticator) = &surface.authenticator {
+            authenticator.set_served_roles(published.iter().map(|r| r.name.clone()).collect());
+        }
+        let published_roles: Vec<PublishedRole> = published
+            .iter()
+            .map(|role| {
+                let agent = self.agent(role);
+                PublishedRole {
+                    name: role.name.clone(),
+                    card: agent.public_card().clone(),
+                    agent,
+                }
+            })
+            .collect();
+        let front: Arc<dyn AgentTransport> = Arc::new(self.front_agent());
+        let status = json!({
+            "name": self.config.node.name,
+            "url": self.config.node.public_url,
+            "roles": published.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+            "problems": catalog.problems(),
+            "hook_problems": self.hook_problems,
+            "skill_problems": self.skills.problems(),
+            "peers": self.peers.status_json(),
+        });
+        let status: crate::server::StatusSource = {
+            let store = self.store.clone();
+            Arc::new(move || {
+                let (store, mut status) = (store.clone(), status.clone());
+                Box::pin(async move {
+                    if store.shared() {
+                        status["replicas"] = match store.replicas().await {
+                            Ok(replicas) => json!(replicas),
+                            Err(e) => json!({ "error": e.to_string() }),
+                        };
+                    }
+                    status
+                })
+            })
+        };
+        crate::server::app(
+            front,
+            &published_roles,
+            status,
+            &self.identity.jwks(),
+            &surface.options,
+            surface.authenticator.clone(),
+            surface.ready.clone(),
+        )
     }
 
     /// Stops the tasks (waiting up to `node.shutdown_grace`), closes the task store and lets
@@ -464,6 +614,71 @@ impl Runtime {
         drop(roles);
         if let Err(e) = store.close().await {
             warn!(error = %e, "closing the task store failed");
+        }
+    }
+}
+
+/// What the node's HTTP surface is made with besides the roles.
+struct Surface {
+    options: ServerOptions,
+    authenticator: Option<Arc<crate::server::auth::Authenticator>>,
+    ready: crate::server::Readiness,
+}
+
+/// What a [`Runtime::reload`] changed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct RoleChanges {
+    /// Roles that are new.
+    pub(crate) added: Vec<String>,
+    /// Roles defined anew (or published or withdrawn from the cards).
+    pub(crate) changed: Vec<String>,
+    /// Roles that are gone.
+    pub(crate) removed: Vec<String>,
+    /// Whether the skills changed (every card lists them).
+    pub(crate) skills: bool,
+    /// The problems of the role files that are new since the last load.
+    pub(crate) problems: Vec<crate::roles::catalog::Problem>,
+}
+
+impl RoleChanges {
+    fn between(before: &RoleCatalog, after: &RoleCatalog, skills: bool) -> Self {
+        let mut changes = Self {
+            skills,
+            ..Self::default()
+        };
+        for role in after.roles() {
+            match before.get(&role.name) {
+                None => changes.added.push(role.name.clone()),
+                Some(old) if old != *role => changes.changed.push(role.name.clone()),
+                Some(_) => {}
+            }
+        }
+        changes.removed = before
+            .roles()
+            .filter(|role| after.get(&role.name).is_none())
+            .map(|role| role.name.clone())
+            .collect();
+        changes.problems = after
+            .problems()
+            .iter()
+            .filter(|problem| !before.problems().contains(problem))
+            .cloned()
+            .collect();
+        changes
+    }
+
+    /// Logs the changes: a line for the roles, a warning for each new problem.
+    fn log(&self) {
+        let list = |names: &[String]| names.join(", ");
+        info!(
+            added = %list(&self.added),
+            changed = %list(&self.changed),
+            removed = %list(&self.removed),
+            skills_changed = self.skills,
+            "role files changed; serving what they define now"
+        );
+        for problem in &self.problems {
+            warn!(path = %problem.path, "role file: {}", problem.message);
         }
     }
 }
@@ -630,44 +845,6 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         );
     }
 
-    let published: Vec<Arc<RoleDefinition>> = runtime.catalog().published().cloned().collect();
-    let problems: Vec<_> = runtime.catalog().problems().to_vec();
-    let published_roles: Vec<PublishedRole> = published
-        .iter()
-        .map(|role| {
-            let agent = runtime.agent(role);
-            PublishedRole {
-                name: role.name.clone(),
-                card: agent.public_card().clone(),
-                agent,
-            }
-        })
-        .collect();
-    let front: Arc<dyn AgentTransport> = Arc::new(runtime.front_agent());
-    let status = json!({
-        "name": config.node.name,
-        "url": base,
-        "roles": published.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
-        "problems": problems,
-        "hook_problems": runtime.hook_problems,
-        "skill_problems": runtime.skills.problems(),
-        "peers": runtime.peers.status_json(),
-    });
-    let status: crate::server::StatusSource = {
-        let store = runtime.store.clone();
-        Arc::new(move || {
-            let (store, mut status) = (store.clone(), status.clone());
-            Box::pin(async move {
-                if store.shared() {
-                    status["replicas"] = match store.replicas().await {
-                        Ok(replicas) => json!(replicas),
-                        Err(e) => json!({ "error": e.to_string() }),
-                    };
-                }
-                status
-            })
-        })
-    };
     let server_options = ServerOptions {
         max_body_bytes: config.limits.max_body_bytes,
         max_inflight_body_bytes: config.limits.max_inflight_body_bytes,
@@ -694,15 +871,17 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
             })
         })
     };
-    let app = crate::server::app(
-        front,
-        &published_roles,
-        status,
-        &runtime.identity.jwks(),
-        &server_options,
+    let surface = Surface {
+        options: server_options,
         authenticator,
         ready,
-    );
+    };
+    // The whole HTTP surface is made again when role or skill files change, and swapped in at
+    // once: a request is served by one version of it from start to end.
+    let app = Arc::new(RwLock::new(runtime.router(&surface)));
+    let catalog = runtime.catalog();
+    let published: Vec<&Arc<RoleDefinition>> = catalog.published().collect();
+    let problems = catalog.problems();
 
     println!("mew: listening on {base}");
     println!(
@@ -789,10 +968,14 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
             stopping.cancel();
         }
     };
-    let service = tower::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
-        let request = crate::server::strip_trailing_slash(request.map(axum::body::Body::new));
-        tower::ServiceExt::oneshot(app.clone(), request)
-    });
+    let service = {
+        let app = app.clone();
+        tower::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
+            let request = crate::server::strip_trailing_slash(request.map(axum::body::Body::new));
+            let app = app.read().unwrap_or_else(PoisonError::into_inner).clone();
+            tower::ServiceExt::oneshot(app, request)
+        })
+    };
     let tls = tls.map(|config| tokio_rustls::TlsAcceptor::from(Arc::new(config)));
     let drain = CancellationToken::new();
     tokio::spawn({
@@ -803,14 +986,33 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         }
     });
     let server = crate::server::listen::serve(listener, tls, service, connection_limits, drain);
+    let watch = async {
+        let Some(every) = runtime.config.roles.watch else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                () = stopping.cancelled() => return std::future::pending().await,
+            }
+            // Reading files: off the runtime's worker threads.
+            let changes = tokio::task::block_in_place(|| runtime.reload());
+            if let Some(changes) = changes {
+                changes.log();
+                let router = tokio::task::block_in_place(|| runtime.router(&surface));
+                *app.write().unwrap_or_else(PoisonError::into_inner) = router;
+            }
+        }
+    };
     tokio::select! {
         () = server => {}
         () = async { stopping.cancelled().await; tokio::time::sleep(grace).await } => {
             warn!("connections still open after the shutdown grace period; closing them");
         }
+        () = watch => {}
     }
     info!("shutting down");
-    drop(published_roles);
+    drop(app);
     runtime.shutdown().await;
     Ok(())
 }

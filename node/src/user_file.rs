@@ -40,6 +40,51 @@ impl From<ReadError> for io::Error {
     }
 }
 
+/// The most entries of one directory a [`Stamp`] looks at; a directory with more is stamped by
+/// its first ones only (role and skill directories hold a few dozen).
+const MAX_STAMPED_ENTRIES: usize = 4096;
+
+/// What the files under some directories look like now: every entry's path, and the size,
+/// modification time and inode of what it points to. Two stamps differ when a file was
+/// added, removed, renamed, rewritten or replaced through a symlink (as mounted config volumes
+/// do), so a running node polls this instead of reading the files again.
+///
+/// Polling, rather than the kernel's file events (the `notify` crate): the directories may
+/// not exist yet when the node starts, a symlink swapped above them is not an event on them,
+/// and a few `stat` calls a second over a few small directories cost nothing.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Stamp(Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>, u64)>);
+
+impl Stamp {
+    /// Adds the entries of `dir` (none if it does not exist) and, `depth` levels down, the
+    /// entries of its subdirectories.
+    pub(crate) fn add_dir(&mut self, dir: &Path, depth: u32) {
+        use std::os::unix::fs::MetadataExt as _;
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        let mut paths: Vec<_> = entries
+            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+            .take(MAX_STAMPED_ENTRIES)
+            .collect();
+        paths.sort();
+        for path in paths {
+            // Following symlinks: what a link points to is what is read.
+            let metadata = fs::metadata(&path).ok();
+            let is_dir = metadata.as_ref().is_some_and(fs::Metadata::is_dir);
+            self.0.push((
+                path.clone(),
+                metadata.as_ref().map_or(0, fs::Metadata::len),
+                metadata.as_ref().and_then(|m| m.modified().ok()),
+                metadata.as_ref().map_or(0, |m| m.ino()),
+            ));
+            if is_dir && depth > 0 {
+                self.add_dir(&path, depth - 1);
+            }
+        }
+    }
+}
+
 /// Reads `path` (following symlinks) as UTF-8 text of at most `max_bytes`.
 pub(crate) fn read_text(path: &Path, max_bytes: u64) -> Result<String, ReadError> {
     // Checked before opening: opening a FIFO would block.

@@ -248,7 +248,7 @@ async fn chat_lines<O: Write, E: Write>(
             Line::Help => terminal.out.write_all(HELP.as_bytes()).map_err(io)?,
             Line::Agents => terminal
                 .out
-                .write_all(render_agents(runtime.catalog(), json).as_bytes())
+                .write_all(render_agents(&runtime.catalog(), json).as_bytes())
                 .map_err(io)?,
             Line::Clear => {
                 if let Some(context) = chat.context.take() {

@@ -225,6 +225,10 @@ pub struct RolesConfig {
     /// Extra role directories, absolute, in the order configured. They take precedence over
     /// the standard places (`~/.mew/roles`, the project's `.mew/roles`, ...).
     pub dirs: Vec<PathBuf>,
+    /// How often a running node looks for added, changed and removed role and skill files;
+    /// `None` (`roles.watch: 0`): never, roles change only with a restart.
+    #[serde(serialize_with = "duration::serialize_optional")]
+    pub watch: Option<Duration>,
 }
 
 /// How log lines are written.

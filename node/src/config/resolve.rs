@@ -110,7 +110,10 @@ impl LoadedConfig {
                 max_list_bytes: limits.max_list_bytes.get(),
                 max_attempts: limits.max_attempts,
             },
-            roles: RolesConfig { dirs },
+            roles: RolesConfig {
+                dirs,
+                watch: Some(settings.roles.watch).filter(|every| !every.is_zero()),
+            },
             skills,
             hooks: self.resolve_hooks(),
             permissions: PermissionsConfig {

@@ -138,11 +138,23 @@ impl Default for LimitsSettings {
     }
 }
 
-/// `roles:` — where role definitions are found besides the standard places.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+/// `roles:` — where role definitions are found besides the standard places, and how often a
+/// running node looks for changed role and skill files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct RolesSettings {
     pub(crate) dirs: Vec<PathBuf>,
+    #[serde(with = "duration")]
+    pub(crate) watch: Duration,
+}
+
+impl Default for RolesSettings {
+    fn default() -> Self {
+        Self {
+            dirs: Vec::new(),
+            watch: Duration::from_secs(1),
+        }
+    }
 }
 
 /// `permissions:` — the default mode and the rules; every rule is parsed when its layer is

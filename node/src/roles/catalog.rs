@@ -72,6 +72,22 @@ impl RoleDirs {
     }
 }
 
+impl RoleDirs {
+    /// What the role files of these directories look like now: a new stamp means a role file
+    /// was added, changed or removed.
+    pub(crate) fn stamp(&self) -> crate::user_file::Stamp {
+        let mut stamp = crate::user_file::Stamp::default();
+        for dir in [&self.user, &self.claude_project, &self.project]
+            .into_iter()
+            .flatten()
+            .chain(&self.extra)
+        {
+            stamp.add_dir(dir, 0);
+        }
+        stamp
+    }
+}
+
 /// How bad a [`Problem`] is.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -141,7 +157,7 @@ impl fmt::Display for Problem {
 
 /// Every role the node knows, by name, with what was shadowed and what went wrong on the way.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct RoleCatalog {
     roles: BTreeMap<String, Arc<RoleDefinition>>,
     /// Per name, the (source, path) of each definition a later layer replaced, earliest first.
@@ -181,6 +197,44 @@ impl RoleCatalog {
             catalog.add_layer(source, files);
         }
         catalog
+    }
+
+    /// This catalog, read again after a change, with what could not be read taken from
+    /// `previous`: a role whose file is now broken (or unreadable) stays as it last loaded, and
+    /// its problem says so, rather than disappearing or falling back to a role it had
+    /// replaced. A file that was removed takes its role with it.
+    pub(crate) fn keeping_last_good(mut self, previous: &RoleCatalog) -> Self {
+        for problem in &mut self.problems {
+            if problem.severity != Severity::Error {
+                continue;
+            }
+            let Some(good) = previous.roles().find(|role| role.path == problem.path) else {
+                continue;
+            };
+            // Only where the broken file's role would have won: not gone to another file of a
+            // higher layer, not renamed in a file that loads.
+            let surfaced = self.roles.get(&good.name);
+            let fell_back = surfaced.is_none_or(|now| {
+                previous
+                    .shadowed(&good.name)
+                    .iter()
+                    .any(|(_, path)| *path == now.path)
+            });
+            if !fell_back {
+                continue;
+            }
+            if let Some(replaced) = self.roles.insert(good.name.clone(), good.clone()) {
+                self.shadowed
+                    .entry(good.name.clone())
+                    .or_default()
+                    .push((replaced.source, replaced.path.clone()));
+            }
+            problem.message = format!(
+                "{}; role {:?} keeps its last good version",
+                problem.message, good.name
+            );
+        }
+        self
     }
 
     /// The role called `name` (case-sensitive).
@@ -497,6 +551,66 @@ mod tests {
         assert_eq!(general.permission_mode, PermissionMode::Default);
         assert_eq!(general.tags, ["general"]);
         assert_eq!(general.path, "builtin/general-purpose.md");
+    }
+
+    #[test]
+    fn a_broken_edit_keeps_the_last_good_version_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(dir.path(), "helper.md", role("helper", "first"));
+        let good = RoleCatalog::load(&only(dir.path()));
+        write(dir.path(), "helper.md", "---\nname: [unclosed\n---\nbody\n");
+        let reloaded = RoleCatalog::load(&only(dir.path())).keeping_last_good(&good);
+        assert_eq!(reloaded.get("helper").unwrap().description, "first");
+        let problem = &reloaded.problems()[0];
+        assert_eq!(problem.path, display(&file));
+        assert!(
+            problem
+                .message
+                .ends_with("role \"helper\" keeps its last good version"),
+            "{problem}"
+        );
+
+        // Fixed: the new version; removed: gone.
+        write(dir.path(), "helper.md", role("helper", "second"));
+        let fixed = RoleCatalog::load(&only(dir.path())).keeping_last_good(&reloaded);
+        assert_eq!(fixed.get("helper").unwrap().description, "second");
+        assert_eq!(fixed.problems(), &[]);
+        fs::remove_file(&file).unwrap();
+        let removed = RoleCatalog::load(&only(dir.path())).keeping_last_good(&fixed);
+        assert!(removed.get("helper").is_none());
+    }
+
+    #[test]
+    fn a_broken_override_keeps_itself_not_the_role_it_replaced() {
+        let (user, project) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        write(user.path(), "helper.md", role("helper", "user"));
+        write(project.path(), "helper.md", role("helper", "project"));
+        let dirs = RoleDirs {
+            user: Some(user.path().to_path_buf()),
+            project: Some(project.path().to_path_buf()),
+            ..RoleDirs::default()
+        };
+        let good = RoleCatalog::load(&dirs);
+        assert_eq!(good.get("helper").unwrap().description, "project");
+        write(project.path(), "helper.md", "not a role file\n");
+        let reloaded = RoleCatalog::load(&dirs).keeping_last_good(&good);
+        assert_eq!(reloaded.get("helper").unwrap().description, "project");
+    }
+
+    #[test]
+    fn the_stamp_changes_with_a_file_added_rewritten_or_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let dirs = only(&dir.path().join("agents"));
+        let empty = dirs.stamp();
+        assert_eq!(empty, dirs.stamp(), "nothing changed, the same stamp");
+        let file = write(&dir.path().join("agents"), "a.md", role("a", "x"));
+        let added = dirs.stamp();
+        assert_ne!(added, empty);
+        fs::write(&file, role("a", "a longer description")).unwrap();
+        let rewritten = dirs.stamp();
+        assert_ne!(rewritten, added);
+        fs::remove_file(&file).unwrap();
+        assert_eq!(dirs.stamp(), empty);
     }
 
     #[test]

@@ -36,6 +36,11 @@ pub(crate) struct RoleAgent {
 }
 
 impl RoleAgent {
+    /// The definition of the role it runs (for the front agent, the default role).
+    pub(crate) fn definition(&self) -> &Arc<RoleDefinition> {
+        &self.role
+    }
+
     /// The agent of `role` alone.
     pub(crate) fn role(
         manager: Arc<TaskManager>,

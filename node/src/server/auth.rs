@@ -63,8 +63,8 @@ pub(crate) struct Authenticator {
     /// The role the front agent (`/`) runs.
     default_role: String,
     /// The roles served under `/agents/{role}`; any other path under `/agents/` reaches the
-    /// front agent (as a tenant).
-    served_roles: Vec<String>,
+    /// front agent (as a tenant). Replaced when role files change.
+    served_roles: std::sync::RwLock<Vec<String>>,
 }
 
 /// JWT verification: the keys and one validation per accepted algorithm (jsonwebtoken wants
@@ -157,7 +157,7 @@ impl Authenticator {
                 ..AuthConfig::default()
             },
             default_role: default_role.to_owned(),
-            served_roles: served_roles.to_vec(),
+            served_roles: std::sync::RwLock::new(served_roles.to_vec()),
         }))
     }
 
@@ -330,13 +330,25 @@ impl Authenticator {
         found
     }
 
+    /// Serves `roles` under `/agents/{role}` from now on.
+    pub(crate) fn set_served_roles(&self, roles: Vec<String>) {
+        *self
+            .served_roles
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = roles;
+    }
+
     /// Whether `principal` may call `path`: the operations of a restricted role (under
     /// `/agents/{role}`, or the front agent's for the default role) admit only its principals.
     fn check_access(&self, path: &str, principal: &str) -> Result<(), Refusal> {
         if self.rules.roles.is_empty() {
             return Ok(());
         }
-        match role_of(path, &self.default_role, &self.served_roles) {
+        let served = self
+            .served_roles
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match role_of(path, &self.default_role, &served) {
             Some(role) if !admits(&self.rules.roles, role, principal) => Err(Refusal::Forbidden(
                 format!("`{principal}` may not use the role `{role}`"),
             )),

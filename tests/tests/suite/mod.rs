@@ -14,6 +14,7 @@ mod node_limits;
 mod node_mcp;
 mod node_peer_auth;
 mod node_push;
+mod node_reload;
 mod node_signing;
 mod node_skills;
 mod node_store;
