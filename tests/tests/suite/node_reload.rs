@@ -5,7 +5,11 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use mew_cards::{
+    GetTaskRequest, Message, SendMessageConfiguration, SendMessageRequest, SendMessageResponse,
+};
 use mew_tests::node::{MewNode, command_role, poll_until, send_text};
+use mew_transport::{AgentTransport as _, CallContext};
 use serde_json::Value;
 
 /// How long a change may take to show: the node looks every second; a busy machine is slower.
@@ -162,4 +166,68 @@ async fn a_skill_added_while_the_node_runs_is_listed_on_model_role_cards() {
     })
     .await
     .unwrap();
+}
+
+#[tokio::test]
+async fn a_task_running_while_its_role_changes_keeps_the_definition_it_started_with() {
+    let gates = tempfile::tempdir().unwrap();
+    let gate = gates.path().join("go");
+    let waiting = |answer: &str| {
+        format!(
+            "---\nname: slow\ndescription: Waits for its gate.\ncommand: [sh, -c, \"while [ ! -e '{}' ]; \
+             do sleep 0.05; done; echo {answer}\"]\n---\nWaits.\n",
+            gate.display()
+        )
+    };
+    let node = MewNode::start(&[("slow.md", &waiting("first"))])
+        .await
+        .unwrap();
+    let agent = node
+        .agent("/agents/slow", mew_transport::Binding::JsonRpc)
+        .await
+        .unwrap();
+    let request = SendMessageRequest {
+        configuration: Some(SendMessageConfiguration {
+            return_immediately: true,
+            ..Default::default()
+        }),
+        ..SendMessageRequest::new(Message::user_text("go"))
+    };
+    let SendMessageResponse::Task(running) = agent
+        .send_message(&CallContext::default(), request)
+        .await
+        .unwrap()
+    else {
+        panic!("expected a task");
+    };
+
+    node.write_role("slow.md", &waiting("second")).unwrap();
+    // The card does not show the command, so the node's log says when the new version is in.
+    poll_until("the changed role is published", SHOWS_WITHIN, || async {
+        Ok(node.output().contains("changed=slow").then_some(()))
+    })
+    .await
+    .unwrap();
+    std::fs::write(&gate, "").unwrap();
+    let done = poll_until("the running task ends", SHOWS_WITHIN, || async {
+        let task = agent
+            .get_task(
+                &CallContext::default(),
+                GetTaskRequest {
+                    id: running.id.clone(),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        Ok(task.status.state.is_terminal().then_some(task))
+    })
+    .await
+    .unwrap();
+    let text = format!("{:?}", done.artifacts);
+    assert!(text.contains("first") && !text.contains("second"), "{text}");
+    let next = send_text(&node, "slow", "again").await.unwrap();
+    assert!(
+        format!("{:?}", next.artifacts).contains("second"),
+        "{next:?}"
+    );
 }
