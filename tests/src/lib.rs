@@ -1,5 +1,6 @@
 //! Shared support for the end-to-end tests: reference agents, peers and process helpers.
 
+pub mod example;
 pub mod mcp;
 pub mod model;
 pub mod node;
