@@ -7,7 +7,7 @@ use mew_tests::node::MewNode;
 /// Runs one shell block of the README against `url` (the README's `127.0.0.1:7777`): stdout.
 async fn run_block(block: &str, url: &str) -> String {
     let block = block.replace("http://127.0.0.1:7777", url);
-    let output = tokio::process::Command::new("sh")
+    let output = mew_tests::process::command("sh")
         .args(["-c", &block])
         .output()
         .await
