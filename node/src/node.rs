@@ -562,6 +562,7 @@ impl Runtime {
             "url": self.config.node.public_url,
             "roles": published.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
             "problems": catalog.problems(),
+            "catalog": crate::roles::catalog::catalog_json(&catalog),
             "hook_problems": self.hook_problems,
             "skill_problems": self.skills.problems(),
             "peers": self.peers.status_json(),

@@ -451,6 +451,12 @@ fn render_human(catalog: &RoleCatalog) -> String {
 
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
 fn render_json(catalog: &RoleCatalog) -> String {
+    format!("{:#}\n", catalog_json(catalog))
+}
+
+/// The catalog as `mew agents --json` prints it, and a running node's `/status` reports it
+/// (under `catalog`).
+pub(crate) fn catalog_json(catalog: &RoleCatalog) -> serde_json::Value {
     let roles: Vec<serde_json::Value> = catalog
         .roles()
         .map(|role| {
@@ -470,8 +476,7 @@ fn render_json(catalog: &RoleCatalog) -> String {
             })
         })
         .collect();
-    let value = json!({"roles": roles, "problems": catalog.problems()});
-    format!("{value:#}\n")
+    json!({"roles": roles, "problems": catalog.problems()})
 }
 
 #[cfg(test)]

@@ -68,6 +68,19 @@ async fn a_role_file_added_changed_broken_and_removed_is_seen_without_a_restart(
             .any(|skill| skill["name"] == "shout"),
         "{front}"
     );
+    let (_, status) = node.get_json("/status").await.unwrap();
+    let shout = status["catalog"]["roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|role| role["name"] == "shout")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (&shout["kind"], &shout["source"]),
+        (&Value::from("command"), &Value::from("project")),
+        "{status}"
+    );
     let task = send_text(&node, "shout", "hello").await.unwrap();
     assert!(
         format!("{task:?}").contains("HELLO"),
