@@ -207,6 +207,8 @@ pub struct MewNode {
     port: u16,
     /// The open-file limit (soft and hard) the node runs under, if set.
     file_limit: Option<u64>,
+    /// A configuration layer given with `--config`, above the project's, if set.
+    config_file: Option<PathBuf>,
 }
 
 impl MewNode {
@@ -228,6 +230,7 @@ impl MewNode {
             env: Vec::new(),
             port: 0,
             file_limit: None,
+            config_file: None,
         })
     }
 
@@ -278,6 +281,11 @@ impl MewNode {
         self.file_limit = Some(files);
     }
 
+    /// Gives the node and its client commands `--config FILE` (from the next launch on).
+    pub fn set_config_file(&mut self, file: impl Into<PathBuf>) {
+        self.config_file = Some(file.into());
+    }
+
     /// Makes the node listen on `port` (from its next launch on) instead of a free one.
     pub fn set_port(&mut self, port: u16) {
         self.port = port;
@@ -323,6 +331,7 @@ impl MewNode {
             .current_dir(self.dir.path())
             .arg("--project")
             .arg(self.project_dir())
+            .args(self.config_args())
             .arg("up")
             .args(["--port", &self.port.to_string(), "--host", "127.0.0.1"])
             .arg("--data-dir")
@@ -462,6 +471,7 @@ impl MewNode {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .arg("--project")
             .arg(self.project_dir())
+            .args(self.config_args())
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -475,6 +485,14 @@ impl MewNode {
             String::from_utf8_lossy(&output.stdout).into_owned(),
             String::from_utf8_lossy(&output.stderr).into_owned(),
         ))
+    }
+
+    /// `--config FILE` when a layer is set, else nothing.
+    fn config_args(&self) -> Vec<std::ffi::OsString> {
+        match &self.config_file {
+            Some(file) => vec!["--config".into(), file.clone().into_os_string()],
+            None => Vec::new(),
+        }
     }
 
     /// The node's `HOME`.
