@@ -56,6 +56,8 @@ pub(crate) struct ChatArgs {
     /// The role to talk to [default: node.default_role]
     #[arg(long, value_name = "ROLE")]
     pub(crate) role: Option<String>,
+    #[command(flatten)]
+    pub(crate) data: super::DataDirArgs,
 }
 
 /// A line typed in a chat.
@@ -518,7 +520,10 @@ mod tests {
         );
 
         let result = chat(
-            ChatArgs { role: None },
+            ChatArgs {
+                role: None,
+                data: crate::cli::DataDirArgs::default(),
+            },
             project.config.clone(),
             false,
             &mut terminal,
@@ -561,7 +566,10 @@ mod tests {
         let mut terminal = terminal("/shout hello there\n/frobnicate\n/quit\n", false);
 
         let result = chat(
-            ChatArgs { role: None },
+            ChatArgs {
+                role: None,
+                data: crate::cli::DataDirArgs::default(),
+            },
             project.config.clone(),
             false,
             &mut terminal,
@@ -591,6 +599,7 @@ mod tests {
         let result = chat(
             ChatArgs {
                 role: Some("upper".to_owned()),
+                data: crate::cli::DataDirArgs::default(),
             },
             project.config.clone(),
             false,
@@ -632,7 +641,10 @@ mod tests {
         let project = Project::new(Some(&model), &[]);
         let mut first = terminal("my name is Ada\n", false);
         chat(
-            ChatArgs { role: None },
+            ChatArgs {
+                role: None,
+                data: crate::cli::DataDirArgs::default(),
+            },
             project.config.clone(),
             false,
             &mut first,
@@ -660,7 +672,10 @@ mod tests {
             false,
         );
         chat(
-            ChatArgs { role: None },
+            ChatArgs {
+                role: None,
+                data: crate::cli::DataDirArgs::default(),
+            },
             project.config.clone(),
             false,
             &mut second,
@@ -754,7 +769,10 @@ mod tests {
         // A first chat that ends with its input.
         let mut first = terminal("my name is Ada\n", false);
         chat(
-            ChatArgs { role: None },
+            ChatArgs {
+                role: None,
+                data: crate::cli::DataDirArgs::default(),
+            },
             project.config.clone(),
             false,
             &mut first,
@@ -794,7 +812,10 @@ mod tests {
             false,
         );
         chat(
-            ChatArgs { role: None },
+            ChatArgs {
+                role: None,
+                data: crate::cli::DataDirArgs::default(),
+            },
             project.config.clone(),
             false,
             &mut second,
@@ -851,7 +872,10 @@ mod tests {
         interrupt.send(()).unwrap();
 
         let failure = chat(
-            ChatArgs { role: None },
+            ChatArgs {
+                role: None,
+                data: crate::cli::DataDirArgs::default(),
+            },
             project.config.clone(),
             false,
             &mut terminal,

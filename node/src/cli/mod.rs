@@ -122,6 +122,15 @@ pub(crate) struct NodeArgs {
     pub(crate) data_dir: Option<PathBuf>,
 }
 
+/// `--data-dir` alone, for the subcommands that run the node's runtime without serving it
+/// (`mew run`, `mew chat`).
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct DataDirArgs {
+    /// Directory for the node's state [config: node.data_dir, env: MEW_DATA_DIR]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) data_dir: Option<PathBuf>,
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
@@ -258,10 +267,15 @@ impl Cli {
 
     fn flag_overrides(&self) -> FlagOverrides {
         let node = self.command.node_args().cloned().unwrap_or_default();
+        let data_dir = match &self.command {
+            Command::Run(args) => args.data.data_dir.clone(),
+            Command::Chat(args) => args.data.data_dir.clone(),
+            _ => None,
+        };
         FlagOverrides {
             host: node.host,
             port: node.port,
-            data_dir: node.data_dir,
+            data_dir: node.data_dir.or(data_dir),
             log_level: self.global.log_level.clone(),
             log_format: self.global.log_format,
         }

@@ -25,6 +25,8 @@ pub(crate) struct RunArgs {
     /// The prompt; several words are joined with spaces
     #[arg(required = true, num_args = 1..)]
     pub(crate) prompt: Vec<String>,
+    #[command(flatten)]
+    pub(crate) data: super::DataDirArgs,
 }
 
 /// Starts the node's runtime (roles, task store, task manager; no HTTP), runs the prompt as a
@@ -101,6 +103,7 @@ mod tests {
             role: role.map(str::to_owned),
             context: None,
             prompt: vec![prompt.to_owned()],
+            data: crate::cli::DataDirArgs::default(),
         }
     }
 

@@ -111,6 +111,25 @@ fn global_flags_go_before_or_after_the_subcommand() {
 }
 
 #[test]
+fn run_and_chat_take_a_data_directory() {
+    for args in [
+        &["run", "--data-dir", "/srv/mew", "hello"][..],
+        &["chat", "--data-dir", "/srv/mew"],
+    ] {
+        let cli = parse(args).unwrap();
+        assert_eq!(
+            cli.flag_overrides().data_dir,
+            Some(std::path::PathBuf::from("/srv/mew")),
+            "{args:?}"
+        );
+    }
+    assert_eq!(
+        parse(&["run", "hello"]).unwrap().flag_overrides().data_dir,
+        None
+    );
+}
+
+#[test]
 fn config_show_takes_origins_and_node_flags() {
     let cli = parse(&["config", "show", "--origins", "--port", "9000"]).unwrap();
     let Command::Config(ConfigCommand::Show(args)) = &cli.command else {
