@@ -51,7 +51,7 @@ pub(crate) async fn card(args: CardArgs, context: &Context) -> anyhow::Result<()
     };
     let card = mew_transport::fetch_card(&url, &options)
         .await
-        .map_err(|error| card_error(error, &target, &args.node))?;
+        .map_err(|error| card_error(error, &target, &args.node, &context.config))?;
     let mut out = std::io::stdout();
     if context.json {
         write_json(&mut out, &card)?;
@@ -112,7 +112,7 @@ async fn verify(args: VerifyArgs, node: &NodeUrlArgs, context: &Context) -> anyh
         .await
         .map_err(|e| {
             if matches!(args.target, Target::Front | Target::Role(_)) && node.node.is_none() {
-                e.context("is the node running? Start it with `mew up`, or pass --node URL")
+                super::remote::node_error(e, &node.url(&context.config))
             } else {
                 e
             }

@@ -291,7 +291,18 @@ fn execute(cli: Cli) -> Result<(), Failure> {
     let config = loaded
         .resolve()
         .map_err(|error| Failure::Usage(error.into()))?;
-    init_logging(&config.log.level, config.log.format).map_err(Failure::Runtime)?;
+    // Only the node logs its progress by default: the other commands print what they were
+    // asked for, and their log says only what went wrong, unless a level is set somewhere.
+    let level_set = !matches!(
+        loaded.origin("log.level"),
+        None | Some(crate::config::Origin::Default)
+    );
+    let level = if level_set || matches!(cli.command, Command::Up(_)) {
+        config.log.level.as_str()
+    } else {
+        "warn"
+    };
+    init_logging(level, config.log.format).map_err(Failure::Runtime)?;
     if cli.command.uses_mcp() {
         config.log_mcp_warnings();
     }

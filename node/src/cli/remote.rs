@@ -121,7 +121,7 @@ pub(crate) async fn connect(
     let options = client_options(node, config, binding)?;
     RemoteAgent::resolve_with(&target.url(&node.url(config)), options)
         .await
-        .map_err(|error| card_error(error, target, node))
+        .map_err(|error| card_error(error, target, node, config))
 }
 
 /// The options for calling the node: `binding` if given, the configured TLS settings, and
@@ -147,9 +147,24 @@ pub(crate) fn client_options(
 
 /// Why the card of `target` could not be had, with a hint for the usual mistakes: a local
 /// node that is not running, a role that does not exist.
-pub(crate) fn card_error(error: Error, target: &Target, node: &NodeUrlArgs) -> anyhow::Error {
+pub(crate) fn card_error(
+    error: Error,
+    target: &Target,
+    node: &NodeUrlArgs,
+    config: &Config,
+) -> anyhow::Error {
     let hint = match (&error, target) {
-        // A failed connection (not an HTTP error status) to the configured node.
+        // Nothing listens where the configured node should be.
+        (
+            Error::Transport {
+                source: Some(source),
+                ..
+            },
+            Target::Front | Target::Role(_),
+        ) if node.node.is_none() && refused(source.as_ref()) => {
+            return anyhow::anyhow!("{}", no_node(&node.url(config)));
+        }
+        // Another failed connection (not an HTTP error status) to the configured node.
         (
             Error::Transport {
                 source: Some(_), ..
@@ -169,6 +184,36 @@ pub(crate) fn card_error(error: Error, target: &Target, node: &NodeUrlArgs) -> a
         error
     } else {
         anyhow::anyhow!("{error}{hint}")
+    }
+}
+
+/// Whether `error` (or what caused it) is a connection refused: nothing listens there.
+pub(crate) fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        next = error.source();
+    }
+    false
+}
+
+/// What the client commands say when nothing listens at the configured node's `url`.
+pub(crate) fn no_node(url: &str) -> String {
+    format!("no node is running at {url}: start one with `mew up`, or pass --node URL")
+}
+
+/// The error of a request to the configured node (`--node` not given): "no node is running"
+/// when the connection was refused, else `error` with a hint.
+pub(crate) fn node_error(error: anyhow::Error, url: &str) -> anyhow::Error {
+    if error.chain().any(refused) {
+        anyhow::anyhow!("{}", no_node(url))
+    } else {
+        error.context("is the node running? Start it with `mew up`, or pass --node URL")
     }
 }
 

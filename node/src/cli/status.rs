@@ -43,7 +43,7 @@ pub(crate) async fn status(
         .await
         .map_err(|e| {
             if args.node.node.is_none() {
-                e.context("is the node running? Start it with `mew up`, or pass --node URL")
+                super::remote::node_error(e, &base)
             } else {
                 e
             }

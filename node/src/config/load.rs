@@ -135,7 +135,6 @@ pub struct LoadedConfig {
 
 impl LoadedConfig {
     /// Where the value of a dotted leaf key (`node.port`) came from.
-    #[cfg(test)]
     pub fn origin(&self, key: &str) -> Option<&Origin> {
         self.origins.get(key)
     }
