@@ -168,6 +168,11 @@ pub(crate) enum Command {
     /// List the hook rules; trust or untrust the project's hook files
     #[command(subcommand)]
     Hooks(hooks::HooksCommand),
+    /// Print a completion script for a shell, e.g. `mew completions bash > ~/.local/share/bash-completion/completions/mew`
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell
+        shell: clap_complete::Shell,
+    },
 }
 
 impl Command {
@@ -195,7 +200,8 @@ impl Command {
             | Command::Peers
             | Command::Mcp(_)
             | Command::Skills(_)
-            | Command::Hooks(_) => None,
+            | Command::Hooks(_)
+            | Command::Completions { .. } => None,
         }
     }
 }
@@ -354,6 +360,14 @@ async fn run(command: Command, context: Context) -> Result<(), Failure> {
             skills::run(&command, &context, &mut std::io::stdout().lock()).await
         }
         Command::Hooks(command) => hooks::run(&command, &context, &mut std::io::stdout().lock()),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            // Into memory first: clap_complete panics when its writer fails (`| head`).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "mew", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &script)
+                .map_err(|e| Failure::Runtime(e.into()))
+        }
     }
 }
 

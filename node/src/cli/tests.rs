@@ -291,3 +291,32 @@ fn show_args_default_to_plain_yaml() {
     assert!(!origins);
     assert!(node.host.is_none() && node.port.is_none() && node.data_dir.is_none());
 }
+
+#[test]
+fn completions_take_a_shell_and_cover_the_subcommands() {
+    let cli = parse(&["completions", "fish"]).unwrap();
+    assert!(matches!(
+        cli.command,
+        Command::Completions {
+            shell: clap_complete::Shell::Fish
+        }
+    ));
+    assert_eq!(
+        parse(&["completions", "tcsh"]).unwrap_err().kind(),
+        ErrorKind::InvalidValue
+    );
+    let mut script = Vec::new();
+    clap_complete::generate(
+        clap_complete::Shell::Bash,
+        &mut Cli::command(),
+        "mew",
+        &mut script,
+    );
+    let script = String::from_utf8(script).unwrap();
+    for subcommand in ["up", "send", "tasks", "completions"] {
+        assert!(
+            script.contains(&format!("mew,{subcommand})")),
+            "{subcommand}"
+        );
+    }
+}
