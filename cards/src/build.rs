@@ -72,12 +72,12 @@ pub fn role_base_url(node_base: &str, role: &str) -> String {
 /// The card of one role, served at `base_url` (usually [`role_base_url`]).
 ///
 /// Its first skill has the role's name as id and name, the role's description, tags and
-/// examples; a role without tags gets `["mew", "command"]` or `["mew", "llm"]`. A model-driven
-/// role's card then lists the node's skills it can activate ([`CardOptions::skills`]), with
-/// ids `skill/<name>` and the tag `mew-skill`.
+/// examples; a role without tags gets `["mew", "command"]`, `["mew", "remote"]` or
+/// `["mew", "llm"]`. A model-driven role's card then lists the node's skills it can activate
+/// ([`CardOptions::skills`]), with ids `skill/<name>` and the tag `mew-skill`.
 pub fn role_card(role: &RoleDefinition, base_url: &str, options: &CardOptions) -> AgentCard {
     let mut skills = vec![role_skill(role)];
-    if !role.is_command() {
+    if !role.is_command() && !role.is_remote() {
         skills.extend(options.skills.iter().map(|(name, description)| AgentSkill {
             id: format!("skill/{name}"),
             name: name.clone(),
@@ -155,6 +155,8 @@ fn role_skill(role: &RoleDefinition) -> AgentSkill {
         role.tags.clone()
     } else if role.is_command() {
         vec!["mew".to_owned(), "command".to_owned()]
+    } else if role.is_remote() {
+        vec!["mew".to_owned(), "remote".to_owned()]
     } else {
         vec!["mew".to_owned(), "llm".to_owned()]
     };
@@ -343,6 +345,9 @@ mod tests {
         assert_eq!(card.skills[0].tags, ["mew", "command"]);
         let card = role_card(&llm("plain"), "http://h", &options);
         assert_eq!(card.skills[0].tags, ["mew", "llm"]);
+        let remote = role("name: fwd\ndescription: Forwards.\nremote: bob/echo\n");
+        let card = role_card(&remote, "http://h", &options);
+        assert_eq!(card.skills[0].tags, ["mew", "remote"]);
     }
 
     #[test]

@@ -42,8 +42,8 @@ pub use requests::{
 };
 pub use role::{
     CommandInput, CommandSpec, DEFAULT_MAX_TURNS, FrontmatterError, ModelChoice, ParsedRole,
-    PermissionMode, RoleDefinition, RoleError, RoleErrorKind, RoleSource, RoleWarning,
-    is_valid_role_name, parse_role, split_frontmatter,
+    PermissionMode, RemoteTarget, RoleDefinition, RoleError, RoleErrorKind, RoleSource,
+    RoleWarning, is_valid_role_name, parse_role, split_frontmatter,
 };
 pub use task::{
     SendMessageResponse, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,

@@ -21,7 +21,7 @@ const MAX_NAME_LEN: usize = 32;
 const MAX_MODEL_LEN: usize = 128;
 
 /// Frontmatter keys this parser reads; every other key goes to `RoleDefinition::extra`.
-const KNOWN_KEYS: [&str; 17] = [
+const KNOWN_KEYS: [&str; 18] = [
     "name",
     "description",
     "tools",
@@ -39,6 +39,7 @@ const KNOWN_KEYS: [&str; 17] = [
     "timeout",
     "input",
     "resumable",
+    "remote",
 ];
 
 /// Keys that only mean something next to `command`.
@@ -71,6 +72,8 @@ pub struct RoleDefinition {
     pub publish: bool,
     /// Program that serves the role instead of a model (Mew).
     pub command: Option<CommandSpec>,
+    /// Agent that serves the role by forwarding each turn to it, instead of a model (Mew).
+    pub remote: Option<RemoteTarget>,
     /// The Markdown body, trimmed, with CRLF turned into LF.
     pub system_prompt: String,
     /// Where the role was found.
@@ -85,6 +88,11 @@ impl RoleDefinition {
     /// True when a program, not a model, serves this role.
     pub fn is_command(&self) -> bool {
         self.command.is_some()
+    }
+
+    /// True when another agent, reached through the node, serves this role.
+    pub fn is_remote(&self) -> bool {
+        self.remote.is_some()
     }
 
     /// The turn limit to enforce: `max_turns`, or [`DEFAULT_MAX_TURNS`] when it is 0.
@@ -221,6 +229,29 @@ impl PermissionMode {
 impl fmt::Display for PermissionMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// The agent a `remote:` role forwards to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoteTarget {
+    /// `peer/role`: a role of a peer named in the node's `peers:` configuration.
+    PeerRole {
+        /// The peer's name in the configuration.
+        peer: String,
+        /// The role on that peer.
+        role: String,
+    },
+    /// An `http://` or `https://` URL of an agent.
+    Url(String),
+}
+
+impl fmt::Display for RemoteTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::PeerRole { peer, role } => write!(f, "{peer}/{role}"),
+            Self::Url(url) => f.write_str(url),
+        }
     }
 }
 
@@ -433,6 +464,13 @@ fn parse(
             None
         }
     };
+    let remote = get("remote").map(remote_target).transpose()?;
+    if command.is_some() && remote.is_some() {
+        return Err(RoleErrorKind::Invalid {
+            field: "remote",
+            reason: "a role has either `command` or `remote`, not both".to_owned(),
+        });
+    }
 
     Ok(RoleDefinition {
         name,
@@ -447,6 +485,7 @@ fn parse(
         examples: examples(get("examples"))?,
         publish: bool_field(get("publish"), "publish", true)?,
         command,
+        remote,
         system_prompt: body.trim().replace("\r\n", "\n"),
         source,
         path: path.to_owned(),
@@ -671,6 +710,36 @@ fn permission_mode(value: Option<&Value>, warnings: &mut Vec<String>) -> Permiss
             ));
             PermissionMode::Default
         })
+}
+
+/// `remote`: `peer/role` (both valid role-style names) or an `http(s)://` URL.
+fn remote_target(value: &Value) -> Result<RemoteTarget, RoleErrorKind> {
+    let Some(text) = value.as_str() else {
+        return Err(wrong_type("remote", "text", value));
+    };
+    let text = text.trim();
+    let invalid = |reason: &str| RoleErrorKind::Invalid {
+        field: "remote",
+        reason: format!("{text:?}: {reason}"),
+    };
+    if let Some(rest) = text
+        .strip_prefix("http://")
+        .or_else(|| text.strip_prefix("https://"))
+    {
+        if rest.is_empty() || rest.starts_with('/') || text.chars().any(char::is_whitespace) {
+            return Err(invalid("expected a URL with a host"));
+        }
+        return Ok(RemoteTarget::Url(text.to_owned()));
+    }
+    match text.split_once('/') {
+        Some((peer, role)) if is_valid_role_name(peer) && is_valid_role_name(role) => {
+            Ok(RemoteTarget::PeerRole {
+                peer: peer.to_owned(),
+                role: role.to_owned(),
+            })
+        }
+        _ => Err(invalid("expected `peer/role` or an http(s) URL")),
+    }
 }
 
 /// `command` and its sibling keys `cwd`, `env`, `timeout` and `input`.

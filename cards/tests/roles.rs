@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use mew_cards::{
     CommandInput, CommandSpec, DEFAULT_MAX_TURNS, FrontmatterError, ModelChoice, ParsedRole,
-    PermissionMode, RoleError, RoleErrorKind, RoleSource, is_valid_role_name, parse_role,
-    split_frontmatter,
+    PermissionMode, RemoteTarget, RoleError, RoleErrorKind, RoleSource, is_valid_role_name,
+    parse_role, split_frontmatter,
 };
 
 const PATH: &str = "agents/foo.md";
@@ -808,5 +808,63 @@ fn role_sources_display_as_lowercase_words() {
             "claude-user",
             "peer"
         ]
+    );
+}
+
+// --- remote ---
+
+#[test]
+fn remote_peer_role() {
+    let role = parse_fields("remote: bob/echo\n").definition;
+    assert!(role.is_remote());
+    assert!(!role.is_command());
+    assert_eq!(
+        role.remote,
+        Some(RemoteTarget::PeerRole {
+            peer: "bob".into(),
+            role: "echo".into()
+        })
+    );
+    assert_eq!(role.remote.unwrap().to_string(), "bob/echo");
+    assert!(!parse_fields("").definition.is_remote());
+}
+
+#[test]
+fn remote_url() {
+    let role = parse_fields("remote: 'http://127.0.0.1:8080/agents/echo'\n").definition;
+    assert_eq!(
+        role.remote,
+        Some(RemoteTarget::Url(
+            "http://127.0.0.1:8080/agents/echo".into()
+        ))
+    );
+}
+
+#[test]
+fn remote_rejects_what_is_neither_peer_role_nor_url() {
+    for bad in [
+        "remote: bob\n",
+        "remote: bob/\n",
+        "remote: /echo\n",
+        "remote: 'b ob/echo'\n",
+        "remote: 'http://'\n",
+        "remote: 'ftp://host/x'\n",
+        "remote: [bob/echo]\n",
+    ] {
+        let err = error(&with_fields(bad));
+        assert_eq!(err.path, PATH, "{bad}");
+        let text = err.to_string();
+        assert!(text.contains("remote"), "{bad}: {text}");
+    }
+}
+
+#[test]
+fn command_and_remote_together_is_an_error_naming_the_file() {
+    let err = error(&with_fields("command: ./run\nremote: bob/echo\n"));
+    let text = err.to_string();
+    assert!(text.starts_with(PATH), "{text}");
+    assert!(
+        text.contains("command") && text.contains("remote"),
+        "{text}"
     );
 }

@@ -42,6 +42,7 @@ use crate::tools::registry::ToolRegistry;
 struct NodeRoles {
     catalog: RwLock<Arc<RoleCatalog>>,
     command: Arc<dyn Executor>,
+    remote: Arc<dyn Executor>,
     model: Arc<dyn Executor>,
 }
 
@@ -62,6 +63,8 @@ impl Roles for NodeRoles {
     fn executor(&self, role: &RoleDefinition) -> Arc<dyn Executor> {
         if role.is_command() {
             self.command.clone()
+        } else if role.is_remote() {
+            self.remote.clone()
         } else {
             self.model.clone()
         }
@@ -277,11 +280,16 @@ impl Runtime {
         };
         let roles = Arc::new(NodeRoles {
             catalog: RwLock::new(Arc::new(catalog)),
-            command: Arc::new(CommandExecutor::new(
-                env.clone(),
-                config.limits.task_timeout,
-                Some(ledger),
-            )),
+            command: Arc::new(
+                CommandExecutor::new(env.clone(), config.limits.task_timeout, Some(ledger))
+                    .with_node_url(config.node.public_url.clone()),
+            ),
+            remote: Arc::new(crate::agent::forward::RemoteExecutor {
+                directory: directory.clone(),
+                max_depth: config.agent.max_depth,
+                env: env.clone(),
+                project_dir: config.project_dir.clone(),
+            }),
             model: Arc::new(ModelExecutor {
                 providers: providers.clone(),
                 tools: model_tools.clone(),

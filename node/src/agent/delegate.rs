@@ -781,37 +781,82 @@ impl Tool for AgentTool {
             ));
         }
         let target = input.subagent_type.trim();
-        let (resolved, start, background) = if target.is_empty() {
-            match self.fork(ctx, &input) {
-                // A fork always runs in the background, as in the seed.
-                Ok((resolved, start)) => (resolved, start, true),
-                Err(e) => return ToolOutput::error(e),
-            }
-        } else {
-            let resolved = match self.directory.resolve(target).await {
-                Ok(resolved) => resolved,
-                Err(e) => return ToolOutput::error(e),
+        if !target.is_empty() {
+            let send = Handoff {
+                target,
+                prompt: input.prompt,
+                description: input.description,
+                name: input.name,
+                background: input.run_in_background,
             };
-            let mut request = SendMessageRequest::new(Message::user_text(input.prompt.clone()));
-            request.metadata = Some(link_metadata(ctx, &input.description, false));
-            (resolved, Start::Send(request), input.run_in_background)
+            return send_to(&self.directory, ctx, send).await;
+        }
+        let (resolved, start) = match self.fork(ctx, &input) {
+            Ok(fork) => fork,
+            Err(e) => return ToolOutput::error(e),
         };
+        // A fork always runs in the background, as in the seed.
         let link = ChildLink {
             task_id: String::new(),
             agent: resolved.locator,
             name: input.name.filter(|n| !n.trim().is_empty()),
             description: input.description,
-            background,
+            background: true,
             call_id: None,
         };
         let delegation = Delegation {
             agent: resolved.agent,
             start,
             link,
-            background,
+            background: true,
         };
         delegate(ctx, delegation).await
     }
+}
+
+/// A message to hand to an agent as a new child task of the task of a [`ToolContext`].
+pub(crate) struct Handoff<'a> {
+    /// A local role, `peer/role`, or an agent's URL.
+    pub(crate) target: &'a str,
+    /// The child's first message.
+    pub(crate) prompt: String,
+    /// A short description, kept in the link.
+    pub(crate) description: String,
+    /// A name to address the child by.
+    pub(crate) name: Option<String>,
+    /// Whether the child runs in the background.
+    pub(crate) background: bool,
+}
+
+/// Starts `send` as a child of the task of `ctx` on the agent its target resolves to, records
+/// the link, and follows the child: what the `Agent` tool does for a named target, and what a
+/// `remote:` role does with each turn.
+pub(crate) async fn send_to(
+    directory: &Directory,
+    ctx: &ToolContext,
+    send: Handoff<'_>,
+) -> ToolOutput {
+    let resolved = match directory.resolve(send.target).await {
+        Ok(resolved) => resolved,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let mut request = SendMessageRequest::new(Message::user_text(send.prompt));
+    request.metadata = Some(link_metadata(ctx, &send.description, false));
+    let link = ChildLink {
+        task_id: String::new(),
+        agent: resolved.locator,
+        name: send.name.filter(|n| !n.trim().is_empty()),
+        description: send.description,
+        background: send.background,
+        call_id: None,
+    };
+    let delegation = Delegation {
+        agent: resolved.agent,
+        start: Start::Send(request),
+        link,
+        background: send.background,
+    };
+    delegate(ctx, delegation).await
 }
 
 /// Runs a fork skill: a new task of the local role `role` whose runner starts from `private`

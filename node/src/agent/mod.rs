@@ -3,6 +3,7 @@
 pub(crate) mod children;
 pub(crate) mod compact;
 pub(crate) mod delegate;
+pub(crate) mod forward;
 pub(crate) mod hook_subagent;
 pub(crate) mod model_loop;
 pub(crate) mod runner;

@@ -13,7 +13,8 @@
 //! - **exit status**: 0 completes the task (unless an event already ended or interrupted it);
 //!   anything else fails it, with the end of stderr as the reason.
 //! - **environment**: only allowlisted variables (see [`crate::process::BASE_ENV`] and the
-//!   role's `env`), plus `MEW_TASK_ID`, `MEW_CONTEXT_ID`, `MEW_ROLE`, `MEW_RESUMED` (`1`
+//!   role's `env`), plus `MEW_NODE_URL` (the node's `node.public_url`, when the executor knows
+//!   it), `MEW_TASK_ID`, `MEW_CONTEXT_ID`, `MEW_ROLE`, `MEW_RESUMED` (`1`
 //!   when the message answers the task's INPUT_REQUIRED question) and `MEW_RECOVERED` (`1` when
 //!   the turn runs again because the node running it was lost: only for a role with
 //!   `resumable: true`, whose program may be run again with the same input).
@@ -79,6 +80,8 @@ pub(crate) struct CommandExecutor {
     output_limit: usize,
     /// The process ledger that records each running program's group; `None` keeps no record.
     ledger: Option<PathBuf>,
+    /// The node's own URL, given to programs as `MEW_NODE_URL`; `None` sets nothing.
+    node_url: Option<String>,
 }
 
 #[cfg_attr(not(test), allow(dead_code))] // wired by the task manager
@@ -98,7 +101,15 @@ impl CommandExecutor {
             default_timeout,
             output_limit: DEFAULT_OUTPUT_LIMIT,
             ledger,
+            node_url: None,
         }
+    }
+
+    /// Gives programs the node's own URL `url` as `MEW_NODE_URL`, so that they can call the
+    /// node back (`mew send`).
+    pub(crate) fn with_node_url(mut self, url: impl Into<String>) -> Self {
+        self.node_url = Some(url.into());
+        self
     }
 
     /// Keeps at most `bytes` of plain stdout per turn (default [`DEFAULT_OUTPUT_LIMIT`]); the
@@ -309,6 +320,9 @@ impl CommandExecutor {
                 .copied()
                 .chain(spec.env.iter().map(String::as_str)),
         );
+        if let Some(url) = &self.node_url {
+            process.env("MEW_NODE_URL", url);
+        }
         process
             .env("MEW_TASK_ID", turn.task_id.as_str())
             .env("MEW_CONTEXT_ID", turn.context_id.as_str())
@@ -1135,6 +1149,18 @@ EOF"#;
         let (result, events) = run(&executor(), turn).await;
         result.unwrap();
         assert_eq!(output(&events), expected);
+    }
+
+    #[tokio::test]
+    async fn node_url_is_given_when_the_executor_knows_it() {
+        let script = "echo \"${MEW_NODE_URL-unset}\"";
+        let (result, events) = run(&executor(), turn(sh(script), Message::user_text("x"))).await;
+        result.unwrap();
+        assert_eq!(output(&events), "unset");
+        let executor = executor().with_node_url("http://127.0.0.1:7000");
+        let (result, events) = run(&executor, turn(sh(script), Message::user_text("x"))).await;
+        result.unwrap();
+        assert_eq!(output(&events), "http://127.0.0.1:7000");
     }
 
     #[tokio::test]

@@ -22,4 +22,5 @@ mod node_skills;
 mod node_store;
 mod node_tls;
 mod python_client;
+mod remote_roles;
 mod server_errors;
