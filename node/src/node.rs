@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::agent::callback::CommandDelegations;
 use crate::agent::delegate::{AgentTool, Directory, LocalRole, SendMessageTool};
 use crate::agent::runner::ModelExecutor;
 use crate::agent::skill_tools::{InstallSkill, LoadSkill};
@@ -143,6 +144,8 @@ pub(crate) struct Runtime {
     agents: RwLock<HashMap<String, Arc<RoleAgent>>>,
     /// Where delegations find roles: this node's (replaced with the catalog) and the peers'.
     directory: Arc<Directory>,
+    /// The delegations command roles' programs ask for (`mew send` inside a turn).
+    delegations: Arc<CommandDelegations>,
     /// What a change of role files is looked for in, and what they looked like last.
     role_dirs: RoleDirs,
     role_stamp: std::sync::Mutex<crate::user_file::Stamp>,
@@ -278,11 +281,19 @@ impl Runtime {
             }));
             tools
         };
+        let delegations = Arc::new(CommandDelegations::new(
+            directory.clone(),
+            config.agent.max_depth,
+            config.agent.max_children,
+            env.clone(),
+            config.project_dir.clone(),
+        ));
         let roles = Arc::new(NodeRoles {
             catalog: RwLock::new(Arc::new(catalog)),
             command: Arc::new(
                 CommandExecutor::new(env.clone(), config.limits.task_timeout, Some(ledger))
-                    .with_node_url(config.node.public_url.clone()),
+                    .with_node_url(config.node.public_url.clone())
+                    .with_callback(delegations.clone()),
             ),
             remote: Arc::new(crate::agent::forward::RemoteExecutor {
                 directory: directory.clone(),
@@ -343,6 +354,7 @@ impl Runtime {
             // Empty: the first look finds the files "changed" and reads them once more, so a
             // change made while the node started is not missed.
             role_stamp: Default::default(),
+            delegations,
             role_dirs,
             store,
             push,
@@ -599,6 +611,8 @@ impl Runtime {
             surface.authenticator.clone(),
             surface.ready.clone(),
         )
+        // Authenticated by the turn's token, not by the node's `auth:`.
+        .merge(crate::server::callback::router(self.delegations.clone()))
     }
 
     /// Stops the tasks (waiting up to `node.shutdown_grace`), closes the task store and lets

@@ -462,13 +462,15 @@ impl MewNode {
         self.dir.path()
     }
 
-    /// Runs the `mew` client with `args` in this node's home and project (a minimal
-    /// environment), for at most a minute: its exit code, stdout and stderr.
+    /// Runs the `mew` client with `args` in this node's home and project and with the
+    /// variables given to the node (a minimal environment, as a user's shell beside the node
+    /// would have), for at most a minute: its exit code, stdout and stderr.
     pub async fn client(&self, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
         let mut cmd = command(mew_bin()?);
         cmd.env_clear()
             .env("HOME", self.home_dir())
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
             .arg("--project")
             .arg(self.project_dir())
             .args(self.config_args())

@@ -1,5 +1,6 @@
 //! The agent runtime: the loop that drives a model through tool calls, and the runner of model-driven roles.
 
+pub(crate) mod callback;
 pub(crate) mod children;
 pub(crate) mod compact;
 pub(crate) mod delegate;

@@ -39,7 +39,7 @@ pub(crate) async fn card(args: CardArgs, context: &Context) -> anyhow::Result<()
         return verify(verify_args, &args.node, context).await;
     }
     let target = args.target.unwrap_or(Target::Front);
-    let url = target.url(&args.node.url(&context.config));
+    let url = target.url(&args.node.url(&context.config), &context.config)?;
     let options = mew_transport::ClientOptions {
         request_timeout: FETCH_TIMEOUT,
         tls: context
@@ -96,7 +96,9 @@ pub(crate) struct VerifyArgs {
 /// Fetches the card and checks its signatures: one line per signature (kid, alg, ok or why
 /// not), or with `--json` one document; fails unless at least one verifies and none fails.
 async fn verify(args: VerifyArgs, node: &NodeUrlArgs, context: &Context) -> anyhow::Result<()> {
-    let base = args.target.url(&node.url(&context.config));
+    let base = args
+        .target
+        .url(&node.url(&context.config), &context.config)?;
     let url = if base.ends_with(".json") {
         base
     } else {

@@ -158,16 +158,47 @@ fn targets_are_urls_roles_or_the_front_agent() {
     ] {
         assert_eq!(parse_target(text), Ok(target.clone()), "{text}");
     }
-    for bad in ["9lives", "a/b", "", "ftp://h", "http://", "http:///x"] {
+    assert_eq!(
+        parse_target("lab/upper"),
+        Ok(Target::Peer {
+            peer: "lab".into(),
+            role: "upper".into()
+        })
+    );
+    for bad in [
+        "9lives",
+        "a/",
+        "/b",
+        "a/b/c",
+        "a b/c",
+        "",
+        "ftp://h",
+        "http://",
+        "http:///x",
+    ] {
         assert!(parse_target(bad).is_err(), "{bad}");
     }
     let node = "http://127.0.0.1:7801";
-    assert_eq!(Target::Front.url(node), node);
+    let dir = TempDir::new().unwrap();
+    let config = context(&dir, false).config;
+    assert_eq!(Target::Front.url(node, &config).unwrap(), node);
     assert_eq!(
-        Target::Role("wc".into()).url(node),
+        Target::Role("wc".into()).url(node, &config).unwrap(),
         "http://127.0.0.1:7801/agents/wc"
     );
-    assert_eq!(Target::Url("https://x/y".into()).url(node), "https://x/y");
+    assert_eq!(
+        Target::Url("https://x/y".into())
+            .url(node, &config)
+            .unwrap(),
+        "https://x/y"
+    );
+    let unknown = Target::Peer {
+        peer: "lab".into(),
+        role: "wc".into(),
+    };
+    let error = unknown.url(node, &config).unwrap_err().to_string();
+    assert!(error.contains("no peer named lab"), "{error}");
+    assert_eq!(unknown.to_string(), "lab/wc");
     assert_eq!(Target::Front.to_string(), "-");
     assert_eq!(Target::Role("wc".into()).to_string(), "wc");
 }

@@ -1,14 +1,18 @@
 //! Reaching agents from the command line: the `--node` flag, targets (URL, role or front agent),
 //! connecting, and remote errors as messages.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use clap::Args;
 use mew_cards::{is_valid_role_name, role_base_url};
-use mew_transport::{Binding, ClientOptions, Error, RemoteAgent};
+use mew_transport::{AgentTransport, Binding, ClientOptions, Error, RemoteAgent};
 
 use super::bench::BindingArg;
 use crate::config::Config;
+use crate::identity::NodeKey;
+use crate::peers::{Outbound, Peers};
 
 /// `--node URL`: the node the client subcommands talk to.
 #[derive(Debug, Clone, Default, Args)]
@@ -70,16 +74,25 @@ pub(crate) enum Target {
     Role(String),
     /// An agent's base URL, or its card's URL (ending in `.json`).
     Url(String),
+    /// A role of a configured peer, `peer/role`, reached with the peer's credentials.
+    Peer {
+        /// The peer's name in `peers:`.
+        peer: String,
+        /// The role's name on the peer.
+        role: String,
+    },
 }
 
 impl Target {
-    /// The agent's base URL (or card URL), given the node's base URL.
-    pub(crate) fn url(&self, node: &str) -> String {
-        match self {
+    /// The agent's base URL (or card URL), given the node's base URL and the configured
+    /// peers; a peer that is not configured is an error naming the ones that are.
+    pub(crate) fn url(&self, node: &str, config: &Config) -> anyhow::Result<String> {
+        Ok(match self {
             Target::Front => node.to_owned(),
             Target::Role(role) => role_base_url(node, role),
             Target::Url(url) => url.clone(),
-        }
+            Target::Peer { peer, role } => role_base_url(&peer_config(config, peer)?.url, role),
+        })
     }
 }
 
@@ -90,24 +103,97 @@ impl fmt::Display for Target {
             Target::Front => f.write_str("-"),
             Target::Role(role) => f.write_str(role),
             Target::Url(url) => f.write_str(url),
+            Target::Peer { peer, role } => write!(f, "{peer}/{role}"),
         }
     }
 }
 
-/// Parses a target: `-` or `.` for the front agent, an http(s) URL, or a role name.
+/// Parses a target: `-` or `.` for the front agent, an http(s) URL, a role name, or
+/// `peer/role`.
 pub(crate) fn parse_target(text: &str) -> Result<Target, String> {
     if text == "-" || text == "." {
-        Ok(Target::Front)
-    } else if text.starts_with("http://") || text.starts_with("https://") {
-        http_url(text).map(Target::Url)
-    } else if is_valid_role_name(text) {
-        Ok(Target::Role(text.to_owned()))
-    } else {
-        Err(format!(
-            "{text:?} is not a role name, an http:// or https:// URL, or - for the node's front \
-             agent"
-        ))
+        return Ok(Target::Front);
     }
+    if text.starts_with("http://") || text.starts_with("https://") {
+        return http_url(text).map(Target::Url);
+    }
+    if is_valid_role_name(text) {
+        return Ok(Target::Role(text.to_owned()));
+    }
+    match text.split_once('/') {
+        Some((peer, role)) if is_valid_role_name(peer) && is_valid_role_name(role) => {
+            Ok(Target::Peer {
+                peer: peer.to_owned(),
+                role: role.to_owned(),
+            })
+        }
+        _ => Err(format!(
+            "{text:?} is not a role name, peer/role, an http:// or https:// URL, or - for the \
+             node's front agent"
+        )),
+    }
+}
+
+/// The configuration of the peer `name`, or an error naming the configured peers.
+fn peer_config<'c>(
+    config: &'c Config,
+    name: &str,
+) -> anyhow::Result<&'c crate::config::PeerConfig> {
+    config.peers.get(name).ok_or_else(|| {
+        let known: Vec<&str> = config.peers.keys().map(String::as_str).collect();
+        if known.is_empty() {
+            anyhow::anyhow!(
+                "no peer named {name} is configured: add it to the peers: section of \
+                 .mew/config.yaml"
+            )
+        } else {
+            anyhow::anyhow!(
+                "no peer named {name} is configured (peers: {}); `mew peers` lists them",
+                known.join(", ")
+            )
+        }
+    })
+}
+
+/// Connects to `target` the way [`connect`] does; a peer's role is resolved through the
+/// configured peer, with the credentials its `auth` names, as the node itself reaches it.
+pub(crate) async fn connect_any(
+    target: &Target,
+    node: &NodeUrlArgs,
+    config: &Config,
+    binding: Option<BindingArg>,
+) -> anyhow::Result<Arc<dyn AgentTransport>> {
+    let Target::Peer { peer, role } = target else {
+        let agent = connect(target, node, config, binding).await?;
+        return Ok(Arc::new(agent));
+    };
+    let peer_config = peer_config(config, peer)?;
+    let options = ClientOptions {
+        binding: binding.map(Binding::from),
+        tls: config.tls.client_options().map_err(anyhow::Error::msg)?,
+        ..ClientOptions::default()
+    };
+    let mut peer_config = peer_config.clone();
+    if binding.is_some() {
+        // `--binding` wins over the peer's configured one.
+        peer_config.binding = None;
+    }
+    // The JWTs a peer may want are the node's: signed with its key, issued by its public URL.
+    let outbound = match &peer_config.auth {
+        Some(_) => Some(Outbound {
+            env: Arc::new(std::env::vars().collect()),
+            key: Arc::new(NodeKey::load_or_create(&config.node.data_dir)?),
+            issuer: config.node.public_url.clone(),
+            subject: config.node.name.clone(),
+        }),
+        None => None,
+    };
+    let only: BTreeMap<String, crate::config::PeerConfig> = [(peer.clone(), peer_config)].into();
+    let peers = Peers::start_with(&only, &options, outbound.as_ref()).await;
+    peers
+        .resolve(&format!("{peer}/{role}"))
+        .await
+        .map_err(|error| anyhow::anyhow!("{error}"))
 }
 
 /// Fetches the card of `target` (on the node `node`) and connects to the agent, over `binding`
@@ -119,7 +205,7 @@ pub(crate) async fn connect(
     binding: Option<BindingArg>,
 ) -> anyhow::Result<RemoteAgent> {
     let options = client_options(node, config, binding)?;
-    RemoteAgent::resolve_with(&target.url(&node.url(config)), options)
+    RemoteAgent::resolve_with(&target.url(&node.url(config), config)?, options)
         .await
         .map_err(|error| card_error(error, target, node, config))
 }

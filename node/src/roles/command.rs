@@ -14,7 +14,8 @@
 //!   anything else fails it, with the end of stderr as the reason.
 //! - **environment**: only allowlisted variables (see [`crate::process::BASE_ENV`] and the
 //!   role's `env`), plus `MEW_NODE_URL` (the node's `node.public_url`, when the executor knows
-//!   it), `MEW_TASK_ID`, `MEW_CONTEXT_ID`, `MEW_ROLE`, `MEW_RESUMED` (`1`
+//!   it), `MEW_TASK_TOKEN` (when the node takes delegations from its programs: see
+//!   [`Callback`]), `MEW_TASK_ID`, `MEW_CONTEXT_ID`, `MEW_ROLE`, `MEW_RESUMED` (`1`
 //!   when the message answers the task's INPUT_REQUIRED question) and `MEW_RECOVERED` (`1` when
 //!   the turn runs again because the node running it was lost: only for a role with
 //!   `resumable: true`, whose program may be run again with the same input).
@@ -47,6 +48,24 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::process::{BASE_ENV, ProcessGroup, command, pass_env};
 use crate::tasks::executor::{EventSink, ExecError, Executor, SinkClosed, Turn};
+
+/// The node's way back in for a turn's program: `mew send` run by a command role delegates
+/// through it, so that the child is recorded under the turn's task (and the tree shows it).
+pub(crate) trait Callback: Send + Sync + std::fmt::Debug {
+    /// Opens the way for `turn`, whose events go to `sink`, until the returned ticket drops;
+    /// the program gets the ticket's token as `MEW_TASK_TOKEN`. `None` opens nothing (no
+    /// secret could be made).
+    fn open(&self, turn: &Turn, sink: Arc<dyn EventSink>) -> Option<Ticket>;
+}
+
+/// What [`Callback::open`] gives a turn: the secret its program presents, and what closes
+/// the way when dropped.
+pub(crate) struct Ticket {
+    /// The secret, given to the program as `MEW_TASK_TOKEN`.
+    pub(crate) token: String,
+    /// Closes the way (and stops what went through it) when dropped.
+    pub(crate) _close: Box<dyn Send + Sync>,
+}
 
 /// Plain stdout kept per turn by default, in bytes.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the task manager
@@ -82,6 +101,8 @@ pub(crate) struct CommandExecutor {
     ledger: Option<PathBuf>,
     /// The node's own URL, given to programs as `MEW_NODE_URL`; `None` sets nothing.
     node_url: Option<String>,
+    /// The node's way back in for programs (`MEW_TASK_TOKEN`); `None` opens none.
+    callback: Option<Arc<dyn Callback>>,
 }
 
 #[cfg_attr(not(test), allow(dead_code))] // wired by the task manager
@@ -102,7 +123,14 @@ impl CommandExecutor {
             output_limit: DEFAULT_OUTPUT_LIMIT,
             ledger,
             node_url: None,
+            callback: None,
         }
+    }
+
+    /// Opens `callback` for every turn, so that programs can delegate through the node.
+    pub(crate) fn with_callback(mut self, callback: Arc<dyn Callback>) -> Self {
+        self.callback = Some(callback);
+        self
     }
 
     /// Gives programs the node's own URL `url` as `MEW_NODE_URL`, so that they can call the
@@ -132,6 +160,14 @@ impl CommandExecutor {
         }
         let program = spec.program.as_str();
         let (mut process, input) = self.prepare(&turn, spec).await?;
+        // Held until the turn ends: the program's token is good only while it runs.
+        let ticket = self
+            .callback
+            .as_ref()
+            .and_then(|callback| callback.open(&turn, sink.clone()));
+        if let Some(ticket) = &ticket {
+            process.env("MEW_TASK_TOKEN", &ticket.token);
+        }
         let mut group = ProcessGroup::spawn(&mut process)
             .map_err(|err| ExecError(format!("cannot start {program}: {err}")))?;
         if let Some(ledger) = &self.ledger {

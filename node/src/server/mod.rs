@@ -3,6 +3,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod auth;
+pub(crate) mod callback;
 pub(crate) mod listen;
 pub(crate) mod tls;
 

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, ensure};
 use mew_cards::TaskState;
-use mew_tests::node::{MewNode, command_role, send_text, status_text};
+use mew_tests::node::{MewNode, command_role, mew_bin, send_text, status_text};
 
 #[tokio::test]
 async fn a_remote_role_forwards_to_a_peer_role_and_the_tree_shows_both_tasks() -> anyhow::Result<()>
@@ -66,5 +66,136 @@ async fn a_remote_role_forwards_to_a_peer_role_and_the_tree_shows_both_tasks() -
                 .any(|l| l.starts_with(&format!("└─ {child_id}"))),
         "{out}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn mew_send_reaches_a_peers_role_with_the_peers_credentials() -> anyhow::Result<()> {
+    let mut b = MewNode::new()?;
+    b.set_env("B_KEY_FOR_A", "key-of-node-a");
+    b.write_config("auth:\n  api_keys:\n    - name: node-a\n      key_env: B_KEY_FOR_A\n")?;
+    b.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;
+    b.launch().await?;
+
+    // A's project names B as a peer whose key is in the environment; no node of A runs.
+    let mut a = MewNode::new()?;
+    a.set_env("KEY_FOR_B", "key-of-node-a");
+    a.write_config(&format!(
+        "peers:\n  b:\n    url: {}\n    auth:\n      api_key_env: KEY_FOR_B\n",
+        b.url()
+    ))?;
+
+    let (code, out, err) = a.client(&["send", "b/upper", "hello", "there"]).await?;
+    ensure!(
+        code == 0 && out.contains("HELLO THERE"),
+        "exit {code}\nstdout: {out}\nstderr: {err}"
+    );
+
+    // The same role by URL, without the peer's credentials, is refused by B.
+    let (code, out, err) = a.client(&["send", &b.role_url("upper"), "hello"]).await?;
+    ensure!(
+        code != 0 && !out.contains("HELLO"),
+        "without the key: exit {code}\nstdout: {out}\nstderr: {err}"
+    );
+
+    let (code, _, err) = a.client(&["send", "c/upper", "hello"]).await?;
+    ensure!(
+        code == 1 && err.contains("no peer named c is configured (peers: b)"),
+        "an unknown peer: exit {code}: {err}"
+    );
+    let (code, _, err) = a.client(&["send", "b/lower", "hello"]).await?;
+    ensure!(
+        code == 1 && err.contains("lower") && err.contains("upper"),
+        "an unknown role names the known ones: exit {code}: {err}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_command_role_delegates_with_mew_send_and_the_tree_shows_both_tasks() -> anyhow::Result<()>
+{
+    let mut b = MewNode::new()?;
+    b.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;
+    b.launch().await?;
+
+    // `relay` sends what it is given to b's upper with `mew send`, keeping its token where
+    // the test can try it once the turn is over.
+    let mut a = MewNode::new()?;
+    a.write_config(&format!("peers:\n  b:\n    url: {}\n", b.url()))?;
+    let kept = a.dir().join("token");
+    let script = a.project_dir().join("relay.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "printf %s \"$MEW_TASK_TOKEN\" > '{kept}'\nexec '{mew}' send b/upper \"$(cat)\"\n",
+            kept = kept.display(),
+            mew = mew_bin()?.display(),
+        ),
+    )?;
+    a.write_role(
+        "relay.md",
+        &command_role("relay", &format!("sh '{}'", script.display())),
+    )?;
+    a.launch().await?;
+
+    let parent = send_text(&a, "relay", "shout this").await?;
+    ensure!(
+        parent.status.state == TaskState::Completed,
+        "{:?}: {}",
+        parent.status.state,
+        status_text(&parent)
+    );
+    let output = serde_json::to_string(&parent.artifacts)?;
+    ensure!(
+        output.contains("SHOUT THIS"),
+        "the relay's output: {output}"
+    );
+
+    let (code, out, err) = a
+        .client(&[
+            "tasks",
+            "tree",
+            parent.id.as_str(),
+            "--json",
+            "--node",
+            a.url(),
+        ])
+        .await?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let tree: serde_json::Value = serde_json::from_str(&out).context("tree JSON")?;
+    ensure!(tree["tasks"] == 2, "the tree: {tree:#}");
+    let child = &tree["children"][0];
+    ensure!(
+        child["task"]["parentTask"] == parent.id.as_str()
+            && child["url"] == b.role_url("upper")
+            && child["task"]["state"] == "TASK_STATE_COMPLETED",
+        "the child in the tree: {tree:#}"
+    );
+
+    // The token was good only while the turn ran; none, or a made-up one, never is.
+    let token = std::fs::read_to_string(&kept)?;
+    ensure!(token.len() >= 40, "the token: {token:?}");
+    let callback = format!("{}/mew/v1/delegations", a.url());
+    let body = serde_json::json!({"target": "b/upper", "text": "again"});
+    let http = reqwest::Client::new();
+    for token in [Some(token.as_str()), Some("made-up"), None] {
+        let mut request = http.post(&callback).json(&body);
+        if let Some(token) = token {
+            request = request.header("x-mew-task-token", token);
+        }
+        let response = request.send().await?;
+        ensure!(
+            response.status() == 401,
+            "with {token:?}: {} {}",
+            response.status(),
+            response.text().await?
+        );
+    }
+    let (code, out, _) = b
+        .client(&["tasks", "list", "--json", "--node", b.url()])
+        .await?;
+    let listed: serde_json::Value = serde_json::from_str(&out).context("list JSON")?;
+    let on_b = listed["tasks"].as_array().map_or(0, Vec::len);
+    ensure!(code == 0 && on_b == 1, "b ran {on_b} tasks: {listed}");
     Ok(())
 }
