@@ -759,8 +759,18 @@ const LOCK_ATTEMPTS: u32 = 20;
 const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(25);
 
 fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+        // A data directory inside a project is no part of its sources: keep it out of git, the
+        // way Python's venv does.
+        let ignore = dir.join(".gitignore");
+        std::fs::write(
+            &ignore,
+            "# Created by mew: the node's state, not for version control.\n*\n",
+        )
+        .with_context(|| format!("cannot write {}", ignore.display()))?;
+    }
     let path = dir.join("node.lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -960,7 +970,12 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     for problem in &config.mcp_problems {
         println!("mew: skipped an MCP server entry: {problem}");
     }
-    println!("mew: tasks in {}", runtime.store.location());
+    let whose = if config.node.data_dir == config.project_dir.join(".mew").join("data") {
+        "this project's own; set node.data_dir to share one"
+    } else {
+        "node.data_dir"
+    };
+    println!("mew: tasks in {} ({whose})", runtime.store.location());
     println!(
         "mew: at most {} connections at once (open-file limit {open_files})",
         connection_limits.max_connections

@@ -209,6 +209,10 @@ pub struct MewNode {
     file_limit: Option<u64>,
     /// A configuration layer given with `--config`, above the project's, if set.
     config_file: Option<PathBuf>,
+    /// The `HOME` of the node and its clients, when not its own `home/`.
+    home: Option<PathBuf>,
+    /// Whether the node runs without `--data-dir`, in its default data directory.
+    default_data_dir: bool,
 }
 
 impl MewNode {
@@ -231,6 +235,8 @@ impl MewNode {
             port: 0,
             file_limit: None,
             config_file: None,
+            home: None,
+            default_data_dir: false,
         })
     }
 
@@ -286,6 +292,18 @@ impl MewNode {
         self.config_file = Some(file.into());
     }
 
+    /// Gives the node and its clients `home` as `HOME` instead of their own (from the next
+    /// launch on): nodes of several projects of one user.
+    pub fn set_home(&mut self, home: impl Into<PathBuf>) {
+        self.home = Some(home.into());
+    }
+
+    /// Runs the node without `--data-dir` (from the next launch on), in the data directory it
+    /// chooses by default: the project's `.mew/data`.
+    pub fn use_default_data_dir(&mut self) {
+        self.default_data_dir = true;
+    }
+
     /// Makes the node listen on `port` (from its next launch on) instead of a free one.
     pub fn set_port(&mut self, port: u16) {
         self.port = port;
@@ -334,9 +352,10 @@ impl MewNode {
             .args(self.config_args())
             .arg("up")
             .args(["--port", &self.port.to_string(), "--host", "127.0.0.1"])
-            .arg("--data-dir")
-            .arg(self.data_dir())
             .stderr(Stdio::from(log));
+        if !self.default_data_dir {
+            cmd.arg("--data-dir").arg(self.data_dir());
+        }
         match ChildProcess::spawn_until("mew", cmd, LISTENING, START_TIMEOUT).await {
             Ok((process, url)) => {
                 self.process = Some(process);
@@ -499,7 +518,9 @@ impl MewNode {
 
     /// The node's `HOME`.
     pub fn home_dir(&self) -> PathBuf {
-        self.dir.path().join("home")
+        self.home
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("home"))
     }
 
     /// The project directory (`--project`).
@@ -512,9 +533,13 @@ impl MewNode {
         self.project_dir().join(".mew/agents")
     }
 
-    /// The data directory (`--data-dir`).
+    /// The data directory (`--data-dir`, or the project's `.mew/data` by default).
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        if self.default_data_dir {
+            self.project_dir().join(".mew/data")
+        } else {
+            self.dir.path().join("data")
+        }
     }
 
     fn log_path(&self) -> PathBuf {

@@ -148,8 +148,8 @@ pub struct NodeConfig {
     pub public_url_is_default: bool,
     /// The role that answers messages sent to the front card.
     pub default_role: String,
-    /// Where the node keeps its state (`MEW_DATA_DIR`, `--data-dir`); defaults to
-    /// `~/.mew/data`.
+    /// Where the node keeps its state (`MEW_DATA_DIR`, `--data-dir`); defaults to the
+    /// project's `.mew/data`, so that each project keeps its own tasks.
     pub data_dir: PathBuf,
     /// How long running tasks get to finish after shutdown begins.
     #[serde(serialize_with = "duration::serialize")]

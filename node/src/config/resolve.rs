@@ -27,7 +27,7 @@ pub struct Entry {
 impl LoadedConfig {
     /// Resolves the merged settings: expands `~` (to [`Sources::home`](super::Sources::home)),
     /// makes paths absolute against the project directory, and computes `node.data_dir`
-    /// (`~/.mew/data`) and `node.public_url` (`http://{host}:{port}`, or `https://` when
+    /// (the project's `.mew/data`) and `node.public_url` (`http://{host}:{port}`, or `https://` when
     /// `tls:` has a server certificate) when they are not set.
     /// Checks each `mcp_servers` entry and expands its variables; a bad entry is not an error
     /// but a [`Config::mcp_problems`] entry.
@@ -44,20 +44,10 @@ impl LoadedConfig {
             })?;
         let home = self.home.as_deref();
 
+        // Each project keeps its own tasks unless a data directory is shared on purpose.
         let data_dir = match &settings.node.data_dir {
             Some(path) => self.path("node.data_dir", path, home, &project)?,
-            None => match home {
-                Some(home) => home.join(".mew").join("data"),
-                None => {
-                    return Err(ConfigError::Resolve {
-                        origin: self.origin_of("node.data_dir"),
-                        key: "node.data_dir".to_owned(),
-                        message: "no home directory is known to put the default ~/.mew/data \
-                                  under; set node.data_dir, MEW_DATA_DIR or --data-dir"
-                            .to_owned(),
-                    });
-                }
-            },
+            None => project.join(".mew").join("data"),
         };
         let (public_url, public_url_is_default) = match &settings.node.public_url {
             Some(url) => (url.trim_end_matches('/').to_owned(), false),

@@ -83,7 +83,7 @@ fn defaults_without_any_file() {
     assert_eq!(config.node.public_url, "http://127.0.0.1:7777");
     assert!(config.node.public_url_is_default);
     assert_eq!(config.node.default_role, "general-purpose");
-    assert_eq!(config.node.data_dir, dirs.home().join(".mew/data"));
+    assert_eq!(config.node.data_dir, dirs.project().join(".mew/data"));
     assert_eq!(config.node.shutdown_grace, Duration::from_secs(10));
     assert_eq!(config.log.level, "info");
     assert_eq!(config.log.format, LogFormat::Text);
@@ -391,7 +391,7 @@ fn missing_user_and_project_files_are_fine_but_an_explicit_one_is_not() {
     };
     assert_eq!(
         resolve(&sources).node.data_dir,
-        Path::new("/nonexistent/home/.mew/data")
+        Path::new("/nonexistent/project/.mew/data")
     );
     sources.config_file = Some("/nonexistent/mew.yaml".into());
     let error = Config::load(&sources).unwrap_err();
@@ -468,14 +468,11 @@ fn tilde_expands_to_home_and_relative_paths_join_the_project() {
 }
 
 #[test]
-fn tilde_or_the_default_data_dir_without_a_home_is_an_error() {
+fn without_a_home_the_default_data_dir_is_the_projects_and_a_tilde_is_an_error() {
     let dirs = Dirs::new();
     let sources = Sources::new(dirs.project());
-    let error = Config::load(&sources).unwrap().resolve().unwrap_err();
-    assert!(
-        matches!(&error, ConfigError::Resolve { key, .. } if key == "node.data_dir"),
-        "{error:?}"
-    );
+    let config = Config::load(&sources).unwrap().resolve().unwrap();
+    assert_eq!(config.node.data_dir, dirs.project().join(".mew/data"));
 
     let mut sources = sources;
     sources.env = env(&[("MEW_DATA_DIR", "~/state")]);

@@ -15,6 +15,7 @@ mod node_isolation;
 mod node_limits;
 mod node_mcp;
 mod node_peer_auth;
+mod node_projects;
 mod node_push;
 mod node_reload;
 mod node_signing;
