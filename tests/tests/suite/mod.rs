@@ -5,6 +5,7 @@ mod backends;
 mod conformance;
 mod error_kinds;
 mod example_sdk_peers;
+mod example_two_nodes;
 mod example_wrap_cli;
 mod node_agent;
 mod node_auth;
