@@ -106,6 +106,50 @@ pub(crate) fn load_roles(config: &Config) -> anyhow::Result<(RoleCatalog, Arc<Ro
     Ok((catalog, default_role))
 }
 
+/// The file in the data directory that says where the node using it serves: written by
+/// `mew up` once it serves, removed when it stops. `mew run` and `mew chat` use the node it
+/// names rather than running the project's roles in-process.
+pub(crate) const NODE_FILE: &str = "node.json";
+
+/// The longest [`NODE_FILE`] read, in bytes.
+const NODE_FILE_MAX: u64 = 4096;
+
+/// The URL of the node serving from `data_dir`: what its [`NODE_FILE`] says, while a process
+/// holds the data directory's lock. `None` when no node runs there (no file, or a file left by
+/// a node that died: nobody holds the lock).
+pub(crate) fn running_node(data_dir: &Path) -> Option<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    File::open(data_dir.join(NODE_FILE))
+        .ok()?
+        .take(NODE_FILE_MAX)
+        .read_to_string(&mut text)
+        .ok()?;
+    let url = serde_json::from_str::<serde_json::Value>(&text).ok()?["url"]
+        .as_str()?
+        .to_owned();
+    // Opened without `create`: a lock file that is not there is not held.
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .open(data_dir.join("node.lock"))
+        .ok()?;
+    match lock.try_lock() {
+        Err(TryLockError::WouldBlock) => Some(url),
+        // Nobody holds it: the file is stale. Dropping the file releases the lock again.
+        Ok(()) | Err(TryLockError::Error(_)) => None,
+    }
+}
+
+/// Writes [`NODE_FILE`] into `data_dir`: the node at `url`, this process. Written whole
+/// (through a temporary file), so a reader never sees half of it.
+fn write_node_file(data_dir: &Path, url: &str) -> std::io::Result<()> {
+    let path = data_dir.join(NODE_FILE);
+    let temporary = path.with_extension("json.new");
+    let text = json!({ "url": url, "pid": std::process::id() }).to_string();
+    std::fs::write(&temporary, text)?;
+    std::fs::rename(&temporary, &path)
+}
+
 /// The names of the catalog's roles, comma-separated.
 fn role_names(catalog: &RoleCatalog) -> String {
     catalog
@@ -916,6 +960,16 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     let published: Vec<&Arc<RoleDefinition>> = catalog.published().collect();
     let problems = catalog.problems();
 
+    // Before the line that says the node listens (the socket is bound: a client that comes
+    // now waits in its backlog until the server takes it).
+    let node_file = config.node.data_dir.join(NODE_FILE);
+    if let Err(e) = write_node_file(&config.node.data_dir, &base) {
+        warn!(
+            path = %node_file.display(),
+            error = %e,
+            "cannot say where the node serves: mew run and mew chat will not find it"
+        );
+    }
     println!("mew: listening on {base}");
     println!(
         "mew: {} roles: {}",
@@ -1050,6 +1104,8 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         () = watch => {}
     }
     info!("shutting down");
+    // New clients run in-process from now on (once the lock is let go).
+    let _ = std::fs::remove_file(&node_file);
     drop(app);
     runtime.shutdown().await;
     Ok(())

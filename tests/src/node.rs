@@ -485,6 +485,16 @@ impl MewNode {
     /// variables given to the node (a minimal environment, as a user's shell beside the node
     /// would have), for at most a minute: its exit code, stdout and stderr.
     pub async fn client(&self, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
+        self.client_with_input(args, "").await
+    }
+
+    /// [`MewNode::client`] with `input` on its stdin (then closed).
+    pub async fn client_with_input(
+        &self,
+        args: &[&str],
+        input: &str,
+    ) -> anyhow::Result<(i32, String, String)> {
+        use tokio::io::AsyncWriteExt as _;
         let mut cmd = command(mew_bin()?);
         cmd.env_clear()
             .env("HOME", self.home_dir())
@@ -494,13 +504,21 @@ impl MewNode {
             .arg(self.project_dir())
             .args(self.config_args())
             .args(args)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let output = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        let mut child = cmd.spawn().context("cannot run mew")?;
+        let mut stdin = child.stdin.take().context("no stdin")?;
+        let input = input.to_owned();
+        // Written beside the wait, so that a client that does not read cannot block the test.
+        let writer = tokio::spawn(async move {
+            let _ = stdin.write_all(input.as_bytes()).await;
+        });
+        let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
             .await
             .with_context(|| format!("mew {} did not end within a minute", args.join(" ")))?
             .context("cannot run mew")?;
+        writer.abort();
         Ok((
             output.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&output.stdout).into_owned(),

@@ -1,5 +1,6 @@
-//! `mew chat [--role R]`: a conversation with a role in the terminal, without HTTP: each line
-//! is a task in one context, so the role sees what was said before.
+//! `mew chat [--role R]`: a conversation with a role in the terminal, on the project's running
+//! node or else in this process without HTTP: each line is a task in one context, so the role
+//! sees what was said before.
 //!
 //! A context is a hook session (its id the session id, the project the cwd). `SessionStart` is
 //! dispatched by the runner for a task that starts a new context; the chat dispatches
@@ -9,24 +10,27 @@
 //! None of them blocks; the additional context and messages of `SessionResume` are shown as
 //! notes.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::anyhow;
 use clap::Args;
+use mew_cards::role_base_url;
 use mew_cards::{
     ContextId, GetTaskRequest, ListTasksRequest, Message, Role, RoleDefinition, Task, TaskId,
 };
-use mew_transport::{AgentTransport, CallContext};
+use mew_transport::{AgentTransport, CallContext, RemoteAgent};
 
 use super::Failure;
-use super::local::{Ending, Printer, Terminal, Typed, converse, one_line};
+use super::local::{Ending, Printer, Terminal, Typed, converse, node_agent, one_line};
 use super::output::state_name;
-use super::remote::remote_error;
+use super::remote::{NodeUrlArgs, client_options, remote_error};
 use crate::config::Config;
 use crate::hooks::{HookContext, HookOutcome, Payload};
-use crate::node::Runtime;
-use crate::roles::catalog::render_agents;
+use crate::node::{Runtime, load_catalog};
+use crate::roles::catalog::{RoleCatalog, render_agents};
+use crate::skills::catalog::{SkillCatalog, standard_roots};
 
 /// How many characters of a task's prompt a listing shows.
 const PROMPT_CHARS: usize = 60;
@@ -135,55 +139,182 @@ impl Chat {
     }
 }
 
-/// Starts the node's runtime (no HTTP) and talks with a role: each line read from
-/// `terminal` is sent as a message in the chat's context and the answer printed as it
-/// streams; lines that start with `/` are commands (`/help`). Ends at `/quit` or the end of
-/// the input, or with [`Failure::Interrupted`] at a Ctrl-C while no task runs.
+/// Talks with a role: each line read from `terminal` is sent as a message in the chat's
+/// context and the answer printed as it streams; lines that start with `/` are commands
+/// (`/help`). The tasks run on the project's node when one runs (`mew up`), else on the node's
+/// runtime started in this process (no HTTP). Ends at `/quit` or the end of the input, or with
+/// [`Failure::Interrupted`] at a Ctrl-C while no task runs.
 pub(crate) async fn chat<O: Write, E: Write>(
     args: ChatArgs,
     config: Config,
     json: bool,
     terminal: &mut Terminal<O, E>,
 ) -> Result<(), Failure> {
+    let name = args
+        .role
+        .clone()
+        .unwrap_or_else(|| config.node.default_role.clone());
+    if let Some((url, front)) = node_agent(&config, None).await.map_err(Failure::Runtime)? {
+        if !json {
+            terminal
+                .note(
+                    &mut Printer::new(json, false),
+                    &format!("mew: on the node at {url}\n"),
+                )
+                .map_err(|error| Failure::Runtime(error.into()))?;
+        }
+        let mut backend = Backend::Node(Box::new(NodeBackend::new(url, front, &config)));
+        return chat_in(&mut backend, &name, json, terminal).await;
+    }
     let env = std::env::vars().collect();
     let runtime = Runtime::load(config, env).await.map_err(Failure::Runtime)?;
-    let ended = chat_in(&runtime, args, json, terminal).await;
+    let ended = chat_in(&mut Backend::Local(&runtime), &name, json, terminal).await;
     runtime.shutdown().await;
     ended
 }
 
-/// [`chat`] on a runtime that is already up.
+/// Where a chat's tasks run.
+enum Backend<'r> {
+    /// The node's runtime, in this process.
+    Local(&'r Runtime),
+    /// The project's running node.
+    Node(Box<NodeBackend>),
+}
+
+/// The project's running node, reached over A2A, and the project's role and skill files
+/// (the node serves what they define: it watches them).
+struct NodeBackend {
+    /// The node's base URL.
+    url: String,
+    /// The configuration the client options come from.
+    config: Config,
+    /// The node's front agent, which sees every task of the node.
+    front: Arc<dyn AgentTransport>,
+    /// The roles, from the project's files.
+    catalog: Arc<RoleCatalog>,
+    /// The skills, from the project's files.
+    skills: SkillCatalog,
+    /// The role agents reached so far, by role.
+    agents: HashMap<String, Arc<dyn AgentTransport>>,
+}
+
+impl NodeBackend {
+    /// The node at `url`, whose front agent is `front`, for the project of `config`.
+    fn new(url: String, front: RemoteAgent, config: &Config) -> Self {
+        Self {
+            url,
+            config: config.clone(),
+            front: Arc::new(front),
+            catalog: Arc::new(load_catalog(config)),
+            skills: SkillCatalog::load(standard_roots(
+                config.home_dir.as_deref(),
+                &config.project_dir,
+                &config.skills.roots,
+            )),
+            agents: HashMap::new(),
+        }
+    }
+}
+
+impl Backend<'_> {
+    /// The role `name`; the error lists the known roles.
+    fn known_role(&self, name: &str) -> anyhow::Result<Arc<RoleDefinition>> {
+        match self {
+            Backend::Local(runtime) => runtime.known_role(name),
+            Backend::Node(node) => node.catalog.get(name).ok_or_else(|| {
+                let known: Vec<&str> = node.catalog.roles().map(|r| r.name.as_str()).collect();
+                anyhow!(
+                    "there is no role {name:?}; known roles: {}",
+                    known.join(", ")
+                )
+            }),
+        }
+    }
+
+    /// The roles, for `/agents`.
+    fn catalog(&self) -> Arc<RoleCatalog> {
+        match self {
+            Backend::Local(runtime) => runtime.catalog(),
+            Backend::Node(node) => node.catalog.clone(),
+        }
+    }
+
+    /// Whether `name` is a skill (so `/name args` goes to the role).
+    fn has_skill(&self, name: &str) -> bool {
+        match self {
+            Backend::Local(runtime) => runtime.skills.get(name).is_some(),
+            Backend::Node(node) => node.skills.get(name).is_some(),
+        }
+    }
+
+    /// The front agent, which sees every task.
+    fn front(&self) -> Arc<dyn AgentTransport> {
+        match self {
+            Backend::Local(runtime) => Arc::new(runtime.front_agent()),
+            Backend::Node(node) => node.front.clone(),
+        }
+    }
+
+    /// The agent of `role`.
+    async fn agent(
+        &mut self,
+        role: &Arc<RoleDefinition>,
+    ) -> anyhow::Result<Arc<dyn AgentTransport>> {
+        match self {
+            Backend::Local(runtime) => Ok(runtime.agent(role)),
+            Backend::Node(node) => {
+                if let Some(agent) = node.agents.get(&role.name) {
+                    return Ok(agent.clone());
+                }
+                let args = NodeUrlArgs {
+                    node: Some(node.url.clone()),
+                    token: std::env::var("MEW_TOKEN").ok().filter(|t| !t.is_empty()),
+                };
+                let options = client_options(&args, &node.config, None)?;
+                let agent: Arc<dyn AgentTransport> = Arc::new(
+                    RemoteAgent::resolve_with(&role_base_url(&node.url, &role.name), options)
+                        .await
+                        .map_err(remote_error)?,
+                );
+                node.agents.insert(role.name.clone(), agent.clone());
+                Ok(agent)
+            }
+        }
+    }
+}
+
+/// [`chat`] with the role `name`, on `backend`.
 async fn chat_in<O: Write, E: Write>(
-    runtime: &Runtime,
-    args: ChatArgs,
+    backend: &mut Backend<'_>,
+    name: &str,
     json: bool,
     terminal: &mut Terminal<O, E>,
 ) -> Result<(), Failure> {
-    let name = args
-        .role
-        .as_deref()
-        .unwrap_or(&runtime.config.node.default_role);
-    let role = runtime.known_role(name).map_err(Failure::Usage)?;
+    let role = backend.known_role(name).map_err(Failure::Usage)?;
     let mut chat = Chat {
         role,
         context: None,
         contexts: Vec::new(),
     };
     let mut printer = Printer::new(json, false);
-    let ended = chat_lines(runtime, &mut chat, json, terminal, &mut printer).await;
+    let ended = chat_lines(backend, &mut chat, json, terminal, &mut printer).await;
     if let Some(context) = chat.context.take() {
         let reason = match &ended {
             Ok(()) | Err(Failure::Interrupted(_)) => "exit",
             Err(_) => "other",
         };
-        end_session(runtime, &context, reason).await;
+        end_session(backend, &context, reason).await;
     }
     ended
 }
 
 /// Dispatches `payload` in the hook session of `context`: the context id is the session id,
-/// the project the cwd. Nothing here blocks, so the outcome only carries notes.
-async fn session_hook(runtime: &Runtime, context: &ContextId, payload: Payload) -> HookOutcome {
+/// the project the cwd. Nothing here blocks, so the outcome only carries notes. On a running
+/// node the chat's session hooks do not run: hooks are the node's, and it runs the turns'.
+async fn session_hook(backend: &Backend<'_>, context: &ContextId, payload: Payload) -> HookOutcome {
+    let Backend::Local(runtime) = backend else {
+        return HookOutcome::default();
+    };
     match HookContext::new(context.as_str(), runtime.config.project_dir.clone()) {
         Ok(ctx) => runtime.hooks.dispatch(payload, &ctx).await,
         Err(_) => HookOutcome::default(),
@@ -192,20 +323,22 @@ async fn session_hook(runtime: &Runtime, context: &ContextId, payload: Payload) 
 
 /// Ends the hook session of `context` (`SessionEnd` with `reason`); its `only_once` rules may
 /// run again should it be resumed.
-async fn end_session(runtime: &Runtime, context: &ContextId, reason: &str) {
-    let _ = session_hook(runtime, context, Payload::session_end(reason)).await;
-    runtime.hooks.reset_session(context.as_str());
+async fn end_session(backend: &Backend<'_>, context: &ContextId, reason: &str) {
+    let _ = session_hook(backend, context, Payload::session_end(reason)).await;
+    if let Backend::Local(runtime) = backend {
+        runtime.hooks.reset_session(context.as_str());
+    }
 }
 
 /// The lines of a chat, until `/quit`, the end of the input or a Ctrl-C at the prompt.
 async fn chat_lines<O: Write, E: Write>(
-    runtime: &Runtime,
+    backend: &mut Backend<'_>,
     chat: &mut Chat,
     json: bool,
     terminal: &mut Terminal<O, E>,
     printer: &mut Printer,
 ) -> Result<(), Failure> {
-    let front = runtime.front_agent();
+    let front = backend.front();
     let io = |error: std::io::Error| Failure::Runtime(error.into());
     if terminal.interactive {
         terminal
@@ -239,9 +372,7 @@ async fn chat_lines<O: Write, E: Write>(
         };
         let parsed = match parse_line(&line) {
             // `/name args` naming a skill goes to the role, which runs the skill.
-            Line::Unknown(name) if runtime.skills.get(&name).is_some() => {
-                Line::Say(line.trim().to_owned())
-            }
+            Line::Unknown(name) if backend.has_skill(&name) => Line::Say(line.trim().to_owned()),
             parsed => parsed,
         };
         match parsed {
@@ -250,11 +381,11 @@ async fn chat_lines<O: Write, E: Write>(
             Line::Help => terminal.out.write_all(HELP.as_bytes()).map_err(io)?,
             Line::Agents => terminal
                 .out
-                .write_all(render_agents(&runtime.catalog(), json).as_bytes())
+                .write_all(render_agents(&backend.catalog(), json).as_bytes())
                 .map_err(io)?,
             Line::Clear => {
                 if let Some(context) = chat.context.take() {
-                    end_session(runtime, &context, "clear").await;
+                    end_session(backend, &context, "clear").await;
                 }
                 terminal
                     .note(printer, "(a new conversation)\n")
@@ -267,7 +398,7 @@ async fn chat_lines<O: Write, E: Write>(
                 )
                 .map_err(io)?,
             Line::Role(Some(name)) => {
-                let note = match runtime.known_role(&name) {
+                let note = match backend.known_role(&name) {
                     Ok(role) => {
                         chat.role = role;
                         format!("talking to {} now\n", chat.role.name)
@@ -277,25 +408,25 @@ async fn chat_lines<O: Write, E: Write>(
                 terminal.note(printer, &note).map_err(io)?;
             }
             Line::Tasks => {
-                let listing = list_chat_tasks(&front, chat).await;
+                let listing = list_chat_tasks(front.as_ref(), chat).await;
                 print_listing(terminal, printer, listing)?;
             }
             Line::Resume(None) => {
-                let listing = list_recent(&front).await;
+                let listing = list_recent(front.as_ref()).await;
                 print_listing(terminal, printer, listing)?;
             }
-            Line::Resume(Some(id)) => match find_context(&front, &id).await {
+            Line::Resume(Some(id)) => match find_context(front.as_ref(), &id).await {
                 Ok(context) => {
                     terminal
                         .note(printer, &format!("(continuing context {context})\n"))
                         .map_err(io)?;
                     if chat.context.as_ref() != Some(&context) {
                         if let Some(left) = chat.context.take() {
-                            end_session(runtime, &left, "resume").await;
+                            end_session(backend, &left, "resume").await;
                         }
                         chat.enter(context.clone());
                         let outcome =
-                            session_hook(runtime, &context, Payload::session_resume()).await;
+                            session_hook(backend, &context, Payload::session_resume()).await;
                         for text in outcome
                             .system_messages
                             .iter()
@@ -318,7 +449,15 @@ async fn chat_lines<O: Write, E: Write>(
                 )
                 .map_err(io)?,
             Line::Say(text) => {
-                let agent = runtime.agent(&chat.role);
+                let agent = match backend.agent(&chat.role).await {
+                    Ok(agent) => agent,
+                    Err(error) => {
+                        terminal
+                            .note(printer, &format!("mew: {error:#}\n"))
+                            .map_err(io)?;
+                        continue;
+                    }
+                };
                 let mut message = Message::user_text(text);
                 message.context_id = chat.context.clone();
                 let permission_asks = !chat.role.is_command();

@@ -11,15 +11,17 @@ use std::io::{self, BufRead, IsTerminal as _, Write};
 use anyhow::{Context as _, bail};
 use futures_util::StreamExt as _;
 use mew_cards::mew::{ChildNote, MewMetadata, ToolNote};
+use mew_cards::role_base_url;
 use mew_cards::{
     ArtifactId, CancelTaskRequest, Message, SendMessageRequest, StreamResponse, Task, TaskState,
 };
-use mew_transport::{AgentTransport, CallContext};
+use mew_transport::{AgentTransport, CallContext, RemoteAgent};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::output::{part_text, state_name, status_text};
-use super::remote::remote_error;
+use super::remote::{NodeUrlArgs, client_options, remote_error};
+use crate::config::Config;
 
 /// How many characters of a tool's input a progress line shows.
 const SUMMARY_CHARS: usize = 80;
@@ -495,6 +497,38 @@ pub(crate) fn approval(typed: &str) -> &'static str {
         "y" | "yes" => "yes",
         _ => "no",
     }
+}
+
+/// The agent of `role` (the front agent for `None`) on the node that serves this project,
+/// when one runs (its data directory says so: [`crate::node::running_node`]), with the node's
+/// URL. `Ok(None)` when none runs: the caller runs the role in-process. A node that runs but
+/// cannot give the card is an error (the role is not there, or the node refuses this client).
+pub(crate) async fn node_agent(
+    config: &Config,
+    role: Option<&str>,
+) -> anyhow::Result<Option<(String, RemoteAgent)>> {
+    let Some(url) = crate::node::running_node(&config.node.data_dir) else {
+        return Ok(None);
+    };
+    let node = NodeUrlArgs {
+        node: Some(url.clone()),
+        token: std::env::var("MEW_TOKEN").ok().filter(|t| !t.is_empty()),
+    };
+    let options = client_options(&node, config, None)?;
+    let base = role.map_or_else(|| url.clone(), |role| role_base_url(&url, role));
+    let agent = RemoteAgent::resolve_with(&base, options)
+        .await
+        .map_err(|error| {
+            let what = role.map_or_else(
+                || "its card".to_owned(),
+                |r| format!("the card of role {r}"),
+            );
+            anyhow::anyhow!(
+                "the node at {url} serves this project, and cannot give {what}: {:#}",
+                remote_error(error)
+            )
+        })?;
+    Ok(Some((url, agent)))
 }
 
 /// Sends `message` to `agent` and follows the task to its end, printing as it goes.

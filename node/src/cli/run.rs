@@ -1,17 +1,18 @@
-//! `mew run [--role R] "prompt"`: run one task of a role in this process, without HTTP, and
-//! print its answer as it streams.
+//! `mew run [--role R] "prompt"`: run one task of a role, on the project's running node or else
+//! in this process without HTTP, and print its answer as it streams.
 
 use std::io::Write;
 
 use anyhow::anyhow;
 use clap::Args;
 use mew_cards::{ContextId, Message};
+use mew_transport::AgentTransport;
 
 use super::Failure;
-use super::local::{Ending, Printer, Terminal, converse};
+use super::local::{Ending, Printer, Terminal, converse, node_agent};
 use super::output::outcome;
 use crate::config::Config;
-use crate::node::Runtime;
+use crate::node::{Runtime, load_catalog};
 
 /// `mew run`.
 #[derive(Debug, Args)]
@@ -29,9 +30,11 @@ pub(crate) struct RunArgs {
     pub(crate) data: super::DataDirArgs,
 }
 
-/// Starts the node's runtime (roles, task store, task manager; no HTTP), runs the prompt as a
-/// task of the role, and follows it to its end: the answer on `terminal.out`, progress and
-/// questions on `terminal.err`. With `json`, the task's events are `StreamResponse` JSON lines.
+/// Runs the prompt as a task of the role and follows it to its end: the answer on
+/// `terminal.out`, progress and questions on `terminal.err`. With `json`, the task's events are
+/// `StreamResponse` JSON lines. When a node serves the project (`mew up`), the task runs there,
+/// where `mew tasks` and other nodes see it; otherwise the node's runtime (roles, task store,
+/// task manager; no HTTP) starts in this process for it.
 ///
 /// Succeeds when the task completes (or the agent answers with a message); fails with
 /// [`Failure::Runtime`] when it fails, is canceled or rejected, or waits for input nobody can
@@ -42,38 +45,55 @@ pub(crate) async fn run<O: Write, E: Write>(
     json: bool,
     terminal: &mut Terminal<O, E>,
 ) -> Result<(), Failure> {
+    let name = args
+        .role
+        .clone()
+        .unwrap_or_else(|| config.node.default_role.clone());
+    if let Some((url, agent)) = node_agent(&config, Some(&name))
+        .await
+        .map_err(Failure::Runtime)?
+    {
+        let asks_permission = load_catalog(&config)
+            .get(&name)
+            .is_none_or(|role| !role.is_command());
+        if !json {
+            terminal
+                .note(
+                    &mut Printer::new(json, true),
+                    &format!("mew: on the node at {url}\n"),
+                )
+                .map_err(|error| Failure::Runtime(error.into()))?;
+        }
+        return follow(&agent, asks_permission, args, json, terminal).await;
+    }
     let env = std::env::vars().collect();
     let runtime = Runtime::load(config, env).await.map_err(Failure::Runtime)?;
-    let ended = run_in(&runtime, args, json, terminal).await;
+    let ended = match runtime.known_role(&name) {
+        Ok(role) => {
+            let agent = runtime.agent(&role);
+            follow(agent.as_ref(), !role.is_command(), args, json, terminal).await
+        }
+        Err(error) => Err(Failure::Usage(error)),
+    };
     runtime.shutdown().await;
     ended
 }
 
-/// [`run`] on a runtime that is already up.
-async fn run_in<O: Write, E: Write>(
-    runtime: &Runtime,
+/// Sends the prompt to `agent` and follows the task (see [`run`]); `asks_permission` when the
+/// role's questions are permission asks (a model role's).
+async fn follow<O: Write, E: Write>(
+    agent: &dyn AgentTransport,
+    asks_permission: bool,
     args: RunArgs,
     json: bool,
     terminal: &mut Terminal<O, E>,
 ) -> Result<(), Failure> {
-    let name = args
-        .role
-        .as_deref()
-        .unwrap_or(&runtime.config.node.default_role);
-    let role = runtime.known_role(name).map_err(Failure::Usage)?;
-    let agent = runtime.agent(&role);
     let mut message = Message::user_text(args.prompt.join(" "));
     message.context_id = args.context.map(ContextId::from);
     let mut printer = Printer::new(json, true);
-    let ending = converse(
-        agent.as_ref(),
-        message,
-        !role.is_command(),
-        terminal,
-        &mut printer,
-    )
-    .await
-    .map_err(Failure::Runtime)?;
+    let ending = converse(agent, message, asks_permission, terminal, &mut printer)
+        .await
+        .map_err(Failure::Runtime)?;
     match ending {
         Ending::Message => Ok(()),
         Ending::Task(task) => match task.status.state {

@@ -1,5 +1,6 @@
 //! Each project keeps its own tasks: two nodes of one user, on two projects, with no data
-//! directory configured, run side by side and list only their own tasks.
+//! directory configured, run side by side and list only their own tasks; `mew run` uses the
+//! project's running node, and runs in-process when none runs.
 
 use anyhow::{Context, ensure};
 use mew_cards::TaskState;
@@ -65,5 +66,78 @@ async fn two_projects_of_one_user_keep_separate_tasks_by_default() -> anyhow::Re
         .await
         .with_context(|| node.output())?;
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn mew_run_uses_the_projects_running_node_and_runs_alone_when_none_runs() -> anyhow::Result<()>
+{
+    let mut node = MewNode::new()?;
+    node.use_default_data_dir();
+    node.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;
+    node.launch().await?;
+    let node_file = node.data_dir().join("node.json");
+    ensure!(
+        node_file.is_file(),
+        "mew up wrote no {}",
+        node_file.display()
+    );
+
+    let (code, out, err) = node
+        .client(&["run", "--role", "upper", "beside", "the", "node"])
+        .await?;
+    ensure!(
+        code == 0 && out.contains("BESIDE THE NODE") && err.contains(node.url()),
+        "mew run beside mew up: exit {code}\nstdout: {out}\nstderr: {err}"
+    );
+    // The task is the node's: its clients see it.
+    ensure!(
+        listed(&node).await? == 1,
+        "the node does not list mew run's task"
+    );
+
+    // A role the node does not serve is named as such, not run elsewhere.
+    let (code, _, err) = node.client(&["run", "--role", "lower", "hi"]).await?;
+    ensure!(
+        code != 0 && err.contains("lower") && err.contains(node.url()),
+        "an unknown role: exit {code}: {err}"
+    );
+    ensure!(listed(&node).await? == 1, "a task for the unknown role");
+
+    // `mew chat` too: each line a task of one context, on the node.
+    let (code, out, err) = node
+        .client_with_input(
+            &["chat", "--role", "upper"],
+            "first line\nsecond line\n/tasks\n",
+        )
+        .await?;
+    ensure!(
+        code == 0
+            && out.contains("FIRST LINE")
+            && out.contains("SECOND LINE")
+            && err.contains(node.url()),
+        "mew chat beside mew up: exit {code}\nstdout: {out}\nstderr: {err}"
+    );
+    ensure!(
+        listed(&node).await? == 3,
+        "the node does not list mew chat's tasks"
+    );
+
+    // A node that stopped leaves no file; one killed hard leaves a file nobody holds the lock
+    // of. Either way `mew run` runs the role in-process.
+    node.stop().await?;
+    ensure!(
+        !node_file.exists(),
+        "mew up left {} behind",
+        node_file.display()
+    );
+    node.launch().await?;
+    node.kill_hard().await?;
+    ensure!(node_file.is_file(), "the killed node's file is gone");
+    let (code, out, err) = node.client(&["run", "--role", "upper", "alone"]).await?;
+    ensure!(
+        code == 0 && out.contains("ALONE") && !err.contains("on the node at"),
+        "mew run without a node: exit {code}\nstdout: {out}\nstderr: {err}"
+    );
     Ok(())
 }
