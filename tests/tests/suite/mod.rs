@@ -6,6 +6,7 @@ mod conformance;
 mod error_kinds;
 mod example_sdk_peers;
 mod example_wrap_cli;
+mod init;
 mod node_agent;
 mod node_auth;
 mod node_cluster;
