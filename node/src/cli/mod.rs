@@ -2,7 +2,8 @@
 //!
 //! Adding a subcommand: a module here with its `Args` and a `run` function, a variant of
 //! `Command`, and an arm in `run`. Every subcommand gets a `Context` with the resolved
-//! configuration; subcommands that take the `node:` override flags say so in
+//! configuration (except `init`, which runs before the configuration is loaded, so that it can
+//! replace one that does not load); subcommands that take the `node:` override flags say so in
 //! `Command::node_args`.
 
 mod agents;
@@ -11,6 +12,7 @@ mod card;
 mod chat;
 mod config;
 mod hooks;
+mod init;
 mod local;
 mod logging;
 mod mcp;
@@ -134,6 +136,8 @@ pub(crate) struct DataDirArgs {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    /// Write a commented .mew/config.yaml and an example role into the project, to start from
+    Init(init::InitArgs),
     /// Run the node: serve every known role as an A2A agent
     Up(up::UpArgs),
     /// Inspect the configuration
@@ -189,7 +193,8 @@ impl Command {
         match self {
             Command::Up(args) => Some(&args.node),
             Command::Config(config::ConfigCommand::Show(args)) => Some(&args.node),
-            Command::Bench(_)
+            Command::Init(_)
+            | Command::Bench(_)
             | Command::Card(_)
             | Command::Agents
             | Command::Send(_)
@@ -252,9 +257,7 @@ impl Cli {
         env: HashMap<String, String>,
         home: Option<PathBuf>,
     ) -> anyhow::Result<Sources> {
-        let project = self.global.project.as_deref().unwrap_or(Path::new("."));
-        let project = std::path::absolute(project)
-            .with_context(|| format!("resolving the project directory {}", project.display()))?;
+        let project = self.project_dir()?;
         let config_file = match &self.global.config {
             Some(file) => Some(
                 std::path::absolute(file)
@@ -269,6 +272,13 @@ impl Cli {
             env,
             flags: self.flag_overrides(),
         })
+    }
+
+    /// The project directory, absolute: `--project`, or the current directory.
+    fn project_dir(&self) -> anyhow::Result<PathBuf> {
+        let project = self.global.project.as_deref().unwrap_or(Path::new("."));
+        std::path::absolute(project)
+            .with_context(|| format!("resolving the project directory {}", project.display()))
     }
 
     fn flag_overrides(&self) -> FlagOverrides {
@@ -290,6 +300,19 @@ impl Cli {
 
 /// Loads the configuration, starts logging and the tokio runtime, and runs the subcommand.
 fn execute(cli: Cli) -> Result<(), Failure> {
+    if let Command::Init(args) = &cli.command {
+        // Before loading: `mew init --force` replaces a configuration that does not load.
+        let project = cli.project_dir().map_err(Failure::Usage)?;
+        let flag = init::project_flag(cli.global.project.as_deref());
+        return init::init(
+            args,
+            &project,
+            &flag,
+            cli.global.json,
+            &mut std::io::stdout().lock(),
+        )
+        .map_err(Failure::Runtime);
+    }
     let sources = cli
         .sources(process_env(), std::env::home_dir())
         .map_err(Failure::Usage)?;
@@ -328,6 +351,14 @@ fn execute(cli: Cli) -> Result<(), Failure> {
 /// Runs one subcommand.
 async fn run(command: Command, context: Context) -> Result<(), Failure> {
     match command {
+        Command::Init(args) => init::init(
+            &args,
+            &context.config.project_dir,
+            "",
+            context.json,
+            &mut std::io::stdout().lock(),
+        )
+        .map_err(Failure::Runtime),
         Command::Up(_) => up::up(context.config).await.map_err(Failure::Runtime),
         Command::Config(command) => {
             config::run(&command, &context, &mut std::io::stdout().lock()).map_err(Failure::Runtime)

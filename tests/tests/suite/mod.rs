@@ -7,6 +7,7 @@ mod error_kinds;
 mod example_sdk_peers;
 mod example_two_nodes;
 mod example_wrap_cli;
+mod init;
 mod node_agent;
 mod node_auth;
 mod node_cluster;
