@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 use crate::card::AgentExtension;
 use crate::ids::TaskId;
 use crate::message::Metadata;
+use crate::role::is_valid_role_name;
 
 /// The extension's URI, as cards declare it in `capabilities.extensions`.
 pub const EXTENSION_URI: &str = "urn:mew:a2a:delegation:v1";
@@ -25,8 +26,8 @@ pub const METADATA_KEY: &str = "mew";
 pub fn extension() -> AgentExtension {
     AgentExtension {
         uri: EXTENSION_URI.to_owned(),
-        description: "Mew delegation metadata under the `mew` key: a task's parent, depth, \
-                      children and model usage, and progress notes of tools and children"
+        description: "Mew delegation metadata under the `mew` key: a task's role, parent, \
+                      depth, children and model usage, and progress notes of tools and children"
             .to_owned(),
         required: false,
         params: None,
@@ -51,6 +52,10 @@ pub struct MewMetadata {
     /// On a delegated message and its task: the child is a fork of its parent's role.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fork: bool,
+    /// On a task: the role of the node that runs it, by name (written by the node only; read
+    /// only when it is a valid role name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
     /// On a task: its delegations, in the order they were made (written by the node only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<ChildLink>,
@@ -77,7 +82,7 @@ pub const ASK_PERMISSION: &str = "permission";
 
 /// The fields of [`MewMetadata`] that only the node writes, never taken from a caller: forged
 /// links would send a task's agent to agents of the caller's choosing.
-pub const NODE_OWNED_FIELDS: &[&str] = &["children", "usage"];
+pub const NODE_OWNED_FIELDS: &[&str] = &["role", "children", "usage"];
 
 impl MewMetadata {
     /// What `metadata` holds under `mew`; fields that do not parse are left out.
@@ -90,6 +95,8 @@ impl MewMetadata {
             depth: field(mew, "depth"),
             description: field(mew, "description"),
             fork: field(mew, "fork").unwrap_or(false),
+            // Only a role name: it is shown as one (a line of `mew tasks list`, say).
+            role: field(mew, "role").filter(|role: &String| is_valid_role_name(role)),
             children: Self::child_links_of(mew)
                 .into_iter()
                 .filter_map(Result::ok)
@@ -142,6 +149,13 @@ impl MewMetadata {
                 metadata.remove(METADATA_KEY);
             }
         }
+    }
+
+    /// Sets `metadata.mew.role` to `role`, leaving the rest of `mew` as it is.
+    pub fn set_role(metadata: &mut Metadata, role: &str) {
+        change_mew(metadata, |mew| {
+            mew.insert("role".to_owned(), Value::String(role.to_owned()));
+        });
     }
 
     /// Sets `metadata.mew.usage` to `usage`, leaving the rest of `mew` (a caller's own fields,
@@ -319,7 +333,7 @@ mod tests {
     #[test]
     fn fields_read_back_and_bad_ones_are_left_out() {
         let m = metadata(json!({"mew": {
-            "parentTask": "p1", "depth": 2, "fork": true, "description": "look",
+            "parentTask": "p1", "depth": 2, "fork": true, "description": "look", "role": "helper",
             "children": [{"taskId": "c1", "agent": "helper"}, {"taskId": 5}],
             "usage": {"inputTokens": 10, "modelCalls": 1},
             "ask": "permission", "warning": 7,
@@ -328,10 +342,17 @@ mod tests {
         assert_eq!(mew.parent_task.as_ref().map(TaskId::as_str), Some("p1"));
         assert_eq!(mew.depth, Some(2));
         assert!(mew.fork);
+        assert_eq!(mew.role.as_deref(), Some("helper"));
         assert_eq!(mew.children.len(), 1, "the malformed link is left out");
         assert_eq!(mew.usage.map(|u| u.input_tokens), Some(10));
         assert_eq!(mew.ask.as_deref(), Some(ASK_PERMISSION));
         assert_eq!(mew.warning, None, "not a string");
+        let bad_role = metadata(json!({"mew": {"role": "two\nlines"}}));
+        assert_eq!(
+            MewMetadata::read(Some(&bad_role)).role,
+            None,
+            "not a role name"
+        );
         let links = MewMetadata::child_links(Some(&m));
         assert!(links[0].is_ok() && links[1].is_err());
         assert_eq!(MewMetadata::read(None), MewMetadata::default());
@@ -354,7 +375,8 @@ mod tests {
             Value::Object(m.clone()),
             json!({"other": 1, "mew": {"depth": 1, "description": "d"}})
         );
-        let mut forged = metadata(json!({"mew": {"children": [], "usage": {}, "depth": 1}}));
+        let mut forged =
+            metadata(json!({"mew": {"role": "admin", "children": [], "usage": {}, "depth": 1}}));
         MewMetadata::strip_node_owned(&mut forged);
         assert_eq!(Value::Object(forged), json!({"mew": {"depth": 1}}));
     }
@@ -376,7 +398,9 @@ mod tests {
                 ..Usage::default()
             },
         );
+        MewMetadata::set_role(&mut m, "helper");
         let mew = MewMetadata::read(Some(&m));
+        assert_eq!(mew.role.as_deref(), Some("helper"));
         assert_eq!(mew.children, vec![link.clone(), link]);
         assert_eq!(mew.usage.map(|u| u.input_tokens), Some(3));
         assert_eq!(m["mew"]["custom"], json!(true));
@@ -385,5 +409,8 @@ mod tests {
         let mut not_an_object = metadata(json!({"mew": 5}));
         MewMetadata::set_usage(&mut not_an_object, &Usage::default());
         assert!(not_an_object["mew"].is_object());
+        let mut not_an_object = metadata(json!({"mew": [1]}));
+        MewMetadata::set_role(&mut not_an_object, "r");
+        assert_eq!(Value::Object(not_an_object), json!({"mew": {"role": "r"}}));
     }
 }

@@ -77,6 +77,25 @@ fn node_of(url: &str) -> String {
     }
 }
 
+/// The role an agent of a child link names: itself when it is a role name, `role` of
+/// `peer/role` and of a URL `{node}/agents/{role}` (or of its card's URL); `None` for any other
+/// agent.
+fn role_named(agent: &str) -> Option<&str> {
+    if agent.starts_with("http://") || agent.starts_with("https://") {
+        let url = agent
+            .strip_suffix("/.well-known/agent-card.json")
+            .unwrap_or(agent)
+            .trim_end_matches('/');
+        let (_, role) = url.rsplit_once("/agents/")?;
+        return is_valid_role_name(role).then_some(role);
+    }
+    if is_valid_role_name(agent) {
+        return Some(agent);
+    }
+    let (_, role) = agent.split_once('/')?;
+    is_valid_role_name(role).then_some(role)
+}
+
 /// One task of the tree, with what was found of its children.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct TreeNode {
@@ -86,6 +105,12 @@ pub(crate) struct TreeNode {
     pub(crate) agent: String,
     /// Where it was (or would have been) fetched from.
     pub(crate) url: String,
+    /// The base URL of the node it runs on (the agent's URL when that is no node's role; the
+    /// parent's node when the link could not be followed).
+    pub(crate) node: String,
+    /// The role that runs it: as the task records it (`mew.role`), else as the parent's link
+    /// names it; `None` when neither says (an agent that is no Mew role, say).
+    pub(crate) role: Option<String>,
     /// The parent's link to it; `None` for the root.
     pub(crate) link: Option<ChildLink>,
     /// The task, when it could be fetched.
@@ -256,15 +281,21 @@ fn assemble(slots: &mut [Option<Entry>], index: usize) -> TreeNode {
         return TreeNode::default();
     };
     let mut node = entry.node;
+    node.node = entry.place.node;
     node.children = entry
         .children
         .iter()
         .map(|&child| assemble(slots, child))
         .collect();
-    node.own = node
+    let mew = node
         .task
         .as_ref()
-        .and_then(|task| MewMetadata::read(task.metadata.as_ref()).usage);
+        .map(|task| MewMetadata::read(task.metadata.as_ref()))
+        .unwrap_or_default();
+    node.own = mew.usage;
+    node.role = mew
+        .role
+        .or_else(|| role_named(&node.agent).map(str::to_owned));
     node.total = node.own.unwrap_or_default();
     node.tasks = usize::from(node.task.is_some());
     node.missing = 0;
@@ -354,6 +385,7 @@ pub(crate) mod fixtures {
     }
 
     /// root (own 100/10) -> a (local, 50/5) -> c (remote, 7/1); root -> b (remote, 20/2).
+    /// Every task records its role but c, whose role only its link's URL names.
     pub(crate) fn three_levels() -> Fake {
         let remote = format!("{OTHER}/agents/reviewer");
         Fake::new(vec![
@@ -363,6 +395,7 @@ pub(crate) mod fixtures {
                     "root",
                     TaskState::Completed,
                     json!({
+                        "role": "boss",
                         "usage": {"inputTokens": 100, "outputTokens": 10, "cacheReadTokens": 40,
                                   "modelCalls": 2, "toolCalls": 1},
                         "children": [link("a", "Explore", "look around"), link("b", &remote, "review")],
@@ -376,7 +409,7 @@ pub(crate) mod fixtures {
                     TaskState::Completed,
                     json!({
                         "parentTask": "root", "depth": 1, "description": "look around",
-                        "usage": usage(50, 5, 1),
+                        "role": "Explore", "usage": usage(50, 5, 1),
                         "children": [link("c", &format!("{OTHER}/agents/helper"), "help")],
                     }),
                 ),
@@ -386,7 +419,10 @@ pub(crate) mod fixtures {
                 task(
                     "b",
                     TaskState::Completed,
-                    json!({"parentTask": "root", "depth": 1, "usage": usage(20, 2, 1)}),
+                    json!({
+                        "parentTask": "root", "depth": 1, "role": "reviewer",
+                        "usage": usage(20, 2, 1),
+                    }),
                 ),
             ),
             (
@@ -450,6 +486,26 @@ mod tests {
         assert!(locate("not a role", NODE, &peers).is_err());
     }
 
+    #[test]
+    fn a_link_names_a_role_by_name_peer_or_url() {
+        assert_eq!(role_named("Explore"), Some("Explore"));
+        assert_eq!(role_named("lab/reviewer"), Some("reviewer"));
+        assert_eq!(
+            role_named(&format!("{OTHER}/agents/reviewer/")),
+            Some("reviewer")
+        );
+        assert_eq!(
+            role_named(&format!(
+                "{OTHER}/agents/reviewer/.well-known/agent-card.json"
+            )),
+            Some("reviewer")
+        );
+        assert_eq!(role_named("http://sdk:9000/a2a"), None);
+        assert_eq!(role_named(NODE), None);
+        assert_eq!(role_named("not a role"), None);
+        assert_eq!(role_named("lab/not a role"), None);
+    }
+
     #[tokio::test]
     async fn usage_rolls_up_across_levels() {
         let fake = three_levels();
@@ -462,8 +518,22 @@ mod tests {
         assert_eq!(root.total.tool_calls, 4);
         assert_eq!((root.tasks, root.missing), (4, 0));
         assert!(!root.partial());
+        assert_eq!(
+            (root.role.as_deref(), root.node.as_str()),
+            (Some("boss"), NODE)
+        );
         let a = &root.children[0];
         assert_eq!((a.task_id.as_str(), a.agent.as_str()), ("a", "Explore"));
+        let c = &a.children[0];
+        assert_eq!(
+            (c.role.as_deref(), c.node.as_str()),
+            (Some("helper"), OTHER)
+        );
+        let b = &root.children[1];
+        assert_eq!(
+            (b.role.as_deref(), b.node.as_str()),
+            (Some("reviewer"), OTHER)
+        );
         assert_eq!(a.total.input_tokens, 57);
         assert_eq!(a.children[0].total.input_tokens, 7);
         assert_eq!(root.children[1].total.input_tokens, 20);

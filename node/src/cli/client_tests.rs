@@ -568,23 +568,55 @@ fn next_steps_say_how_to_answer_or_follow() {
     );
 }
 
+/// `task` run by `role`, as the node records it in `metadata.mew.role`.
+fn with_role(mut task: Task, role: &str) -> Task {
+    let mut metadata = mew_cards::Metadata::new();
+    mew_cards::mew::MewMetadata::set_role(&mut metadata, role);
+    task.metadata = Some(metadata);
+    task
+}
+
 #[test]
 fn the_task_table_has_one_row_per_task() {
-    let mut first = task(TaskState::Working, None);
+    let mut first = with_role(task(TaskState::Working, None), "wc");
     first.history = vec![
         Message::agent_text("not this"),
         Message::user_text("count\nthe words of this rather long message, please"),
     ];
-    let mut second = task(TaskState::InputRequired, None);
+    // A task of an agent that records no role has an empty cell.
+    let mut second = task(TaskState::InputRequired, Some("which file?"));
     second.id = "t2".into();
     second.status.timestamp = Some(Timestamp::from_unix(1_700_000_001, 5));
     assert_eq!(
         render_table(&[first, second]),
-        "ID  STATE           CONTEXT  UPDATED               MESSAGE\n\
-         t1  working         c1       2023-11-14T22:13:20Z  count the words of this rather long mes…\n\
-         t2  input-required  c1       2023-11-14T22:13:21Z\n"
+        "ID  ROLE  STATE           CONTEXT  UPDATED               MESSAGE\n\
+         t1  wc    working         c1       2023-11-14T22:13:20Z  count the words of this rather long mes…\n\
+         t2        input-required  c1       2023-11-14T22:13:21Z\n"
     );
     assert_eq!(render_table(&[]), "no tasks\n");
+}
+
+#[test]
+fn the_task_table_says_why_a_task_failed_or_was_rejected() {
+    let mut failed = with_role(
+        task(
+            TaskState::Failed,
+            Some("the command `wc`\nexited with status 2: no such file or directory"),
+        ),
+        "word-count",
+    );
+    failed.history = vec![Message::user_text("count a.txt")];
+    let mut rejected = with_role(task(TaskState::Rejected, Some("blocked by policy")), "wc");
+    rejected.id = "t2".into();
+    let mut done = with_role(task(TaskState::Completed, Some("3 words")), "wc");
+    done.id = "t3".into();
+    assert_eq!(
+        render_table(&[failed, rejected, done]),
+        "ID  ROLE        STATE      CONTEXT  UPDATED               MESSAGE      REASON\n\
+         t1  word-count  failed     c1       2023-11-14T22:13:20Z  count a.txt  the command `wc` exited with status 2: …\n\
+         t2  wc          rejected   c1       2023-11-14T22:13:20Z               blocked by policy\n\
+         t3  wc          completed  c1       2023-11-14T22:13:20Z\n"
+    );
 }
 
 fn good_card() -> AgentCard {

@@ -140,6 +140,17 @@ pub(crate) fn status_text(task: &Task) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
+/// `text` on one line, at most `width` characters (the last one `…` when cut).
+pub(crate) fn one_line(text: &str, width: usize) -> String {
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.chars().count() <= width {
+        return text;
+    }
+    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
 /// An artifact's name, or its id when it has none.
 fn artifact_label(artifact: &Artifact) -> &str {
     if artifact.name.is_empty() {

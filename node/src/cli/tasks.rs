@@ -3,6 +3,7 @@
 use std::io::Write;
 
 use clap::{Args, Subcommand};
+use mew_cards::mew::MewMetadata;
 use mew_cards::{
     CancelTaskRequest, ContextId, GetTaskRequest, ListTasksRequest, ListTasksResponse, Role,
     SubscribeToTaskRequest, Task, TaskId, TaskState, Timestamp,
@@ -12,7 +13,8 @@ use mew_transport::{AgentTransport as _, CallContext, RemoteAgent};
 use super::Context;
 use super::bench::BindingArg;
 use super::output::{
-    follow, next_step, outcome, parse_state, parts_text, render_task, state_name, write_json,
+    follow, next_step, one_line, outcome, parse_state, parts_text, render_task, state_name,
+    status_text, write_json,
 };
 use super::remote::{NodeUrlArgs, Target, connect, remote_error};
 use super::tree::{TreeArgs, tree};
@@ -214,18 +216,28 @@ async fn list(
     Ok(())
 }
 
-/// The table of `mew tasks list`: id, state, context, status time (to the second), and the
-/// start of the first user message.
+/// The table of `mew tasks list`: id, role, state, context, status time (to the second), the
+/// start of the first user message and, when a listed task failed or was rejected, a REASON
+/// column with the start of its status message.
 pub(crate) fn render_table(tasks: &[Task]) -> String {
-    const HEADER: [&str; 5] = ["ID", "STATE", "CONTEXT", "UPDATED", "MESSAGE"];
     if tasks.is_empty() {
         return "no tasks\n".to_owned();
     }
-    let rows: Vec<[String; 5]> = tasks
+    let reasons: Vec<String> = tasks.iter().map(reason).collect();
+    let with_reasons = reasons.iter().any(|r| !r.is_empty());
+    let mut header = vec!["ID", "ROLE", "STATE", "CONTEXT", "UPDATED", "MESSAGE"];
+    if with_reasons {
+        header.push("REASON");
+    }
+    let rows: Vec<Vec<String>> = tasks
         .iter()
-        .map(|task| {
-            [
+        .zip(reasons)
+        .map(|(task, reason)| {
+            let mut row = vec![
                 task.id.to_string(),
+                MewMetadata::read(task.metadata.as_ref())
+                    .role
+                    .unwrap_or_default(),
                 state_name(task.status.state).to_owned(),
                 task.context_id.to_string(),
                 task.status
@@ -234,18 +246,22 @@ pub(crate) fn render_table(tasks: &[Task]) -> String {
                     .map(|time| Timestamp::from_unix(time.unix_seconds(), 0).to_string())
                     .unwrap_or_default(),
                 first_message(task),
-            ]
+            ];
+            if with_reasons {
+                row.push(reason);
+            }
+            row
         })
         .collect();
-    let mut widths = HEADER.map(str::len);
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
-    let line = |cells: [&str; 5]| {
+    let line = |cells: &[&str]| {
         let mut line = String::new();
-        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+        for (i, (cell, width)) in cells.iter().zip(&widths).enumerate() {
             if i + 1 == cells.len() {
                 line.push_str(cell);
             } else {
@@ -256,9 +272,9 @@ pub(crate) fn render_table(tasks: &[Task]) -> String {
         line.push('\n');
         line
     };
-    let mut out = line(HEADER);
+    let mut out = line(&header);
     for row in &rows {
-        out.push_str(&line(row.each_ref().map(String::as_str)));
+        out.push_str(&line(&row.iter().map(String::as_str).collect::<Vec<_>>()));
     }
     out
 }
@@ -266,17 +282,20 @@ pub(crate) fn render_table(tasks: &[Task]) -> String {
 /// The start of the task's first user message, on one line, at most [`MESSAGE_WIDTH`]
 /// characters (the last one `…` when cut).
 pub(crate) fn first_message(task: &Task) -> String {
-    let Some(message) = task.history.iter().find(|m| m.role == Role::User) else {
-        return String::new();
-    };
-    let text = parts_text(&message.parts)
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    if text.chars().count() <= MESSAGE_WIDTH {
-        return text;
+    task.history
+        .iter()
+        .find(|m| m.role == Role::User)
+        .map(|message| one_line(&parts_text(&message.parts), MESSAGE_WIDTH))
+        .unwrap_or_default()
+}
+
+/// Why a failed or rejected task ended: the start of its status message, on one line, cut as
+/// [`first_message`] is; empty for a task in any other state or without a message.
+fn reason(task: &Task) -> String {
+    match task.status.state {
+        TaskState::Failed | TaskState::Rejected => status_text(task)
+            .map(|text| one_line(&text, MESSAGE_WIDTH))
+            .unwrap_or_default(),
+        _ => String::new(),
     }
-    let mut cut: String = text.chars().take(MESSAGE_WIDTH - 1).collect();
-    cut.push('…');
-    cut
 }

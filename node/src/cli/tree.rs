@@ -14,7 +14,7 @@ use mew_transport::{AgentTransport as _, Binding, CallContext, ClientOptions, Re
 use serde::Serialize;
 use tokio::sync::{Mutex, OnceCell};
 
-use super::output::{state_name, status_text, write_json};
+use super::output::{one_line, state_name, status_text, write_json};
 use super::remote::remote_error;
 use super::tasks::first_message;
 use crate::tree::{Place, TreeNode, Walk, build_tree};
@@ -109,26 +109,50 @@ fn thousands(n: u64) -> String {
     out
 }
 
+/// `one` when `n` is 1, else `many`.
 fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 { one } else { many }
 }
 
-/// The tree as terminal lines: each task on a line (`id  agent  state  description`), its
-/// usage on the lines under it, children drawn with `├─`, `│` and `└─`.
+/// The tree as terminal lines: each task on a line (`id  who  state  description`, `who` as
+/// [`who`] says), its usage on the lines under it, children drawn with `├─`, `│` and `└─`.
 pub(crate) fn render_tree(root: &TreeNode) -> String {
     let mut out = String::new();
-    render_node(&mut out, root, "", "");
+    render_node(&mut out, root, &root.node, "", "");
     out
 }
 
-fn render_node(out: &mut String, node: &TreeNode, first: &str, rest: &str) {
+/// Who runs a task, as its tree line says: its role, followed by ` @ host:port` when it runs
+/// on another node than `home` (the one the tree starts on); the agent (its URL) when no role
+/// is known.
+fn who(node: &TreeNode, home: &str) -> String {
+    let Some(role) = &node.role else {
+        return node.agent.clone();
+    };
+    let trim = |url: &str| url.trim_end_matches('/').to_owned();
+    if trim(&node.node) == trim(home) {
+        return role.clone();
+    }
+    let place = node
+        .node
+        .strip_prefix("http://")
+        .or_else(|| node.node.strip_prefix("https://"))
+        .unwrap_or(&node.node)
+        .trim_end_matches('/');
+    format!("{role} @ {place}")
+}
+
+/// Appends `node`'s lines and its children's: `first` starts its head line, `rest` each line
+/// under it; `home` is the node the tree starts on.
+fn render_node(out: &mut String, node: &TreeNode, home: &str, first: &str, rest: &str) {
     let mut head = vec![if node.task_id.is_empty() {
         "?".to_owned()
     } else {
         node.task_id.clone()
     }];
-    if !node.agent.is_empty() {
-        head.push(node.agent.clone());
+    let who = who(node, home);
+    if !who.is_empty() {
+        head.push(who);
     }
     if node.repeated {
         head.push("(repeated: shown above)".to_owned());
@@ -208,21 +232,11 @@ fn render_node(out: &mut String, node: &TreeNode, first: &str, rest: &str) {
         render_node(
             out,
             child,
+            home,
             &format!("{rest}{branch}"),
             &format!("{rest}{under}"),
         );
     }
-}
-
-/// `text` on one line, at most `width` characters (the last one `…` when cut).
-fn one_line(text: &str, width: usize) -> String {
-    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if text.chars().count() <= width {
-        return text;
-    }
-    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
-    cut.push('…');
-    cut
 }
 
 /// A task of the tree as `--json` prints it.
@@ -232,6 +246,9 @@ struct JsonNode {
     task_id: String,
     agent: String,
     url: String,
+    /// The role that runs it, when the task or its link names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<String>,
     description: String,
@@ -248,6 +265,7 @@ struct JsonNode {
     children: Vec<JsonNode>,
 }
 
+/// A fetched task of the tree, in short, as `--json` prints it.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct JsonTask {
@@ -282,6 +300,7 @@ impl From<&TreeNode> for JsonNode {
             task_id: node.task_id.clone(),
             agent: node.agent.clone(),
             url: node.url.clone(),
+            role: node.role.clone(),
             name: node.link.as_ref().and_then(|link| link.name.clone()),
             description: description(node),
             background: node.link.as_ref().is_some_and(|link| link.background),
@@ -624,23 +643,27 @@ mod tests {
             link.name = Some("rev".into());
             link.background = true;
         }
-        let remote = format!("{OTHER}/agents/reviewer");
-        let helper = format!("{OTHER}/agents/helper");
-        let expected = format!(
-            "root  {NODE}  completed  do root
+        let expected = "root  boss  completed  do root
 │  usage: 100 in / 10 out tokens (cache: 40 read); 2 model calls, 1 tool call
 │  total: 177 in / 18 out tokens (cache: 40 read); 5 model calls, 4 tool calls over 4 tasks
 ├─ a  Explore  completed  look around
 │  │  usage: 50 in / 5 out tokens; 1 model call, 1 tool call
 │  │  total: 57 in / 6 out tokens; 2 model calls, 2 tool calls over 2 tasks
-│  └─ c  {helper}  completed  help
+│  └─ c  helper @ n2:7777  completed  help
 │        usage: 7 in / 1 out tokens; 1 model call, 1 tool call
-└─ b  {remote}  failed  review [name: rev] [background]
+└─ b  reviewer @ n2:7777  failed  review [name: rev] [background]
       status: the reviewer gave up
       usage: 20 in / 2 out tokens; 1 model call, 1 tool call
-"
-        );
+";
         assert_eq!(render_tree(&root), expected);
+        let json = tree_json(&root);
+        assert_eq!(json["role"], "boss");
+        assert_eq!(json["url"], NODE);
+        assert_eq!(json["children"][1]["role"], "reviewer");
+        assert_eq!(
+            json["children"][1]["url"],
+            format!("{OTHER}/agents/reviewer")
+        );
     }
 
     #[tokio::test]
@@ -665,6 +688,28 @@ mod tests {
 "
         );
         assert_eq!(render_tree(&root), expected);
+    }
+
+    #[tokio::test]
+    async fn a_task_names_its_agent_when_no_role_is_known() {
+        let sdk = "http://sdk:9000/a2a";
+        let fake = Fake::new(vec![
+            (
+                NODE,
+                task(
+                    "root",
+                    TaskState::Completed,
+                    json!({"role": "boss", "children": [link("x", sdk, "ask the sdk")]}),
+                ),
+            ),
+            (sdk, task("x", TaskState::Completed, json!({}))),
+        ]);
+        let root = fake.tree("root", 16).await;
+        let text = render_tree(&root);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "root  boss  completed  do root");
+        assert_eq!(lines[3], format!("└─ x  {sdk}  completed  ask the sdk"));
+        assert_eq!(tree_json(&root)["children"][0].get("role"), None);
     }
 
     #[tokio::test]

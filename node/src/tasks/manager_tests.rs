@@ -488,6 +488,10 @@ async fn a_task_runs_to_completion_and_is_stored_before_it_is_announced() {
     let stored = f.get(&task).await;
     assert_eq!(stored.task.artifacts[0].parts[0].as_text(), Some("result"));
     assert_eq!(stored.role, "scripted");
+    // The A2A view says which role runs it, from the first snapshot on.
+    let role_of = |task: &Task| mew_cards::mew::MewMetadata::read(task.metadata.as_ref()).role;
+    assert_eq!(role_of(&task).as_deref(), Some("scripted"));
+    assert_eq!(role_of(&stored.task).as_deref(), Some("scripted"));
 
     // Reopen the database: everything is there.
     f.manager.shutdown(Duration::from_secs(1)).await;
@@ -1379,10 +1383,13 @@ async fn an_appended_annotation_is_written_at_once_and_the_turn_reads_its_own() 
     );
     let mew = |w: &StoredTask| w.task.metadata.as_ref().unwrap()["mew"].clone();
     let x = serde_json::to_value(link("x")).unwrap();
-    assert_eq!(mew(&writes[2]), serde_json::json!({ "children": [x] }));
+    assert_eq!(
+        mew(&writes[2]),
+        serde_json::json!({ "role": "scripted", "children": [x] })
+    );
     assert_eq!(
         mew(&writes[3]),
-        serde_json::json!({ "children": [x], "usage": seven_tokens() })
+        serde_json::json!({ "role": "scripted", "children": [x], "usage": seven_tokens() })
     );
     assert_eq!(
         done.artifacts[0].parts[0].as_text(),

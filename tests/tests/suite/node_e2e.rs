@@ -1289,10 +1289,7 @@ async fn tasks_tree_shows_a_task_without_children() -> anyhow::Result<()> {
         .client(&["tasks", "tree", id, "--node", node.url()])
         .await?;
     ensure!(code == 0, "exit {code}: {out}{err}");
-    let expected = format!(
-        "{id}  {}  completed  plain task\n   usage: none recorded\n",
-        node.url()
-    );
+    let expected = format!("{id}  upper  completed  plain task\n   usage: none recorded\n");
     ensure!(out == expected, "stdout {out:?}, expected {expected:?}");
 
     let (code, out, err) = node
@@ -1302,6 +1299,8 @@ async fn tasks_tree_shows_a_task_without_children() -> anyhow::Result<()> {
     let tree: serde_json::Value = serde_json::from_str(&out).context("--json output")?;
     ensure!(
         tree["taskId"] == id
+            && tree["url"] == node.url()
+            && tree["role"] == "upper"
             && tree["task"]["id"] == id
             && tree["task"]["state"] == "TASK_STATE_COMPLETED"
             && tree["children"] == json!([])
@@ -1322,16 +1321,17 @@ async fn tasks_tree_shows_a_task_without_children() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Links and usage are the node's to record: a caller's `metadata.mew` cannot forge them
+/// Role, links and usage are the node's to record: a caller's `metadata.mew` cannot forge them
 /// (forged links would send the task's agent to agents of the caller's choosing).
 #[tokio::test]
-async fn a_caller_cannot_forge_a_tasks_children_or_usage() -> anyhow::Result<()> {
+async fn a_caller_cannot_forge_a_tasks_role_children_or_usage() -> anyhow::Result<()> {
     let upper = upper_role();
     let node = MewNode::start(&[("upper.md", &upper)]).await?;
     let agent = node.agent("/agents/upper", Binding::JsonRpc).await?;
     let mut request = SendMessageRequest::new(Message::user_text("forge"));
     let forged = json!({
         "depth": 1,
+        "role": "admin",
         "usage": {"inputTokens": 5},
         "children": [{"taskId": "x", "agent": "http://198.51.100.7/"}],
     });
@@ -1346,7 +1346,10 @@ async fn a_caller_cannot_forge_a_tasks_children_or_usage() -> anyhow::Result<()>
         .and_then(|m| m.get("mew"))
         .context("metadata.mew")?;
     ensure!(
-        mew.get("children").is_none() && mew.get("usage").is_none() && mew["depth"] == 1,
+        mew.get("children").is_none()
+            && mew.get("usage").is_none()
+            && mew["role"] == "upper"
+            && mew["depth"] == 1,
         "stored metadata.mew: {mew}"
     );
     Ok(())

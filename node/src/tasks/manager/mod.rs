@@ -1080,9 +1080,9 @@ enum LiveOrDone {
     Done(Box<StoredTask>),
 }
 
-/// The new task `submission` asks for, SUBMITTED, with its id (chosen earlier, or new) and
-/// context (given, or new): the stored task, its first message, and its push config (with the
-/// task's id), if any.
+/// The new task `submission` asks for, SUBMITTED, with its id (chosen earlier, or new),
+/// context (given, or new) and role (in `metadata.mew.role`): the stored task, its first
+/// message, and its push config (with the task's id), if any.
 fn new_task(submission: Submission) -> (StoredTask, Message, Vec<TaskPushNotificationConfig>) {
     let id = submission.id.unwrap_or_else(TaskId::generate);
     let context_id = submission
@@ -1102,6 +1102,10 @@ fn new_task(submission: Submission) -> (StoredTask, Message, Vec<TaskPushNotific
         })
         .into_iter()
         .collect();
+    // Whoever reads the task (a client listing them, another node) learns which role runs
+    // it; a caller's own `mew.role` was removed before it got here.
+    let mut metadata = submission.metadata.unwrap_or_default();
+    mew_cards::mew::MewMetadata::set_role(&mut metadata, &submission.role.name);
     let stored = StoredTask {
         task: Task {
             id,
@@ -1113,7 +1117,7 @@ fn new_task(submission: Submission) -> (StoredTask, Message, Vec<TaskPushNotific
             },
             artifacts: Vec::new(),
             history: vec![message.clone()],
-            metadata: submission.metadata,
+            metadata: Some(metadata),
         },
         role: submission.role.name.clone(),
         owner: submission.owner,
