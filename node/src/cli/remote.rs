@@ -178,14 +178,8 @@ pub(crate) async fn connect_any(
         // `--binding` wins over the peer's configured one.
         peer_config.binding = None;
     }
-    // The JWTs a peer may want are the node's: signed with its key, issued by its public URL.
     let outbound = match &peer_config.auth {
-        Some(_) => Some(Outbound {
-            env: Arc::new(std::env::vars().collect()),
-            key: Arc::new(NodeKey::load_or_create(&config.node.data_dir)?),
-            issuer: config.node.public_url.clone(),
-            subject: config.node.name.clone(),
-        }),
+        Some(_) => Some(outbound(config)?),
         None => None,
     };
     let only: BTreeMap<String, crate::config::PeerConfig> = [(peer.clone(), peer_config)].into();
@@ -194,6 +188,36 @@ pub(crate) async fn connect_any(
         .resolve(&format!("{peer}/{role}"))
         .await
         .map_err(|error| anyhow::anyhow!("{error}"))
+}
+
+/// What the node presents to its peers, made here as the node makes it: the JWTs a peer may
+/// want are the node's, signed with its key and issued by its public URL.
+fn outbound(config: &Config) -> anyhow::Result<Outbound> {
+    Ok(Outbound {
+        env: Arc::new(std::env::vars().collect()),
+        key: Arc::new(NodeKey::load_or_create(&config.node.data_dir)?),
+        issuer: config.node.public_url.clone(),
+        subject: config.node.name.clone(),
+    })
+}
+
+/// Each configured peer's base URL with the options that carry its credentials (`peers.NAME.
+/// auth`), for the peers that have any; a peer whose credentials cannot be made (a variable
+/// that is not set) is left out, with a warning.
+pub(crate) fn peer_credentials(config: &Config) -> anyhow::Result<Vec<(String, ClientOptions)>> {
+    if config.peers.values().all(|peer| peer.auth.is_none()) {
+        return Ok(Vec::new());
+    }
+    let outbound = outbound(config)?;
+    let mut credentials = Vec::new();
+    for (name, peer) in &config.peers {
+        let Some(auth) = &peer.auth else { continue };
+        match outbound.apply(name, auth, ClientOptions::default()) {
+            Ok(options) => credentials.push((peer.url.trim_end_matches('/').to_owned(), options)),
+            Err(error) => tracing::warn!("{error}: its tasks are asked for without credentials"),
+        }
+    }
+    Ok(credentials)
 }
 
 /// Fetches the card of `target` (on the node `node`) and connects to the agent, over `binding`

@@ -105,7 +105,17 @@ pub(crate) async fn tasks(args: TasksArgs, context: &Context) -> anyhow::Result<
                 .collect();
             let node = args.node.url(&context.config);
             let options = super::remote::client_options(&args.node, &context.config, args.binding)?;
-            tree(tree_args, agent, &node, options, peers, json, &mut out).await
+            let credentials = super::remote::peer_credentials(&context.config)?;
+            tree(
+                tree_args,
+                agent,
+                &node,
+                options,
+                (peers, credentials),
+                json,
+                &mut out,
+            )
+            .await
         }
         TasksCommand::Get(get) => {
             let request = GetTaskRequest {

@@ -329,6 +329,9 @@ struct Agents {
     /// for one node are never sent to another.
     headers: http::HeaderMap,
     root: String,
+    /// The configured peers' base URLs with the options carrying their credentials: an agent
+    /// under one of them is asked with those.
+    peer_credentials: Vec<(String, ClientOptions)>,
     connected: Mutex<HashMap<String, Connection>>,
 }
 
@@ -341,14 +344,22 @@ impl Agents {
             .entry(place.url.clone())
             .or_default()
             .clone();
+        let peer = self
+            .peer_credentials
+            .iter()
+            .find(|(base, _)| under(&place.url, base))
+            .map(|(_, options)| options);
         let options = ClientOptions {
             binding: self.binding.filter(|_| place.node == self.root),
             tls: self.tls.clone(),
-            headers: if place.node == self.root {
-                self.headers.clone()
-            } else {
-                http::HeaderMap::new()
+            headers: match peer {
+                _ if place.node == self.root => self.headers.clone(),
+                Some(peer) => peer.headers.clone(),
+                None => http::HeaderMap::new(),
             },
+            credentials: peer
+                .filter(|_| place.node != self.root)
+                .and_then(|peer| peer.credentials.clone()),
             ..ClientOptions::default()
         };
         cell.get_or_init(|| async {
@@ -374,15 +385,22 @@ impl Agents {
     }
 }
 
+/// Whether `url` is `base` or under it (at a `/`).
+fn under(url: &str, base: &str) -> bool {
+    url.strip_prefix(base)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 /// Runs `mew tasks tree` on the node at `node`, whose front agent is `front`, with `options`
-/// (their binding only for the agents of `node`). Fails (exit 1) when the task itself cannot
+/// (their binding and headers only for the agents of `node`); the agents of the configured
+/// `peers` (name to base URL) are asked with the peers' credentials. Fails (exit 1) when the task itself cannot
 /// be fetched; children that cannot be are shown with their error and noted on stderr.
 pub(crate) async fn tree(
     args: &TreeArgs,
     front: RemoteAgent,
     node: &str,
     options: ClientOptions,
-    peers: HashMap<String, String>,
+    (peers, peer_credentials): (HashMap<String, String>, Vec<(String, ClientOptions)>),
     json: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
@@ -391,6 +409,7 @@ pub(crate) async fn tree(
         tls: options.tls,
         headers: options.headers,
         root: node.to_owned(),
+        peer_credentials,
         connected: Mutex::new(HashMap::from([(
             node.to_owned(),
             Arc::new(OnceCell::new_with(Some(Ok(Arc::new(front))))),

@@ -245,3 +245,53 @@ async fn a_command_role_delegates_with_mew_send_and_the_tree_shows_both_tasks() 
     ensure!(code == 0 && on_b == 1, "b ran {on_b} tasks: {listed}");
     Ok(())
 }
+
+#[tokio::test]
+async fn the_tree_asks_a_peer_for_its_tasks_with_the_peers_credentials() -> anyhow::Result<()> {
+    let mut b = MewNode::new()?;
+    b.set_env("B_KEY_FOR_A", "key-of-node-a");
+    b.write_config("auth:\n  api_keys:\n    - name: node-a\n      key_env: B_KEY_FOR_A\n")?;
+    b.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;
+    b.launch().await?;
+
+    let mut a = MewNode::new()?;
+    a.set_env("KEY_FOR_B", "key-of-node-a");
+    a.write_config(&format!(
+        "peers:\n  b:\n    url: {}\n    auth:\n      api_key_env: KEY_FOR_B\n",
+        b.url()
+    ))?;
+    a.write_role(
+        "fwd.md",
+        "---\nname: fwd\ndescription: Forwards to b's upper.\nremote: b/upper\n---\n",
+    )?;
+    a.launch().await?;
+    let parent = send_text(&a, "fwd", "guarded").await?;
+    ensure!(
+        parent.status.state == TaskState::Completed,
+        "{:?}: {}",
+        parent.status.state,
+        status_text(&parent)
+    );
+
+    // No --token for b: the child on b is asked for with the key a's configuration names.
+    let (code, out, err) = a
+        .client(&[
+            "tasks",
+            "tree",
+            parent.id.as_str(),
+            "--json",
+            "--node",
+            a.url(),
+        ])
+        .await?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let tree: serde_json::Value = serde_json::from_str(&out).context("tree JSON")?;
+    let child = &tree["children"][0];
+    ensure!(
+        tree["partial"] == false
+            && child["error"].is_null()
+            && child["task"]["state"] == "TASK_STATE_COMPLETED",
+        "the child on b, fetched with the peer's key: {tree:#}"
+    );
+    Ok(())
+}
