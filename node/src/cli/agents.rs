@@ -1,14 +1,77 @@
-//! `mew agents`: list the roles the node would serve, where each comes from, and what is wrong.
+//! `mew agents`: list the roles, where each comes from, and what is wrong: those the project's
+//! running node serves, or else those the node would load from the files.
 
 use std::io::Write;
+use std::time::Duration;
 
 use super::Context;
-use crate::node::load_catalog;
-use crate::roles::catalog::render_agents;
+use crate::config::Config;
+use crate::node::{load_catalog, running_node};
+use crate::roles::catalog::Listing;
 
-/// Loads the role catalog as the node would and prints it (JSON with `--json`).
-pub(crate) fn agents(context: &Context, out: &mut dyn Write) -> anyhow::Result<()> {
-    let catalog = load_catalog(&context.config);
-    out.write_all(render_agents(&catalog, context.json).as_bytes())?;
+/// How long the running node has to answer.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest `/status` answer read, in bytes.
+const STATUS_MAX: usize = 16 << 20;
+
+/// Prints the roles (JSON with `--json`) of the project's running node, as its `/status`
+/// reports them, or else of the role files as a node would load them; a note on stderr says
+/// which.
+pub(crate) async fn agents(context: &Context, out: &mut dyn Write) -> anyhow::Result<()> {
+    let listing = match running_node(&context.config.node.data_dir) {
+        Some(url) => match from_node(&context.config, &url).await {
+            Ok(listing) => {
+                eprintln!("mew: the roles the node at {url} serves");
+                listing
+            }
+            Err(error) => {
+                eprintln!(
+                    "mew: the node at {url} did not say what it serves ({error:#}); these are the \
+                     role files as a node would load them"
+                );
+                Listing::of(&load_catalog(&context.config))
+            }
+        },
+        None => {
+            eprintln!(
+                "mew: no node runs for this project; these are the role files as a node would load \
+                 them"
+            );
+            Listing::of(&load_catalog(&context.config))
+        }
+    };
+    out.write_all(listing.render(context.json).as_bytes())?;
     Ok(())
+}
+
+/// The catalog the node at `url` reports in its `/status` (with `MEW_TOKEN` as a bearer token
+/// when set).
+async fn from_node(config: &Config, url: &str) -> anyhow::Result<Listing> {
+    let tls = config.tls.client_options().map_err(anyhow::Error::msg)?;
+    let client = tls
+        .configure(
+            reqwest::Client::builder()
+                .timeout(STATUS_TIMEOUT)
+                .redirect(reqwest::redirect::Policy::none()),
+        )
+        .and_then(reqwest::ClientBuilder::build)?;
+    let mut request = client.get(format!("{url}/status"));
+    if let Some(token) = std::env::var("MEW_TOKEN").ok().filter(|t| !t.is_empty()) {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await?.error_for_status()?;
+    if response
+        .content_length()
+        .is_some_and(|length| length > STATUS_MAX as u64)
+    {
+        anyhow::bail!("its status is larger than {STATUS_MAX} bytes");
+    }
+    let body = response.bytes().await?;
+    anyhow::ensure!(
+        body.len() <= STATUS_MAX,
+        "its status is larger than {STATUS_MAX} bytes"
+    );
+    let mut status: serde_json::Value = serde_json::from_slice(&body)?;
+    Ok(serde_json::from_value(status["catalog"].take())?)
 }

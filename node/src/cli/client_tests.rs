@@ -702,8 +702,8 @@ fn card_problems_are_each_reported() {
     assert!(render_card(&card).contains("interfaces:   none\nskills:       none\n"));
 }
 
-#[test]
-fn agents_prints_the_catalog() {
+#[tokio::test]
+async fn agents_prints_the_catalog() {
     let dir = TempDir::new().unwrap();
     let agents_dir = dir.path().join(".mew/agents");
     std::fs::create_dir_all(&agents_dir).unwrap();
@@ -713,13 +713,17 @@ fn agents_prints_the_catalog() {
     )
     .unwrap();
     let mut out = Vec::new();
-    agents::agents(&context(&dir, false), &mut out).unwrap();
+    agents::agents(&context(&dir, false), &mut out)
+        .await
+        .unwrap();
     let text = String::from_utf8(out).unwrap();
     assert!(text.starts_with("NAME "), "{text}");
     assert!(text.contains("\nwc  "), "{text}");
 
     let mut out = Vec::new();
-    agents::agents(&context(&dir, true), &mut out).unwrap();
+    agents::agents(&context(&dir, true), &mut out)
+        .await
+        .unwrap();
     let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(value["roles"].as_array().map(Vec::len), Some(4));
 }

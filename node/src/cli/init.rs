@@ -193,10 +193,13 @@ mod tests {
 
         let loaded = Config::load(&sources(&project, &home)).unwrap();
         let config = loaded.resolve().unwrap();
-        let defaults = Config::load(&sources(&dir.path().join("empty"), &home))
+        let mut defaults = Config::load(&sources(&dir.path().join("empty"), &home))
             .unwrap()
             .resolve()
             .unwrap();
+        // The default data directory is each project's own.
+        assert_eq!(config.node.data_dir, project.join(".mew/data"));
+        defaults.node.data_dir = config.node.data_dir.clone();
         assert_eq!(config.node, defaults.node);
         assert_eq!(config.providers, defaults.providers);
         assert!(config.peers.is_empty());

@@ -365,9 +365,9 @@ async fn run(command: Command, context: Context) -> Result<(), Failure> {
         }
         Command::Bench(args) => bench::bench(args, &context).await.map_err(Failure::Runtime),
         Command::Card(args) => card::card(args, &context).await.map_err(Failure::Runtime),
-        Command::Agents => {
-            agents::agents(&context, &mut std::io::stdout().lock()).map_err(Failure::Runtime)
-        }
+        Command::Agents => agents::agents(&context, &mut std::io::stdout().lock())
+            .await
+            .map_err(Failure::Runtime),
         Command::Send(args) => send::send(args, &context).await.map_err(Failure::Runtime),
         Command::Tasks(args) => tasks::tasks(args, &context).await.map_err(Failure::Runtime),
         Command::Status(args) => status::status(&args, &context, &mut std::io::stdout().lock())

@@ -21,8 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mew_cards::{RoleDefinition, RoleSource, RoleWarning, parse_role};
-use serde::Serialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 /// The builtin role files, as (display path, text). Their display paths are not file paths.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
@@ -90,7 +89,7 @@ impl RoleDirs {
 
 /// How bad a [`Problem`] is.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Severity {
     /// The role loaded, with a value replaced by a default or ignored.
@@ -118,7 +117,7 @@ impl fmt::Display for Severity {
 
 /// Something wrong with a role file or directory, met while loading the catalog.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Problem {
     /// Display path of the file or directory.
     pub(crate) path: String,
@@ -376,113 +375,167 @@ fn read_role_file(path: &Path) -> Result<String, String> {
 /// `llm` or `command`: what serves the role.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
 fn kind(role: &RoleDefinition) -> &'static str {
-    if role.is_command() { "command" } else { "llm" }
+    if role.is_command() {
+        "command"
+    } else if role.is_remote() {
+        "remote"
+    } else {
+        "llm"
+    }
 }
 
-/// The output of `mew agents`, ending with a newline.
+/// The catalog as `mew agents` shows it and a running node's `/status` reports it (under
+/// `catalog`): one form, rendered the same whether it was read from files or from a node.
 ///
-/// The human form has one line per role (name, kind, source, published, path), an indented
-/// line per definition it shadows, then a `problems:` section when there are any. The JSON form
-/// is `{"roles": [{"name", "kind", "source", "path", "published", "description", "shadowed":
-/// [{"source", "path"}]}], "problems": [{"path", "severity", "message"}]}`.
-#[cfg_attr(not(test), allow(dead_code))] // wired by the node
-pub(crate) fn render_agents(catalog: &RoleCatalog, json: bool) -> String {
-    if json {
-        render_json(catalog)
-    } else {
-        render_human(catalog)
-    }
+/// As JSON: `{"roles": [{"name", "kind", "source", "path", "published", "description",
+/// "shadowed": [{"source", "path"}]}], "problems": [{"path", "severity", "message"}]}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Listing {
+    /// Every role, by name.
+    pub(crate) roles: Vec<ListedRole>,
+    /// What went wrong loading them.
+    pub(crate) problems: Vec<Problem>,
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // wired by the node
-fn render_human(catalog: &RoleCatalog) -> String {
-    const HEADER: [&str; 5] = ["NAME", "KIND", "SOURCE", "PUBLISHED", "PATH"];
-    let rows: Vec<[&str; 5]> = catalog
-        .roles()
-        .map(|role| {
-            [
-                role.name.as_str(),
-                kind(role),
-                role.source.as_str(),
-                if role.publish { "yes" } else { "no" },
-                role.path.as_str(),
-            ]
-        })
-        .collect();
-    let mut widths = HEADER.map(str::len);
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
+/// One role of a [`Listing`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ListedRole {
+    /// Its name.
+    pub(crate) name: String,
+    /// `command`, `remote` or `llm`.
+    pub(crate) kind: String,
+    /// The layer it was loaded from.
+    pub(crate) source: String,
+    /// Its file.
+    pub(crate) path: String,
+    /// Whether the node publishes it.
+    pub(crate) published: bool,
+    /// Its description.
+    pub(crate) description: String,
+    /// The definitions it replaced, earliest first.
+    pub(crate) shadowed: Vec<ShadowedFile>,
+}
+
+/// A definition a later layer replaced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ShadowedFile {
+    /// Its layer.
+    pub(crate) source: String,
+    /// Its file.
+    pub(crate) path: String,
+}
+
+impl Listing {
+    /// The listing of `catalog`.
+    pub(crate) fn of(catalog: &RoleCatalog) -> Self {
+        Self {
+            roles: catalog
+                .roles()
+                .map(|role| ListedRole {
+                    name: role.name.clone(),
+                    kind: kind(role).to_owned(),
+                    source: role.source.as_str().to_owned(),
+                    path: role.path.clone(),
+                    published: role.publish,
+                    description: role.description.clone(),
+                    shadowed: catalog
+                        .shadowed(&role.name)
+                        .iter()
+                        .map(|(source, path)| ShadowedFile {
+                            source: source.as_str().to_owned(),
+                            path: path.clone(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            problems: catalog.problems().to_vec(),
         }
     }
-    let line = |cells: &[&str; 5]| {
-        let mut line = String::new();
-        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<width$}  "));
-            }
-        }
-        line.push('\n');
-        line
-    };
 
-    let mut out = String::new();
-    if rows.is_empty() {
-        out.push_str("no roles\n");
-    } else {
-        out.push_str(&line(&HEADER));
+    /// The output of `mew agents`, ending with a newline: with `json`, the listing as JSON;
+    /// else one line per role (name, kind, source, published, path), an indented line per
+    /// definition it shadows, then a `problems:` section when there are any.
+    pub(crate) fn render(&self, json: bool) -> String {
+        if json {
+            return format!(
+                "{:#}\n",
+                serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+            );
+        }
+        const HEADER: [&str; 5] = ["NAME", "KIND", "SOURCE", "PUBLISHED", "PATH"];
+        let rows: Vec<[&str; 5]> = self
+            .roles
+            .iter()
+            .map(|role| {
+                [
+                    role.name.as_str(),
+                    role.kind.as_str(),
+                    role.source.as_str(),
+                    if role.published { "yes" } else { "no" },
+                    role.path.as_str(),
+                ]
+            })
+            .collect();
+        let mut widths = HEADER.map(str::len);
         for row in &rows {
-            out.push_str(&line(row));
-            for (source, path) in catalog.shadowed(row[0]) {
-                out.push_str(&format!("  shadows {source} {path}\n"));
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
             }
         }
-    }
-    if !catalog.problems().is_empty() {
-        out.push_str("\nproblems:\n");
-        for problem in catalog.problems() {
-            out.push_str(&format!("  {problem}\n"));
+        let line = |cells: &[&str; 5]| {
+            let mut line = String::new();
+            for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+                if i + 1 == cells.len() {
+                    line.push_str(cell);
+                } else {
+                    line.push_str(&format!("{cell:<width$}  "));
+                }
+            }
+            line.push('\n');
+            line
+        };
+
+        let mut out = String::new();
+        if rows.is_empty() {
+            out.push_str("no roles\n");
+        } else {
+            out.push_str(&line(&HEADER));
+            for (row, role) in rows.iter().zip(&self.roles) {
+                out.push_str(&line(row));
+                for shadowed in &role.shadowed {
+                    out.push_str(&format!(
+                        "  shadows {} {}\n",
+                        shadowed.source, shadowed.path
+                    ));
+                }
+            }
         }
+        if !self.problems.is_empty() {
+            out.push_str("\nproblems:\n");
+            for problem in &self.problems {
+                out.push_str(&format!("  {problem}\n"));
+            }
+        }
+        out
     }
-    out
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // wired by the node
-fn render_json(catalog: &RoleCatalog) -> String {
-    format!("{:#}\n", catalog_json(catalog))
+/// The output of `mew agents` for `catalog` (see [`Listing::render`]).
+pub(crate) fn render_agents(catalog: &RoleCatalog, json: bool) -> String {
+    Listing::of(catalog).render(json)
 }
 
 /// The catalog as `mew agents --json` prints it, and a running node's `/status` reports it
 /// (under `catalog`).
 pub(crate) fn catalog_json(catalog: &RoleCatalog) -> serde_json::Value {
-    let roles: Vec<serde_json::Value> = catalog
-        .roles()
-        .map(|role| {
-            let shadowed: Vec<serde_json::Value> = catalog
-                .shadowed(&role.name)
-                .iter()
-                .map(|(source, path)| json!({"source": source, "path": path}))
-                .collect();
-            json!({
-                "name": role.name,
-                "kind": kind(role),
-                "source": role.source,
-                "path": role.path,
-                "published": role.publish,
-                "description": role.description,
-                "shadowed": shadowed,
-            })
-        })
-        .collect();
-    json!({"roles": roles, "problems": catalog.problems()})
+    serde_json::to_value(Listing::of(catalog)).unwrap_or(serde_json::Value::Null)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use mew_cards::{ModelChoice, PermissionMode};
+    use serde_json::json;
 
     fn write(dir: &Path, file: &str, text: impl AsRef<[u8]>) -> PathBuf {
         fs::create_dir_all(dir).unwrap();

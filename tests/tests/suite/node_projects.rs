@@ -141,3 +141,45 @@ async fn mew_run_uses_the_projects_running_node_and_runs_alone_when_none_runs() 
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn mew_agents_asks_the_running_node_and_says_when_it_reads_the_files() -> anyhow::Result<()> {
+    let mut node = MewNode::new()?;
+    node.use_default_data_dir();
+    // The node does not look at its role files again: what it serves stays as it started.
+    node.write_config("roles:\n  watch: 0\n")?;
+    node.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;
+    node.launch().await?;
+    node.write_role("lower.md", &command_role("lower", "tr A-Z a-z"))?;
+
+    let names = |out: &str| -> anyhow::Result<Vec<String>> {
+        let listing: serde_json::Value = serde_json::from_str(out).context("agents JSON")?;
+        Ok(listing["roles"]
+            .as_array()
+            .context("roles")?
+            .iter()
+            .filter_map(|role| role["name"].as_str().map(str::to_owned))
+            .collect())
+    };
+    let (code, out, err) = node.client(&["agents", "--json"]).await?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let served = names(&out)?;
+    ensure!(
+        err.contains(&format!("the roles the node at {} serves", node.url()))
+            && served.contains(&"upper".to_owned())
+            && !served.contains(&"lower".to_owned()),
+        "from the node: {served:?}\n{err}"
+    );
+
+    node.stop().await?;
+    let (code, out, err) = node.client(&["agents", "--json"]).await?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let files = names(&out)?;
+    ensure!(
+        err.contains("no node runs for this project")
+            && files.contains(&"upper".to_owned())
+            && files.contains(&"lower".to_owned()),
+        "from the files: {files:?}\n{err}"
+    );
+    Ok(())
+}
