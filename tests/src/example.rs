@@ -17,6 +17,23 @@ pub fn example_dir(name: &str) -> PathBuf {
 pub fn sh_blocks(readme: &Path) -> anyhow::Result<Vec<String>> {
     let text =
         fs::read_to_string(readme).with_context(|| format!("cannot read {}", readme.display()))?;
+    sh_blocks_of(&text).with_context(|| readme.display().to_string())
+}
+
+/// The section of the Markdown file `readme` under the level-2 heading `heading` (the text
+/// after `## {heading}` up to the next level-2 heading).
+pub fn section(readme: &Path, heading: &str) -> anyhow::Result<String> {
+    let text =
+        fs::read_to_string(readme).with_context(|| format!("cannot read {}", readme.display()))?;
+    let start = text
+        .find(&format!("\n## {heading}\n"))
+        .with_context(|| format!("{}: no section {heading:?}", readme.display()))?;
+    let body = &text[start + heading.len() + 5..];
+    Ok(body[..body.find("\n## ").unwrap_or(body.len())].to_owned())
+}
+
+/// The text of each ```` ```sh ```` block of the Markdown `text`, in order.
+pub fn sh_blocks_of(text: &str) -> anyhow::Result<Vec<String>> {
     let mut blocks = Vec::new();
     let mut current: Option<String> = None;
     for line in text.lines() {
@@ -30,11 +47,7 @@ pub fn sh_blocks(readme: &Path) -> anyhow::Result<Vec<String>> {
             (None, _) => {}
         }
     }
-    anyhow::ensure!(
-        current.is_none(),
-        "{}: a block is not closed",
-        readme.display()
-    );
+    anyhow::ensure!(current.is_none(), "a block is not closed");
     Ok(blocks)
 }
 

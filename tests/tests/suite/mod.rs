@@ -25,5 +25,6 @@ mod node_skills;
 mod node_store;
 mod node_tls;
 mod python_client;
+mod readme_guided;
 mod remote_roles;
 mod server_errors;
