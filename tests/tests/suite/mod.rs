@@ -4,6 +4,7 @@ mod agent_skills;
 mod backends;
 mod conformance;
 mod error_kinds;
+mod example_model_delegation;
 mod example_sdk_peers;
 mod example_two_nodes;
 mod example_wrap_cli;
