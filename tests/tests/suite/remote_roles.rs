@@ -2,9 +2,11 @@
 //! through the configured peer, as a child task the tree shows (and `mew tasks list` names the
 //! role of each task).
 
+use std::time::Duration;
+
 use anyhow::{Context, ensure};
 use mew_cards::TaskState;
-use mew_tests::node::{MewNode, command_role, mew_bin, send_text, status_text};
+use mew_tests::node::{MewNode, command_role, mew_bin, poll_until, send_text, status_text};
 
 #[tokio::test]
 async fn a_remote_role_forwards_to_a_peer_role_and_the_tree_shows_both_tasks() -> anyhow::Result<()>
@@ -292,6 +294,75 @@ async fn the_tree_asks_a_peer_for_its_tasks_with_the_peers_credentials() -> anyh
             && child["error"].is_null()
             && child["task"]["state"] == "TASK_STATE_COMPLETED",
         "the child on b, fetched with the peer's key: {tree:#}"
+    );
+    Ok(())
+}
+
+/// The tasks `node` lists, as JSON.
+async fn tasks_of(node: &MewNode) -> anyhow::Result<Vec<serde_json::Value>> {
+    let (code, out, err) = node
+        .client(&["tasks", "list", "--json", "--node", node.url()])
+        .await?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let listed: serde_json::Value = serde_json::from_str(&out).context("list JSON")?;
+    Ok(listed["tasks"].as_array().cloned().unwrap_or_default())
+}
+
+#[tokio::test]
+async fn cancelling_a_remote_roles_task_cancels_its_child_on_the_peer() -> anyhow::Result<()> {
+    let mut b = MewNode::new()?;
+    b.write_role("slow.md", &command_role("slow", "sleep 600"))?;
+    b.launch().await?;
+    let mut a = MewNode::new()?;
+    a.write_config(&format!("peers:\n  b:\n    url: {}\n", b.url()))?;
+    a.write_role(
+        "fwd.md",
+        "---\nname: fwd\ndescription: Forwards to b's slow.\nremote: b/slow\n---\n",
+    )?;
+    a.launch().await?;
+
+    let (code, out, err) = a
+        .client(&[
+            "send",
+            "fwd",
+            "take your time",
+            "--return-immediately",
+            "--node",
+            a.url(),
+        ])
+        .await?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let parent = out
+        .lines()
+        .find_map(|line| line.strip_prefix("task:"))
+        .map(str::trim)
+        .context("the parent's id")?
+        .to_owned();
+    let working = |task: &serde_json::Value| task["status"]["state"] == "TASK_STATE_WORKING";
+    poll_until("b runs the child", Duration::from_secs(60), || async {
+        Ok(tasks_of(&b).await?.iter().any(working).then_some(()))
+    })
+    .await?;
+
+    let (code, out, err) = a
+        .client(&["tasks", "cancel", &parent, "--node", a.url()])
+        .await?;
+    ensure!(code == 0, "cancel: exit {code}: {out}{err}");
+    let child = poll_until(
+        "the child on b is canceled",
+        Duration::from_secs(60),
+        || async {
+            let tasks = tasks_of(&b).await?;
+            Ok(tasks
+                .iter()
+                .find(|task| task["status"]["state"] == "TASK_STATE_CANCELED")
+                .cloned())
+        },
+    )
+    .await?;
+    ensure!(
+        child["metadata"]["mew"]["parentTask"] == parent.as_str(),
+        "the canceled task on b is the parent's child: {child:#}"
     );
     Ok(())
 }
