@@ -11,6 +11,7 @@ mod bench;
 mod card;
 mod chat;
 mod config;
+mod healthcheck;
 mod hooks;
 mod init;
 mod local;
@@ -92,7 +93,7 @@ pub(crate) struct Cli {
 #[command(next_help_heading = "Global options")]
 pub(crate) struct GlobalArgs {
     /// Read this configuration file too, above the user's and the project's
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE", env = "MEW_CONFIG")]
     pub(crate) config: Option<PathBuf>,
     /// The project directory, whose .mew/ holds configuration and roles [default: the current
     /// directory]
@@ -156,9 +157,11 @@ pub(crate) enum Command {
     /// Show what a running node says of itself: its roles and problems, and the replicas that
     /// share its task store with their last heartbeat and running tasks
     Status(status::StatusArgs),
-    /// Run one task of a role in this process, without HTTP, and print its answer as it streams
+    /// Run one task of a role, on the project's running node or in this process, and print its
+    /// answer as it streams
     Run(run::RunArgs),
-    /// Talk with a role in the terminal, without HTTP: each line continues the conversation
+    /// Talk with a role in the terminal, on the project's running node or in this process: each
+    /// line continues the conversation
     Chat(chat::ChatArgs),
     /// Fetch every configured peer now and list its state and roles; exit 1 if one is
     /// unreachable
@@ -172,6 +175,8 @@ pub(crate) enum Command {
     /// List the hook rules; trust or untrust the project's hook files
     #[command(subcommand)]
     Hooks(hooks::HooksCommand),
+    /// Exit 0 when the node is ready (its /readyz answers 200), for health checks
+    Healthcheck(healthcheck::HealthcheckArgs),
     /// Print a completion script for a shell, e.g. `mew completions bash > ~/.local/share/bash-completion/completions/mew`
     Completions {
         /// The shell: bash, zsh, fish, elvish or powershell
@@ -206,6 +211,7 @@ impl Command {
             | Command::Mcp(_)
             | Command::Skills(_)
             | Command::Hooks(_)
+            | Command::Healthcheck(_)
             | Command::Completions { .. } => None,
         }
     }
@@ -365,6 +371,9 @@ async fn run(command: Command, context: Context) -> Result<(), Failure> {
         }
         Command::Bench(args) => bench::bench(args, &context).await.map_err(Failure::Runtime),
         Command::Card(args) => card::card(args, &context).await.map_err(Failure::Runtime),
+        Command::Healthcheck(args) => healthcheck::healthcheck(&args, &context.config)
+            .await
+            .map_err(Failure::Runtime),
         Command::Agents => agents::agents(&context, &mut std::io::stdout().lock())
             .await
             .map_err(Failure::Runtime),
