@@ -107,6 +107,7 @@ pub(crate) const ENV_VARS: &[(&str, &str, EnvKind)] = &[
     ("MEW_LOG_LEVEL", "log.level", EnvKind::String),
     ("MEW_LOG_FORMAT", "log.format", EnvKind::String),
     ("MEW_STORE_URL", "store.url", EnvKind::String),
+    ("MEW_REPLICA_ID", "store.replica_id", EnvKind::String),
 ];
 
 /// How an environment variable's text becomes a configuration value.

@@ -5,6 +5,7 @@
 //!   url: postgres://mew@db.internal:5432/mew   # MEW_STORE_URL; unset: SQLite in the data directory
 //!   password_env: MEW_STORE_PASSWORD            # the variable holding the password (the default)
 //!   lease: 15s                                  # a replica's hold on a task without a heartbeat
+//!   replica_id: mew-0                           # MEW_REPLICA_ID; unset: made once per data directory
 //! ```
 //!
 //! Without `url` the tasks live in `tasks.db` in the data directory. A password belongs in the
@@ -14,6 +15,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, LoadedConfig, Origin};
 use crate::tasks::StoreConfig;
+
+/// The longest replica id, in characters (a Kubernetes pod name is at most 253).
+const MAX_REPLICA_ID: usize = 253;
 
 impl LoadedConfig {
     pub(super) fn resolve_store(&self) -> Result<StoreConfig, ConfigError> {
@@ -54,10 +58,23 @@ impl LoadedConfig {
                 "must be at least 1s (a replica beats three times per lease)".to_owned(),
             ));
         }
+        if let Some(id) = &settings.replica_id {
+            let fine = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+            if id.is_empty() || id.len() > MAX_REPLICA_ID || !id.chars().all(fine) {
+                return Err(error(
+                    "store.replica_id",
+                    format!(
+                        "{id:?} is not a replica id: 1 to {MAX_REPLICA_ID} letters, digits, \
+                         '-', '_' or '.'"
+                    ),
+                ));
+            }
+        }
         Ok(StoreConfig {
             url: settings.url.clone(),
             password_env: settings.password_env.clone(),
             lease: settings.lease,
+            replica_id: settings.replica_id.clone(),
         })
     }
 }
@@ -69,6 +86,7 @@ pub(crate) struct StoreSettings {
     pub(crate) password_env: String,
     #[serde(with = "crate::duration")]
     pub(crate) lease: std::time::Duration,
+    pub(crate) replica_id: Option<String>,
 }
 
 impl Default for StoreSettings {
@@ -78,6 +96,7 @@ impl Default for StoreSettings {
             url: defaults.url,
             password_env: defaults.password_env,
             lease: defaults.lease,
+            replica_id: defaults.replica_id,
         }
     }
 }

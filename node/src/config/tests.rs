@@ -524,3 +524,23 @@ fn the_resolved_config_serializes_with_the_file_keys() {
         }
     );
 }
+
+#[test]
+fn a_replica_id_comes_from_the_environment_and_a_bad_one_is_named() {
+    let dirs = Dirs::new();
+    let mut sources = dirs.sources();
+    assert_eq!(resolve(&sources).store.replica_id, None);
+    sources.env = env(&[("MEW_REPLICA_ID", "mew-7d9f-x2")]);
+    assert_eq!(
+        resolve(&sources).store.replica_id.as_deref(),
+        Some("mew-7d9f-x2")
+    );
+    sources.env = env(&[("MEW_REPLICA_ID", "pod/1")]);
+    let error = Config::load(&sources).unwrap().resolve().unwrap_err();
+    assert!(
+        error.to_string().starts_with(
+            "store.replica_id (from env MEW_REPLICA_ID): \"pod/1\" is not a replica id"
+        ),
+        "{error}"
+    );
+}

@@ -32,6 +32,9 @@ pub struct StoreConfig {
     /// replica takes the task over after that. Heartbeats come three times per lease.
     #[serde(serialize_with = "crate::duration::serialize")]
     pub lease: std::time::Duration,
+    /// This replica's name among those sharing the database (`MEW_REPLICA_ID`, e.g. a pod's
+    /// name); `None`: one made once per data directory and kept in it.
+    pub replica_id: Option<String>,
 }
 
 impl Default for StoreConfig {
@@ -40,6 +43,7 @@ impl Default for StoreConfig {
             url: None,
             password_env: "MEW_STORE_PASSWORD".to_owned(),
             lease: std::time::Duration::from_secs(15),
+            replica_id: None,
         }
     }
 }
@@ -80,8 +84,12 @@ pub(crate) async fn open_store(
     match &config.url {
         Some(url) => {
             let password = env.get(&config.password_env).map(String::as_str);
+            let id = match &config.replica_id {
+                Some(id) => id.clone(),
+                None => replica_id(data_dir)?,
+            };
             let replica = store::Replica {
-                id: replica_id(data_dir)?,
+                id,
                 address: address.to_owned(),
                 lease: config.lease,
             };
