@@ -938,9 +938,12 @@ mod tests {
             serde_json::to_vec(&pending).unwrap(),
         )
         .unwrap();
-        let mut orphan = sh("exec sleep 1000");
+        let mut orphan = sh("echo started; exec sleep 1000");
         orphan.env(LEDGER_TOKEN_VAR, token);
         let mut orphan = ProcessGroup::spawn(&mut orphan).unwrap();
+        // Until the child has run `exec`, its environment is still the parent's, without the
+        // token: wait for it to speak.
+        assert_eq!(read_line(&mut stdout(&mut orphan)).await, "started");
         let mut reaped = reap_orphans(ledger.path());
         reaped.sort_by_key(|r| r.task.clone());
         assert_eq!(
