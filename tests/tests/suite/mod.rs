@@ -4,6 +4,7 @@ mod agent_skills;
 mod backends;
 mod conformance;
 mod deploy;
+mod deploy_files;
 mod error_kinds;
 mod example_model_delegation;
 mod example_sdk_peers;
