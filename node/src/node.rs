@@ -960,6 +960,8 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     let published: Vec<&Arc<RoleDefinition>> = catalog.published().collect();
     let problems = catalog.problems();
 
+    // Caught before the node says it listens: a SIGTERM from then on stops it gracefully.
+    let signals = ShutdownSignals::catch()?;
     // Before the line that says the node listens (the socket is bound: a client that comes
     // now waits in its backlog until the server takes it).
     let node_file = config.node.data_dir.join(NODE_FILE);
@@ -1051,13 +1053,26 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     // blocking sends see their final state and end; then let the server drain,
     // for at most the grace period.
     let grace = config.node.shutdown_grace;
+    // Cancelled once the drain delay is over and the tasks are stopping.
+    let stopped = CancellationToken::new();
     let signal = {
-        let (manager, stopping) = (manager.clone(), stopping.clone());
+        let (manager, stopping, stopped) = (manager.clone(), stopping.clone(), stopped.clone());
+        let drain_delay = config.node.drain_delay;
         async move {
-            shutdown_signal().await;
+            signals.received().await;
+            // Unready first (`/readyz` answers 503), still serving: a load balancer's health
+            // checks move new work elsewhere before anything stops.
+            stopping.cancel();
+            if !drain_delay.is_zero() {
+                info!(
+                    delay = %crate::tasks::manager::humanize(drain_delay),
+                    "stopping: unready, serving until the load balancer has noticed"
+                );
+                tokio::time::sleep(drain_delay).await;
+            }
             info!("stopping: canceling running tasks");
             manager.stop();
-            stopping.cancel();
+            stopped.cancel();
         }
     };
     let service = {
@@ -1098,7 +1113,7 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     };
     tokio::select! {
         () = server => {}
-        () = async { stopping.cancelled().await; tokio::time::sleep(grace).await } => {
+        () = async { stopped.cancelled().await; tokio::time::sleep(grace).await } => {
             warn!("connections still open after the shutdown grace period; closing them");
         }
         () = watch => {}
@@ -1111,21 +1126,28 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// SIGINT (Ctrl-C) and SIGTERM, caught from the moment this is made: a signal that comes
+/// before anyone waits for it is kept, not left to kill the process.
+struct ShutdownSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    /// Starts catching the two signals.
+    fn catch() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt()).context("cannot catch SIGINT")?,
+            terminate: signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
+        })
+    }
+
+    /// Resolves on the first of them.
+    async fn received(mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
         }
-    };
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
     }
 }

@@ -154,6 +154,10 @@ pub struct NodeConfig {
     /// How long running tasks get to finish after shutdown begins.
     #[serde(serialize_with = "duration::serialize")]
     pub shutdown_grace: Duration,
+    /// How long a stopping node keeps serving, unready (`/readyz` 503), before it stops: time
+    /// for a load balancer's health checks to send new work elsewhere. 0 by default.
+    #[serde(serialize_with = "duration::serialize")]
+    pub drain_delay: Duration,
 }
 
 impl NodeConfig {

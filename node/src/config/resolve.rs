@@ -80,6 +80,7 @@ impl LoadedConfig {
                 default_role: settings.node.default_role.clone(),
                 data_dir,
                 shutdown_grace: settings.node.shutdown_grace,
+                drain_delay: settings.node.drain_delay,
             },
             log: LogConfig {
                 level: settings.log.level.clone(),

@@ -59,6 +59,8 @@ pub(crate) struct NodeSettings {
     pub(crate) data_dir: Option<PathBuf>,
     #[serde(with = "duration")]
     pub(crate) shutdown_grace: Duration,
+    #[serde(with = "duration")]
+    pub(crate) drain_delay: Duration,
 }
 
 impl Default for NodeSettings {
@@ -71,6 +73,7 @@ impl Default for NodeSettings {
             default_role: "general-purpose".to_owned(),
             data_dir: None,
             shutdown_grace: Duration::from_secs(10),
+            drain_delay: Duration::ZERO,
         }
     }
 }

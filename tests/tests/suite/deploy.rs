@@ -1,8 +1,10 @@
-//! What the binary offers deployments: `mew healthcheck` for images without a shell, and the
-//! configuration file named by `MEW_CONFIG`.
+//! What the binary offers deployments: `mew healthcheck` for images without a shell, the
+//! configuration file named by `MEW_CONFIG`, and a drain delay between unready and stopping.
+
+use std::time::Duration;
 
 use anyhow::ensure;
-use mew_tests::node::{MewNode, command_role};
+use mew_tests::node::{MewNode, command_role, poll_until, send_text, status_text};
 
 #[tokio::test]
 async fn healthcheck_passes_while_the_node_is_ready_and_fails_once_it_is_gone() -> anyhow::Result<()>
@@ -43,6 +45,37 @@ async fn mew_config_names_a_configuration_file_as_config_does() -> anyhow::Resul
     ensure!(
         code == 0 && out.contains("from-the-mount") && out.contains("mounted.yaml"),
         "exit {code}\n{out}{err}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stopping_node_is_unready_but_serves_through_its_drain_delay() -> anyhow::Result<()> {
+    let node = MewNode::start_with_config(
+        "node:\n  drain_delay: 10m\n",
+        &[("upper.md", &command_role("upper", "tr a-z A-Z"))],
+    )
+    .await?;
+    node.signal(rustix::process::Signal::TERM)?;
+    poll_until(
+        "the node turns unready",
+        Duration::from_secs(60),
+        || async {
+            let (code, _) = node.get_json("/readyz").await?;
+            Ok((code == 503).then_some(()))
+        },
+    )
+    .await?;
+    // Still serving: probes, and work a load balancer sent before it noticed.
+    let (code, _) = node.get_json("/healthz").await?;
+    ensure!(code == 200, "/healthz answered {code} while draining");
+    let task = send_text(&node, "upper", "still here").await?;
+    ensure!(
+        task.status.state == mew_cards::TaskState::Completed
+            && serde_json::to_string(&task.artifacts)?.contains("STILL HERE"),
+        "a send while draining: {:?} {}",
+        task.status.state,
+        status_text(&task)
     );
     Ok(())
 }
