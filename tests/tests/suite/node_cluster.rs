@@ -1,6 +1,7 @@
 //! Replicas on one PostgreSQL, from outside: several `mew up` processes on one database answer
 //! for every task, follow each other's tasks, take over the work of a replica that is killed
-//! or paused past its lease, and refuse the writes of one that comes back.
+//! or paused past its lease, and refuse the writes of one that comes back; behind the HAProxy
+//! of `deploy/compose`, sends and a resumed stream go on while replicas die and restart.
 
 use std::path::Path;
 use std::time::Duration;
@@ -811,5 +812,238 @@ async fn what_one_principal_starts_on_one_replica_another_cannot_touch_on_any() 
         "bob resuming alice's ended task",
         resubscribe(&bob, &task.id, Some(1)).await.map(drop),
     )?;
+    Ok(())
+}
+
+/// A port nothing listens on now.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// HAProxy with `deploy/compose/haproxy.cfg`, its addresses rewritten to loopback: it listens
+/// on `port` and balances over the replicas at `ports` (in the order of its `server` lines).
+/// The directory holds the rewritten configuration while it runs.
+async fn balancer(
+    port: u16,
+    ports: &[u16],
+) -> anyhow::Result<(mew_tests::process::ChildProcess, tempfile::TempDir)> {
+    let path = mew_tests::process::workspace_root().join("deploy/compose/haproxy.cfg");
+    let mut config = std::fs::read_to_string(&path)?;
+    let mut rewrite = |from: &str, to: &str| {
+        ensure!(config.contains(from), "{} has no {from:?}", path.display());
+        config = config.replace(from, to);
+        Ok(())
+    };
+    rewrite("bind :7777", &format!("bind 127.0.0.1:{port}"))?;
+    // Docker's DNS is not here; the servers are addresses.
+    rewrite(
+        "resolvers docker\n    nameserver dns 127.0.0.11:53\n    hold valid 5s\n",
+        "",
+    )?;
+    rewrite(" resolvers docker", "")?;
+    for (i, port) in ports.iter().enumerate() {
+        let n = i + 1;
+        rewrite(
+            &format!("server mew{n} mew{n}:7777"),
+            &format!("server mew{n} 127.0.0.1:{port}"),
+        )?;
+    }
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("haproxy.cfg");
+    std::fs::write(&file, config)?;
+    let haproxy = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join("haproxy"))
+        .find(|path| path.is_file())
+        .context("haproxy is not installed: run scripts/deploy-tools")?;
+    let mut command = mew_tests::process::command(haproxy);
+    command
+        .arg("-db")
+        .arg("-f")
+        .arg(&file)
+        .stderr(std::process::Stdio::null());
+    // Its first line says a server's state: the replicas not started yet are down.
+    let (process, _) =
+        mew_tests::process::ChildProcess::spawn_until("haproxy", command, "Server mew/", WAIT)
+            .await?;
+    Ok((process, dir))
+}
+
+/// Waits until HAProxy's last word on server `name` is `state` (`UP` or `DOWN`).
+async fn balancer_says(
+    haproxy: &mew_tests::process::ChildProcess,
+    name: &str,
+    state: &str,
+) -> anyhow::Result<()> {
+    let prefix = format!("Server mew/{name} is ");
+    poll_until(&format!("haproxy has {name} {state}"), WAIT, || async {
+        let last = haproxy
+            .stdout_lines()
+            .into_iter()
+            .rfind(|line| line.starts_with(&prefix));
+        Ok(last
+            .is_some_and(|line| line[prefix.len()..].starts_with(state))
+            .then_some(()))
+    })
+    .await
+}
+
+/// The agent of `role` through the balancer at `lb`: its card fetched there, its interfaces
+/// pointed there (each replica's card names the replica itself).
+async fn through(lb: &str, role: &str) -> anyhow::Result<RemoteAgent> {
+    let options = mew_transport::ClientOptions {
+        binding: Some(Binding::JsonRpc),
+        ..Default::default()
+    };
+    let base = format!("{lb}/agents/{role}");
+    let mut card = mew_transport::fetch_card(&base, &options).await?;
+    for interface in &mut card.supported_interfaces {
+        interface.url = base.clone();
+    }
+    Ok(RemoteAgent::from_card(card, options)?)
+}
+
+#[tokio::test]
+async fn the_compose_balancer_keeps_work_going_while_a_replica_is_killed_and_another_restarted()
+-> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let gate = dir.path().join("gate");
+    let gate_role = gate_role(&gate).replace("---\nA command", "resumable: true\n---\nA command");
+    ensure!(gate_role.contains("resumable: true"), "{gate_role}");
+    let url = postgres::database().await?;
+    let ports = [free_port()?, free_port()?, free_port()?];
+    let mut nodes = Vec::new();
+    for port in ports {
+        let mut node = MewNode::new()?;
+        node.write_config(&format!("{STORE}node:\n  drain_delay: 5s\n"))?;
+        node.write_role("gate.md", &gate_role)?;
+        node.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;
+        node.set_env("MEW_STORE_URL", &url);
+        node.set_port(port);
+        nodes.push(node);
+    }
+    // Only the first replica runs when the stream starts: it serves the stream and runs the
+    // task, so killing it cuts both.
+    nodes[0].launch().await?;
+    let lb_port = free_port()?;
+    let (haproxy, _config) = balancer(lb_port, &ports).await?;
+    let lb = format!("http://127.0.0.1:{lb_port}");
+    balancer_says(&haproxy, "mew2", "DOWN").await?;
+    balancer_says(&haproxy, "mew3", "DOWN").await?;
+
+    let gate_agent = through(&lb, "gate").await?;
+    let task = start(&gate_agent, "go").await?;
+    let mut stream = subscribe(&gate_agent, &task.id).await?;
+    let mut seen = Vec::new();
+    let first = stream.next().await.context("no snapshot")??;
+    ensure!(matches!(first, StreamResponse::Task(_)), "{first:?}");
+    seen.push(stream.event_id().context("no id")?);
+
+    for node in &mut nodes[1..] {
+        node.launch().await?;
+    }
+    balancer_says(&haproxy, "mew2", "UP").await?;
+    balancer_says(&haproxy, "mew3", "UP").await?;
+
+    // SIGKILL the replica with the task and the stream: the stream ends without the end.
+    nodes[0].kill_hard().await?;
+    let cut = async {
+        while let Some(event) = stream.next().await {
+            if event.is_err() {
+                break;
+            }
+            seen.push(stream.event_id().context("no id")?);
+        }
+        anyhow::Ok(())
+    };
+    tokio::time::timeout(WAIT, cut)
+        .await
+        .context("the cut stream did not end")??;
+
+    // Blocking and streaming sends through the balancer go on: it retries elsewhere until
+    // its checks take the dead replica out.
+    let upper = through(&lb, "upper").await?;
+    let blocking = |text: &'static str| {
+        let upper = &upper;
+        async move {
+            let response = upper
+                .send_message(&ctx(), SendMessageRequest::new(Message::user_text(text)))
+                .await?;
+            let SendMessageResponse::Task(task) = response else {
+                bail!("a message, not a task: {response:?}");
+            };
+            ensure!(
+                task.status.state == TaskState::Completed
+                    && serde_json::to_string(&task.artifacts)?.contains(&text.to_uppercase()),
+                "{text}: {:?} {}",
+                task.status.state,
+                status_text(&task)
+            );
+            anyhow::Ok(())
+        }
+    };
+    let streaming = |text: &'static str| {
+        let upper = &upper;
+        async move {
+            let stream = upper
+                .send_streaming_message(&ctx(), SendMessageRequest::new(Message::user_text(text)))
+                .await?;
+            let events = drain(stream).await?;
+            let last = serde_json::to_value(events.last().context("no events")?)?;
+            ensure!(
+                last["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED",
+                "{text}: the stream ended with {last}"
+            );
+            anyhow::Ok(())
+        }
+    };
+    for text in ["one", "two", "three", "four", "five"] {
+        blocking(text).await?;
+        streaming(text).await?;
+    }
+
+    // The cut stream resumes through the balancer after the last event it saw; the task goes
+    // on on another replica (its role is resumable) and ends when the gate opens.
+    let last_seen = *seen.last().context("nothing seen")?;
+    let resumed = resubscribe(&gate_agent, &task.id, Some(last_seen)).await?;
+    std::fs::write(&gate, "")?;
+    let events = drain_numbered(resumed).await?;
+    let (_, last) = events.last().context("no events after the cut")?;
+    ensure!(
+        last["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED",
+        "the resumed stream ended with {last}"
+    );
+    let cluster = Cluster { url, nodes };
+    let logged = cluster.events(&task.id).await?;
+    let after = usize::try_from(last_seen)?;
+    let expected: Vec<(u64, Value)> = (last_seen + 1..)
+        .zip(logged[after..].iter().cloned())
+        .collect();
+    ensure!(
+        events == expected,
+        "the resumed stream is not the log after event {last_seen}:\nseen {events:#?}\nlogged {logged:#?}"
+    );
+
+    // A graceful restart of another replica, with sends going on through it all: it turns
+    // unready, the balancer moves the work, and it comes back.
+    let mut nodes = cluster.nodes;
+    let restart = async {
+        nodes[1].stop().await?;
+        nodes[1].launch().await?;
+        anyhow::Ok(())
+    };
+    let sends = async {
+        for text in ["six", "seven", "eight", "nine", "ten", "eleven", "twelve"] {
+            blocking(text).await?;
+            streaming(text).await?;
+        }
+        anyhow::Ok(())
+    };
+    let (restarted, sent) = tokio::join!(restart, sends);
+    restarted?;
+    sent?;
+    balancer_says(&haproxy, "mew2", "UP").await?;
+    blocking("thirteen").await?;
     Ok(())
 }
