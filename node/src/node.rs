@@ -861,7 +861,20 @@ fn is_loopback_host(host: &str) -> bool {
 /// How long `/readyz` waits for the task store to answer.
 const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// A line of `mew up`'s banner: printed on stdout, or, when the logs are JSON lines on stdout,
+/// logged as one of them, so that stdout stays JSON throughout.
+macro_rules! say {
+    ($json:expr, $($arg:tt)*) => {
+        if $json {
+            info!(target: "mew::banner", "{}", format!($($arg)*));
+        } else {
+            println!($($arg)*);
+        }
+    };
+}
+
 pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
+    let json_logs = config.log.format == crate::config::LogFormat::Json;
     if !config.auth.is_enabled()
         && !config.auth.allow_unauthenticated
         && !is_loopback_host(&config.node.host)
@@ -916,9 +929,12 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
         .await
         .context("cannot take up the tasks the last run left unfinished")?;
     if recovery != Default::default() {
-        println!(
+        say!(
+            json_logs,
             "mew: tasks left unfinished by the last run: {} started, {} resumed, {} failed",
-            recovery.started, recovery.resumed, recovery.failed
+            recovery.started,
+            recovery.resumed,
+            recovery.failed
         );
     }
 
@@ -972,8 +988,9 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
             "cannot say where the node serves: mew run and mew chat will not find it"
         );
     }
-    println!("mew: listening on {base}");
-    println!(
+    say!(json_logs, "mew: listening on {base}");
+    say!(
+        json_logs,
         "mew: {} roles: {}",
         published.len(),
         published
@@ -983,24 +1000,33 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
             .join(", ")
     );
     if !problems.is_empty() {
-        println!(
+        say!(
+            json_logs,
             "mew: {} problems in role files (see `mew agents`)",
             problems.len()
         );
     }
     match providers.default() {
-        Some(provider) => println!("mew: model roles run on provider {}", provider.name()),
-        None => println!(
+        Some(provider) => say!(
+            json_logs,
+            "mew: model roles run on provider {}",
+            provider.name()
+        ),
+        None => say!(
+            json_logs,
             "mew: no model provider configured: model roles fail until one is (set ANTHROPIC_API_KEY or OPENAI_API_KEY, or add `providers:` to the config)"
         ),
     }
     for peer in runtime.peers.list() {
         match &peer.error {
-            Some(error) => println!(
+            Some(error) => say!(
+                json_logs,
                 "mew: peer {} at {} is unreachable: {error}",
-                peer.name, peer.url
+                peer.name,
+                peer.url
             ),
-            None => println!(
+            None => say!(
+                json_logs,
                 "mew: peer {} at {}: {} roles",
                 peer.name,
                 peer.url,
@@ -1010,33 +1036,43 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     }
     for server in runtime.mcp.status() {
         match &server.last_error {
-            Some(error) if server.state != crate::mcp::ServerState::Connected => println!(
+            Some(error) if server.state != crate::mcp::ServerState::Connected => say!(
+                json_logs,
                 "mew: MCP server {} ({}) is {}: {}",
                 server.name,
                 server.transport,
                 server.state.as_str(),
                 crate::peers::one_line(error)
             ),
-            _ => println!(
+            _ => say!(
+                json_logs,
                 "mew: MCP server {} ({}): {} tools",
-                server.name, server.transport, server.tools
+                server.name,
+                server.transport,
+                server.tools
             ),
         }
     }
     for problem in &config.mcp_problems {
-        println!("mew: skipped an MCP server entry: {problem}");
+        say!(json_logs, "mew: skipped an MCP server entry: {problem}");
     }
     let whose = if config.node.data_dir == config.project_dir.join(".mew").join("data") {
         "this project's own; set node.data_dir to share one"
     } else {
         "node.data_dir"
     };
-    println!("mew: tasks in {} ({whose})", runtime.store.location());
-    println!(
+    say!(
+        json_logs,
+        "mew: tasks in {} ({whose})",
+        runtime.store.location()
+    );
+    say!(
+        json_logs,
         "mew: at most {} connections at once (open-file limit {open_files})",
         connection_limits.max_connections
     );
-    println!(
+    say!(
+        json_logs,
         "mew: cards signed with key {} ({}; public at {}{})",
         runtime.identity.kid(),
         config

@@ -337,7 +337,9 @@ fn execute(cli: Cli) -> Result<(), Failure> {
     } else {
         "warn"
     };
-    init_logging(level, config.log.format).map_err(Failure::Runtime)?;
+    // The node's JSON log is its output (stdout); a client's output is what it was asked for.
+    let node = matches!(cli.command, Command::Up(_));
+    init_logging(level, config.log.format, node).map_err(Failure::Runtime)?;
     if cli.command.uses_mcp() {
         config.log_mcp_warnings();
     }

@@ -79,3 +79,41 @@ async fn a_stopping_node_is_unready_but_serves_through_its_drain_delay() -> anyh
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn with_json_logs_the_nodes_stdout_is_json_lines_banner_included() -> anyhow::Result<()> {
+    let project = tempfile::tempdir()?;
+    let mut up = mew_tests::process::command(mew_tests::node::mew_bin()?);
+    up.env_clear()
+        .env("HOME", project.path())
+        .env("MEW_LOG_FORMAT", "json")
+        .args(["--project"])
+        .arg(project.path())
+        .args(["up", "--port", "0"]);
+    let (node, _) =
+        mew_tests::process::ChildProcess::spawn_until("mew up", up, "{", Duration::from_secs(60))
+            .await?;
+    let listening = poll_until(
+        "the node says it listens",
+        Duration::from_secs(60),
+        || async {
+            Ok(node
+                .stdout_lines()
+                .into_iter()
+                .find(|line| line.contains("mew: listening on http://127.0.0.1:")))
+        },
+    )
+    .await?;
+    let event: serde_json::Value = serde_json::from_str(&listening)?;
+    ensure!(
+        event["level"] == "INFO" && event["fields"]["message"].is_string(),
+        "{event}"
+    );
+    for line in node.stdout_lines() {
+        ensure!(
+            serde_json::from_str::<serde_json::Value>(&line).is_ok(),
+            "a line of stdout is not JSON: {line}"
+        );
+    }
+    Ok(())
+}
