@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::Context;
 use crate::config::Config;
+use crate::identity::signing;
 use crate::node::{load_catalog, running_node};
 use crate::roles::catalog::Listing;
 
@@ -49,29 +50,13 @@ pub(crate) async fn agents(context: &Context, out: &mut dyn Write) -> anyhow::Re
 /// when set).
 async fn from_node(config: &Config, url: &str) -> anyhow::Result<Listing> {
     let tls = config.tls.client_options().map_err(anyhow::Error::msg)?;
-    let client = tls
-        .configure(
-            reqwest::Client::builder()
-                .timeout(STATUS_TIMEOUT)
-                .redirect(reqwest::redirect::Policy::none()),
-        )
-        .and_then(reqwest::ClientBuilder::build)?;
-    let mut request = client.get(format!("{url}/status"));
+    let client = signing::http_client(&tls)?;
+    let status_url = format!("{url}/status");
+    let mut request = client.get(&status_url).timeout(STATUS_TIMEOUT);
     if let Some(token) = std::env::var("MEW_TOKEN").ok().filter(|t| !t.is_empty()) {
         request = request.bearer_auth(token);
     }
-    let response = request.send().await?.error_for_status()?;
-    if response
-        .content_length()
-        .is_some_and(|length| length > STATUS_MAX as u64)
-    {
-        anyhow::bail!("its status is larger than {STATUS_MAX} bytes");
-    }
-    let body = response.bytes().await?;
-    anyhow::ensure!(
-        body.len() <= STATUS_MAX,
-        "its status is larger than {STATUS_MAX} bytes"
-    );
+    let body = signing::fetch_with(request, &status_url, STATUS_MAX).await?;
     let mut status: serde_json::Value = serde_json::from_slice(&body)?;
     Ok(serde_json::from_value(status["catalog"].take())?)
 }

@@ -16,16 +16,15 @@ use std::sync::Arc;
 
 use anyhow::anyhow;
 use clap::Args;
-use mew_cards::role_base_url;
 use mew_cards::{
     ContextId, GetTaskRequest, ListTasksRequest, Message, Role, RoleDefinition, Task, TaskId,
 };
 use mew_transport::{AgentTransport, CallContext, RemoteAgent};
 
 use super::Failure;
-use super::local::{Ending, Printer, Terminal, Typed, converse, node_agent, one_line};
+use super::local::{Ending, Printer, Terminal, Typed, agent_at, converse, node_agent, one_line};
 use super::output::state_name;
-use super::remote::{NodeUrlArgs, client_options, remote_error};
+use super::remote::remote_error;
 use crate::config::Config;
 use crate::hooks::{HookContext, HookOutcome, Payload};
 use crate::node::{Runtime, load_catalog};
@@ -266,13 +265,8 @@ impl Backend<'_> {
                 if let Some(agent) = node.agents.get(&role.name) {
                     return Ok(agent.clone());
                 }
-                let args = NodeUrlArgs {
-                    node: Some(node.url.clone()),
-                    token: std::env::var("MEW_TOKEN").ok().filter(|t| !t.is_empty()),
-                };
-                let options = client_options(&args, &node.config, None)?;
                 let agent: Arc<dyn AgentTransport> = Arc::new(
-                    RemoteAgent::resolve_with(&role_base_url(&node.url, &role.name), options)
+                    agent_at(&node.config, &node.url, Some(&role.name))
                         .await
                         .map_err(remote_error)?,
                 );

@@ -510,25 +510,34 @@ pub(crate) async fn node_agent(
     let Some(url) = crate::node::running_node(&config.node.data_dir) else {
         return Ok(None);
     };
+    let agent = agent_at(config, &url, role).await.map_err(|error| {
+        let what = role.map_or_else(
+            || "its card".to_owned(),
+            |r| format!("the card of role {r}"),
+        );
+        anyhow::anyhow!(
+            "the node at {url} serves this project, and cannot give {what}: {:#}",
+            remote_error(error)
+        )
+    })?;
+    Ok(Some((url, agent)))
+}
+
+/// The agent of `role` (the front agent for `None`) on the node at `url`, with the configured
+/// TLS settings and `MEW_TOKEN` (when set) as a bearer token.
+pub(crate) async fn agent_at(
+    config: &Config,
+    url: &str,
+    role: Option<&str>,
+) -> Result<RemoteAgent, mew_transport::Error> {
     let node = NodeUrlArgs {
-        node: Some(url.clone()),
+        node: Some(url.to_owned()),
         token: std::env::var("MEW_TOKEN").ok().filter(|t| !t.is_empty()),
     };
-    let options = client_options(&node, config, None)?;
-    let base = role.map_or_else(|| url.clone(), |role| role_base_url(&url, role));
-    let agent = RemoteAgent::resolve_with(&base, options)
-        .await
-        .map_err(|error| {
-            let what = role.map_or_else(
-                || "its card".to_owned(),
-                |r| format!("the card of role {r}"),
-            );
-            anyhow::anyhow!(
-                "the node at {url} serves this project, and cannot give {what}: {:#}",
-                remote_error(error)
-            )
-        })?;
-    Ok(Some((url, agent)))
+    let options = client_options(&node, config, None)
+        .map_err(|error| mew_transport::Error::transport(format!("{error:#}")))?;
+    let base = role.map_or_else(|| url.to_owned(), |role| role_base_url(url, role));
+    RemoteAgent::resolve_with(&base, options).await
 }
 
 /// Sends `message` to `agent` and follows the task to its end, printing as it goes.
