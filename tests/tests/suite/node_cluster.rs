@@ -916,7 +916,7 @@ async fn the_compose_balancer_keeps_work_going_while_a_replica_is_killed_and_ano
     let mut nodes = Vec::new();
     for port in ports {
         let mut node = MewNode::new()?;
-        node.write_config(&format!("{STORE}node:\n  drain_delay: 5s\n"))?;
+        node.write_config(&format!("{STORE}node:\n  drain_delay: 10s\n"))?;
         node.write_role("gate.md", &gate_role)?;
         node.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;
         node.set_env("MEW_STORE_URL", &url);
