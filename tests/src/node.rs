@@ -171,6 +171,14 @@ pub fn status_text(task: &Task) -> String {
         .unwrap_or_default()
 }
 
+/// The ids of the tasks `mew send` printed (its `task: ID` lines), in order.
+pub fn printed_task_ids(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|line| line.strip_prefix("task:"))
+        .map(|id| id.trim().to_owned())
+        .collect()
+}
+
 /// Polls `check` every 50 ms until it gives a value, for at most `timeout`.
 ///
 /// This is synchronisation with a deadline, for states a test cannot be told about.

@@ -19,11 +19,10 @@ use mew_cards::TaskId;
 use tokio_util::sync::CancellationToken;
 
 use super::children::Children;
-use super::delegate::{Directory, Handoff, send_to};
-use super::scope::RunScope;
+use super::delegate::{Directory, Handoff, send_to, turn_context};
 use crate::roles::command::{Callback, Ticket};
 use crate::tasks::executor::{EventSink, Turn};
-use crate::tools::{ToolContext, ToolOutput};
+use crate::tools::ToolOutput;
 
 /// Where a command role's program asks the node to delegate for its task.
 pub(crate) const CALLBACK_PATH: &str = "/mew/v1/delegations";
@@ -145,19 +144,13 @@ impl CommandDelegations {
         if turn.depth + 1 > self.max_depth {
             return Err(Refused::TooDeep(self.max_depth));
         }
-        let ctx = ToolContext {
-            cwd: self.project_dir.clone(),
-            env: self.env.clone(),
-            cancel: turn.cancel.clone(),
-            task_id: Some(turn.task_id.clone()),
-            depth: turn.depth,
-            scope: RunScope {
-                children: Some(turn.children.clone()),
-                ..RunScope::default()
-            }
-            .into_context(),
-            call_id: None,
-        };
+        let ctx = turn_context(
+            (self.project_dir.clone(), self.env.clone()),
+            turn.task_id.clone(),
+            turn.depth,
+            turn.cancel.clone(),
+            turn.children.clone(),
+        );
         let send = Handoff {
             target,
             prompt: text,

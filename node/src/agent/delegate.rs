@@ -828,6 +828,31 @@ pub(crate) struct Handoff<'a> {
     pub(crate) background: bool,
 }
 
+/// The context a turn of the task `task_id` (at `depth`, canceled by `cancel`) delegates in
+/// outside the model loop, its children recorded through `children`: what `remote:` roles and
+/// command roles' programs hand to [`send_to`].
+pub(crate) fn turn_context(
+    (cwd, env): (std::path::PathBuf, Arc<HashMap<String, String>>),
+    task_id: mew_cards::TaskId,
+    depth: u32,
+    cancel: CancellationToken,
+    children: Arc<Children>,
+) -> ToolContext {
+    ToolContext {
+        cwd,
+        env,
+        cancel,
+        task_id: Some(task_id),
+        depth,
+        scope: super::scope::RunScope {
+            children: Some(children),
+            ..super::scope::RunScope::default()
+        }
+        .into_context(),
+        call_id: None,
+    }
+}
+
 /// Starts `send` as a child of the task of `ctx` on the agent its target resolves to, records
 /// the link, and follows the child: what the `Agent` tool does for a named target, and what a
 /// `remote:` role does with each turn.

@@ -18,10 +18,8 @@ use async_trait::async_trait;
 use mew_cards::{Message, TaskState};
 
 use super::children::Children;
-use super::delegate::{Directory, Handoff, send_to};
-use super::scope::RunScope;
+use super::delegate::{Directory, Handoff, send_to, turn_context};
 use crate::tasks::executor::{EventSink, ExecError, Executor, Turn};
-use crate::tools::ToolContext;
 
 /// Runs the turns of `remote:` roles.
 pub(crate) struct RemoteExecutor {
@@ -60,19 +58,13 @@ impl Executor for RemoteExecutor {
             1,
             Duration::MAX,
         ));
-        let ctx = ToolContext {
-            cwd: self.project_dir.clone(),
-            env: self.env.clone(),
-            cancel: turn.cancel.clone(),
-            task_id: Some(turn.task_id.clone()),
-            depth: turn.depth,
-            scope: RunScope {
-                children: Some(children),
-                ..RunScope::default()
-            }
-            .into_context(),
-            call_id: None,
-        };
+        let ctx = turn_context(
+            (self.project_dir.clone(), self.env.clone()),
+            turn.task_id.clone(),
+            turn.depth,
+            turn.cancel.clone(),
+            children,
+        );
         let target = target.to_string();
         let send = Handoff {
             target: &target,

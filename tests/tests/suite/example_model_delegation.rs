@@ -96,12 +96,10 @@ async fn the_model_delegation_example_runs_as_its_readme_says() -> anyhow::Resul
         a.log()
     );
     model.assert_done();
-    let id = out
-        .lines()
-        .find_map(|line| line.strip_prefix("task:"))
-        .map(str::trim)
-        .context("the planner's task id")?
-        .to_owned();
+    let id = mew_tests::node::printed_task_ids(&out)
+        .into_iter()
+        .next()
+        .context("the planner's task id")?;
 
     ensure!(tree.contains("TASK_ID"), "{tree}");
     let (code, out, err) = run(&tree.replace("TASK_ID", &id)).await?;

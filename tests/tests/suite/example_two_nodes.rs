@@ -78,12 +78,10 @@ async fn the_two_nodes_example_runs_as_its_readme_says() -> anyhow::Result<()> {
         code == 0 && out.contains("b says: PASS IT ON"),
         "relay: exit {code}\n{out}{err}"
     );
-    let relay_id = out
-        .lines()
-        .find_map(|line| line.strip_prefix("task:"))
-        .map(str::trim)
-        .context("relay's task id")?
-        .to_owned();
+    let relay_id = mew_tests::node::printed_task_ids(&out)
+        .into_iter()
+        .next()
+        .context("relay's task id")?;
     let (code, out, err) = run_block(direct, &a, &path).await?;
     ensure!(
         code == 0 && out.contains("STRAIGHT TO B"),

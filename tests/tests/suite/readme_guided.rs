@@ -117,11 +117,7 @@ async fn the_readmes_guided_path_works_as_written() -> anyhow::Result<()> {
     ] {
         ensure!(out.contains(answer), "no {answer:?} in\n{out}{err}");
     }
-    let ids: Vec<&str> = out
-        .lines()
-        .filter_map(|line| line.strip_prefix("task:"))
-        .map(str::trim)
-        .collect();
+    let ids = mew_tests::node::printed_task_ids(&out);
     let [_, ask_second, _] = ids.as_slice() else {
         anyhow::bail!("three tasks printed: {out}");
     };

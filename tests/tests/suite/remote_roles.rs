@@ -8,6 +8,25 @@ use anyhow::{Context, ensure};
 use mew_cards::TaskState;
 use mew_tests::node::{MewNode, command_role, mew_bin, poll_until, send_text, status_text};
 
+/// Node B: role `upper`, open only to the principal `node-a`, whose key is `key-of-node-a`.
+async fn keyed_peer() -> anyhow::Result<MewNode> {
+    let mut b = MewNode::new()?;
+    b.set_env("B_KEY_FOR_A", "key-of-node-a");
+    b.write_config("auth:\n  api_keys:\n    - name: node-a\n      key_env: B_KEY_FOR_A\n")?;
+    b.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;
+    b.launch().await?;
+    Ok(b)
+}
+
+/// Makes `b` a peer of node `a`'s project, with the key for it in `a`'s environment only.
+fn with_key_for(a: &mut MewNode, b: &MewNode) -> anyhow::Result<()> {
+    a.set_env("KEY_FOR_B", "key-of-node-a");
+    a.write_config(&format!(
+        "peers:\n  b:\n    url: {}\n    auth:\n      api_key_env: KEY_FOR_B\n",
+        b.url()
+    ))
+}
+
 #[tokio::test]
 async fn a_remote_role_forwards_to_a_peer_role_and_the_tree_shows_both_tasks() -> anyhow::Result<()>
 {
@@ -119,19 +138,11 @@ async fn a_remote_role_forwards_to_a_peer_role_and_the_tree_shows_both_tasks() -
 
 #[tokio::test]
 async fn mew_send_reaches_a_peers_role_with_the_peers_credentials() -> anyhow::Result<()> {
-    let mut b = MewNode::new()?;
-    b.set_env("B_KEY_FOR_A", "key-of-node-a");
-    b.write_config("auth:\n  api_keys:\n    - name: node-a\n      key_env: B_KEY_FOR_A\n")?;
-    b.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;
-    b.launch().await?;
+    let b = keyed_peer().await?;
 
     // A's project names B as a peer whose key is in the environment; no node of A runs.
     let mut a = MewNode::new()?;
-    a.set_env("KEY_FOR_B", "key-of-node-a");
-    a.write_config(&format!(
-        "peers:\n  b:\n    url: {}\n    auth:\n      api_key_env: KEY_FOR_B\n",
-        b.url()
-    ))?;
+    with_key_for(&mut a, &b)?;
 
     let (code, out, err) = a.client(&["send", "b/upper", "hello", "there"]).await?;
     ensure!(
@@ -239,29 +250,17 @@ async fn a_command_role_delegates_with_mew_send_and_the_tree_shows_both_tasks() 
             response.text().await?
         );
     }
-    let (code, out, _) = b
-        .client(&["tasks", "list", "--json", "--node", b.url()])
-        .await?;
-    let listed: serde_json::Value = serde_json::from_str(&out).context("list JSON")?;
-    let on_b = listed["tasks"].as_array().map_or(0, Vec::len);
-    ensure!(code == 0 && on_b == 1, "b ran {on_b} tasks: {listed}");
+    let on_b = tasks_of(&b).await?;
+    ensure!(on_b.len() == 1, "b ran {} tasks: {on_b:?}", on_b.len());
     Ok(())
 }
 
 #[tokio::test]
 async fn the_tree_asks_a_peer_for_its_tasks_with_the_peers_credentials() -> anyhow::Result<()> {
-    let mut b = MewNode::new()?;
-    b.set_env("B_KEY_FOR_A", "key-of-node-a");
-    b.write_config("auth:\n  api_keys:\n    - name: node-a\n      key_env: B_KEY_FOR_A\n")?;
-    b.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;
-    b.launch().await?;
+    let b = keyed_peer().await?;
 
     let mut a = MewNode::new()?;
-    a.set_env("KEY_FOR_B", "key-of-node-a");
-    a.write_config(&format!(
-        "peers:\n  b:\n    url: {}\n    auth:\n      api_key_env: KEY_FOR_B\n",
-        b.url()
-    ))?;
+    with_key_for(&mut a, &b)?;
     a.write_role(
         "fwd.md",
         "---\nname: fwd\ndescription: Forwards to b's upper.\nremote: b/upper\n---\n",
@@ -332,12 +331,10 @@ async fn cancelling_a_remote_roles_task_cancels_its_child_on_the_peer() -> anyho
         ])
         .await?;
     ensure!(code == 0, "exit {code}: {out}{err}");
-    let parent = out
-        .lines()
-        .find_map(|line| line.strip_prefix("task:"))
-        .map(str::trim)
-        .context("the parent's id")?
-        .to_owned();
+    let parent = mew_tests::node::printed_task_ids(&out)
+        .into_iter()
+        .next()
+        .context("the parent's id")?;
     let working = |task: &serde_json::Value| task["status"]["state"] == "TASK_STATE_WORKING";
     poll_until("b runs the child", Duration::from_secs(60), || async {
         Ok(tasks_of(&b).await?.iter().any(working).then_some(()))
