@@ -1356,17 +1356,20 @@ impl TaskStore for PostgresStore {
             kept.insert(id, row.get(1));
         }
         // Lost: held before and still (a write that ended a lease meanwhile is no loss), and
-        // not renewed under the same epoch.
-        let mut lost = Vec::new();
-        {
-            let mut held = self.held();
-            for (id, epoch) in &before {
-                if kept.get(id) != Some(epoch) && held.get(id) == Some(epoch) {
-                    held.remove(id);
-                    lost.push(TaskId::from(id.as_str()));
-                }
-            }
-        }
+        // not renewed under the same epoch. The lost epoch stays held until the caller has
+        // stopped what runs the task and releases it: a write of the old run in between is
+        // still refused (without an epoch it would pass as that of a replica that does not
+        // think it holds the task).
+        let lost = {
+            let held = self.held();
+            before
+                .iter()
+                .filter(|(id, epoch)| {
+                    kept.get(*id) != Some(*epoch) && held.get(*id) == Some(*epoch)
+                })
+                .map(|(id, _)| TaskId::from(id.as_str()))
+                .collect()
+        };
         let others = self.beat(kept.len()).await?;
         Ok(Heartbeat {
             lost,
@@ -1589,8 +1592,7 @@ mod tests {
         assert_eq!(got_b.len() + got_c.len(), 1, "{got_b:?} {got_c:?}");
         let (winner, loser) = if got_b.is_empty() { (&c, &b) } else { (&b, &c) };
         assert_eq!(a.heartbeat().await.unwrap().lost, [TaskId::from("t1")]);
-        assert_eq!(*a.held(), HashMap::new());
-        a.held().extend(before_a);
+        assert_eq!(*a.held(), before_a, "the lost epoch is kept until released");
 
         // The old holder's write is refused, and its heartbeat says it lost the task.
         task.generation = 2;

@@ -156,7 +156,9 @@ pub struct Replica {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Heartbeat {
     /// Tasks this replica held and holds no more: another replica took them over. Whatever
-    /// still runs them must stop, without writing.
+    /// still runs them must stop, without writing, and then [`TaskStore::release`] them:
+    /// until then the store keeps the lost epoch, so that a late write of the old run is
+    /// refused.
     pub lost: Vec<TaskId>,
     /// Tasks this replica holds whose cancellation another replica asked for.
     pub cancel: Vec<TaskId>,

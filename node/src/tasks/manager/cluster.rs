@@ -65,6 +65,10 @@ impl TaskManager {
                 self.others_alive.store(beat.others > 0, Ordering::SeqCst);
                 for id in &beat.lost {
                     self.lose(id);
+                    // Stopped first: a write of the old run before this was refused.
+                    if let Err(e) = self.store.release(id).await {
+                        warn!(task_id = %id, error = %e, "cannot forget a lost task's lease");
+                    }
                 }
                 for id in &beat.cancel {
                     self.cancel_asked(id).await;

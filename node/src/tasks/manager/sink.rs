@@ -189,7 +189,8 @@ impl EventSink for Sink {
 
     async fn annotate(&self, annotation: Annotation) -> Result<(), SinkClosed> {
         let mut state = self.live.state.lock().await;
-        if state.turn != self.turn {
+        // Released: handed back, or another replica runs the task now.
+        if state.turn != self.turn || self.live.released.is_cancelled() {
             return Err(SinkClosed);
         }
         let append = matches!(annotation, Annotation::Child(_));
