@@ -56,6 +56,10 @@ pub struct MewMetadata {
     /// only when it is a valid role name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// On a task: the W3C `traceparent` of the span the task started in (written by the node
+    /// only, when it traces): its later turns, on any replica, join that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     /// On a task: its delegations, in the order they were made (written by the node only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<ChildLink>,
@@ -82,7 +86,7 @@ pub const ASK_PERMISSION: &str = "permission";
 
 /// The fields of [`MewMetadata`] that only the node writes, never taken from a caller: forged
 /// links would send a task's agent to agents of the caller's choosing.
-pub const NODE_OWNED_FIELDS: &[&str] = &["role", "children", "usage"];
+pub const NODE_OWNED_FIELDS: &[&str] = &["role", "traceparent", "children", "usage"];
 
 impl MewMetadata {
     /// What `metadata` holds under `mew`; fields that do not parse are left out.
@@ -97,6 +101,7 @@ impl MewMetadata {
             fork: field(mew, "fork").unwrap_or(false),
             // Only a role name: it is shown as one (a line of `mew tasks list`, say).
             role: field(mew, "role").filter(|role: &String| is_valid_role_name(role)),
+            traceparent: field(mew, "traceparent"),
             children: Self::child_links_of(mew)
                 .into_iter()
                 .filter_map(Result::ok)
@@ -155,6 +160,16 @@ impl MewMetadata {
     pub fn set_role(metadata: &mut Metadata, role: &str) {
         change_mew(metadata, |mew| {
             mew.insert("role".to_owned(), Value::String(role.to_owned()));
+        });
+    }
+
+    /// Sets `metadata.mew.traceparent` (see [`MewMetadata::traceparent`]).
+    pub fn set_traceparent(metadata: &mut Metadata, traceparent: &str) {
+        change_mew(metadata, |mew| {
+            mew.insert(
+                "traceparent".to_owned(),
+                Value::String(traceparent.to_owned()),
+            );
         });
     }
 

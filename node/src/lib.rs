@@ -20,6 +20,7 @@ mod roles;
 mod server;
 mod skills;
 mod tasks;
+mod telemetry;
 mod tools;
 mod tree;
 mod user_file;

@@ -266,6 +266,7 @@ impl Runtime {
         // Peers and MCP servers connect at once, each bounded by its own timeout.
         let client_options = mew_transport::ClientOptions {
             tls: config.tls.client_options().map_err(anyhow::Error::msg)?,
+            context_headers: Some(Arc::new(crate::telemetry::TraceHeaders)),
             ..mew_transport::ClientOptions::default()
         };
         let outbound = crate::peers::Outbound {
@@ -652,7 +653,13 @@ impl Runtime {
             status,
             &self.identity.jwks(),
             &surface.options,
-            surface.authenticator.clone(),
+            crate::server::Guards {
+                auth: surface.authenticator.clone(),
+                observe: crate::server::observe::Observe {
+                    inbound: self.config.telemetry.inbound,
+                    front_role: self.config.node.default_role.clone(),
+                },
+            },
             surface.ready.clone(),
         )
         // Authenticated by the turn's token, not by the node's `auth:`.
@@ -1159,6 +1166,8 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(&node_file);
     drop(app);
     runtime.shutdown().await;
+    // The spans of the last requests, before the process ends.
+    let _ = tokio::task::spawn_blocking(crate::telemetry::flush).await;
     Ok(())
 }
 

@@ -24,6 +24,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "foundations: no domain knowledge",
         &[
             "process",
+            "telemetry",
             "user_file",
             "duration",
             "matcher",

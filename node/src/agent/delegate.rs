@@ -261,8 +261,21 @@ pub(crate) fn call_for(children: Option<&Children>) -> CallContext {
 }
 
 /// Runs a delegation: waits for a place, starts the child, records it, and
-/// either follows it to its end or leaves it running in the background.
-async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
+/// either follows it to its end or leaves it running in the background. Its span is the
+/// client side of the child's task: the child's node continues it.
+async fn delegate(ctx: &ToolContext, d: Delegation) -> ToolOutput {
+    let span = crate::telemetry::span!(
+        "a2a.delegate",
+        otel.name = %format_args!("delegate {}", d.link.agent),
+        otel.kind = "client",
+        a2a.agent = %d.link.agent,
+        a2a.task_id = tracing::field::Empty,
+        mew.background = d.background,
+    );
+    tracing::Instrument::instrument(delegate_in_span(ctx, d), span).await
+}
+
+async fn delegate_in_span(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
     if let Some(hooks) = super::scope::hooks(ctx) {
         let (Start::Send(request) | Start::Fork(_, request, _)) = &d.start;
         let parent = ctx.task_id.as_ref().map_or("", |task| task.as_str());
@@ -311,6 +324,7 @@ async fn delegate(ctx: &ToolContext, mut d: Delegation) -> ToolOutput {
         () = ctx.cancel.cancelled() => return ToolOutput::error("canceled"),
     };
     d.link.task_id = child.id.to_string();
+    tracing::Span::current().record("a2a.task_id", child.id.as_str());
     if let Some(hooks) = super::scope::hooks(ctx) {
         let _ = hooks
             .dispatch(Payload::subagent_start(&d.link.task_id, &d.link.agent))

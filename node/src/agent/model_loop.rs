@@ -106,6 +106,26 @@ pub(crate) trait Observer: Send + Sync {
     }
 }
 
+/// The span of one tool call: the tool, its category, what the permissions decided, and
+/// (recorded when it is over) its outcome.
+fn tool_span(id: &str, name: &str, verdict: &Verdict) -> tracing::Span {
+    let (decision, category) = match verdict {
+        Verdict::Run(category) => ("allow", category.name()),
+        Verdict::Refuse(_) => ("deny", ""),
+        Verdict::Ask(_) => ("ask", ""),
+    };
+    crate::telemetry::span!(
+        "execute_tool",
+        otel.name = %format_args!("execute_tool {name}"),
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %name,
+        gen_ai.tool.call.id = %id,
+        mew.tool.category = category,
+        mew.permission.decision = decision,
+        mew.tool.outcome = tracing::field::Empty,
+    )
+}
+
 /// One agent: a model, its tools and its permissions.
 pub(crate) struct Agent {
     pub(crate) provider: Arc<dyn Provider>,
@@ -469,21 +489,33 @@ impl Agent {
                 })));
             }
             let outputs = join_all(calls[index..end].iter().zip(&decisions[index..end]).map(
-                |((id, name, input), verdict)| async move {
-                    observer.tool_started(id, name, input);
-                    let mut stop = None;
-                    let output = match verdict {
-                        Verdict::Run(_) => {
-                            let mut output = self.call(id, name, input.clone()).await;
-                            if output.relay.is_none() {
-                                stop = self.post_tool_use(id, name, input, &mut output).await;
+                |((id, name, input), verdict)| {
+                    let span = tool_span(id, name, verdict);
+                    let call = async move {
+                        observer.tool_started(id, name, input);
+                        let mut stop = None;
+                        let output = match verdict {
+                            Verdict::Run(_) => {
+                                let mut output = self.call(id, name, input.clone()).await;
+                                if output.relay.is_none() {
+                                    stop = self.post_tool_use(id, name, input, &mut output).await;
+                                }
+                                output
                             }
-                            output
-                        }
-                        Verdict::Refuse(output) => output.clone(),
-                        Verdict::Ask(question) => ToolOutput::error(question.clone()),
+                            Verdict::Refuse(output) => output.clone(),
+                            Verdict::Ask(question) => ToolOutput::error(question.clone()),
+                        };
+                        let outcome = if output.relay.is_some() {
+                            "asked"
+                        } else if output.is_error {
+                            "error"
+                        } else {
+                            "ok"
+                        };
+                        tracing::Span::current().record("mew.tool.outcome", outcome);
+                        (id, name, output, stop)
                     };
-                    (id, name, output, stop)
+                    tracing::Instrument::instrument(call, span)
                 },
             ))
             .await;

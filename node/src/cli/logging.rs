@@ -4,30 +4,69 @@
 use std::io::IsTerminal;
 
 use anyhow::Context as _;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{FilterExt as _, filter_fn};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 use crate::config::LogFormat;
+use crate::telemetry::{TelemetryConfig, WithTraceIds};
 
 /// Installs the global `tracing` subscriber: lines on stderr in `format` (JSON lines on stdout
 /// for the `node`), filtered by the `EnvFilter` directive `level` (such as `info` or
-/// `info,mew_node=debug`).
+/// `info,mew_node=debug`), each written inside a traced span with its `trace_id` and `span_id`.
+/// With `traces` (a node's telemetry and its name), spans are exported when the telemetry
+/// says where to (see [`crate::telemetry::layer`]).
 ///
-/// Fails if the directive does not parse (the error names it) or a subscriber is already
-/// installed.
-pub fn init_logging(level: &str, format: LogFormat, node: bool) -> anyhow::Result<()> {
+/// Fails if the directive does not parse (the error names it), the exporter cannot be built,
+/// or a subscriber is already installed.
+pub fn init_logging(
+    level: &str,
+    format: LogFormat,
+    node: bool,
+    traces: Option<(&TelemetryConfig, &str)>,
+) -> anyhow::Result<()> {
     let filter = EnvFilter::builder()
         .parse(level)
         .with_context(|| format!("bad log level directive `{level}`"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let installed = match format {
-        LogFormat::Text => builder
+    // The trace spans are for the exporter, not for log lines: a log line names the spans it
+    // is written in, and these would drown it.
+    let filter = filter.and(filter_fn(|meta| {
+        !(meta.is_span() && meta.target() == crate::telemetry::TARGET)
+    }));
+    let fmt = tracing_subscriber::fmt::layer();
+    let lines: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Text => fmt
             .with_writer(std::io::stderr)
             .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
-        LogFormat::Json if node => builder.json().with_writer(std::io::stdout).try_init(),
-        LogFormat::Json => builder.json().with_writer(std::io::stderr).try_init(),
+            .event_format(WithTraceIds::new(tracing_subscriber::fmt::format(), false))
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => {
+            let json = fmt.json().event_format(WithTraceIds::new(
+                tracing_subscriber::fmt::format().json(),
+                true,
+            ));
+            if node {
+                json.with_writer(std::io::stdout)
+                    .with_filter(filter)
+                    .boxed()
+            } else {
+                json.with_writer(std::io::stderr)
+                    .with_filter(filter)
+                    .boxed()
+            }
+        }
     };
-    installed.map_err(|error| anyhow::anyhow!("installing the log subscriber: {error}"))
+    let otel = match traces {
+        Some((telemetry, name)) => crate::telemetry::layer(telemetry, name)?,
+        None => None,
+    };
+    tracing_subscriber::registry()
+        .with(lines)
+        .with(otel)
+        .try_init()
+        .map_err(|error| anyhow::anyhow!("installing the log subscriber: {error}"))
 }
 
 #[cfg(test)]
@@ -36,7 +75,7 @@ mod tests {
 
     #[test]
     fn a_bad_directive_is_an_error_that_names_it() {
-        let error = init_logging("mew=loud", LogFormat::Text, false).unwrap_err();
+        let error = init_logging("mew=loud", LogFormat::Text, false, None).unwrap_err();
         assert!(format!("{error:#}").contains("`mew=loud`"), "{error:#}");
     }
 }

@@ -339,7 +339,8 @@ fn execute(cli: Cli) -> Result<(), Failure> {
     };
     // The node's JSON log is its output (stdout); a client's output is what it was asked for.
     let node = matches!(cli.command, Command::Up(_));
-    init_logging(level, config.log.format, node).map_err(Failure::Runtime)?;
+    let traces = node.then_some((&config.telemetry, config.node.name.as_str()));
+    init_logging(level, config.log.format, node, traces).map_err(Failure::Runtime)?;
     if cli.command.uses_mcp() {
         config.log_mcp_warnings();
     }

@@ -106,6 +106,9 @@ pub(crate) fn render_task(task: &Task, history: bool) -> String {
     if let Some(text) = status_text(task) {
         field(&mut out, "message", &text);
     }
+    if let Some(trace) = crate::telemetry::trace_id_of_task(task) {
+        field(&mut out, "trace", &trace);
+    }
     if history && !task.history.is_empty() {
         out.push_str("history:\n");
         for message in &task.history {

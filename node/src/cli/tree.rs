@@ -118,7 +118,7 @@ fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
 /// [`who`] says), its usage on the lines under it, children drawn with `├─`, `│` and `└─`.
 pub(crate) fn render_tree(root: &TreeNode) -> String {
     let mut out = String::new();
-    render_node(&mut out, root, &root.node, "", "");
+    render_node(&mut out, root, &root.node, ("", ""), None);
     out
 }
 
@@ -143,8 +143,19 @@ fn who(node: &TreeNode, home: &str) -> String {
 }
 
 /// Appends `node`'s lines and its children's: `first` starts its head line, `rest` each line
-/// under it; `home` is the node the tree starts on.
-fn render_node(out: &mut String, node: &TreeNode, home: &str, first: &str, rest: &str) {
+/// under it; `home` is the node the tree starts on. A task's trace id is shown unless it is
+/// its parent's (`parent_trace`).
+fn render_node(
+    out: &mut String,
+    node: &TreeNode,
+    home: &str,
+    (first, rest): (&str, &str),
+    parent_trace: Option<&str>,
+) {
+    let trace = node
+        .task
+        .as_ref()
+        .and_then(crate::telemetry::trace_id_of_task);
     let mut head = vec![if node.task_id.is_empty() {
         "?".to_owned()
     } else {
@@ -203,6 +214,9 @@ fn render_node(out: &mut String, node: &TreeNode, home: &str, first: &str, rest:
             Some(usage) => format!("usage: {}", summary(usage)),
             None => "usage: none recorded".to_owned(),
         });
+        if let Some(trace) = trace.as_deref().filter(|t| Some(*t) != parent_trace) {
+            details.push(format!("trace: {trace}"));
+        }
     }
     if !node.children.is_empty() {
         details.push(format!(
@@ -233,8 +247,8 @@ fn render_node(out: &mut String, node: &TreeNode, home: &str, first: &str, rest:
             out,
             child,
             home,
-            &format!("{rest}{branch}"),
-            &format!("{rest}{under}"),
+            (&format!("{rest}{branch}"), &format!("{rest}{under}")),
+            trace.as_deref().or(parent_trace),
         );
     }
 }

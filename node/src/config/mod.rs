@@ -33,6 +33,7 @@ mod resolve;
 mod schema;
 mod skills;
 pub(crate) mod store;
+mod telemetry;
 pub(crate) mod tls;
 
 #[cfg(test)]
@@ -111,6 +112,8 @@ pub struct Config {
     pub push: PushConfig,
     /// `store:` — where the tasks live: SQLite in the data directory, or a PostgreSQL server.
     pub store: crate::tasks::StoreConfig,
+    /// `telemetry:` — where traces go, and whose trace context is continued.
+    pub telemetry: crate::telemetry::TelemetryConfig,
     /// `agent:` — which provider and model run model-driven roles.
     pub agent: AgentConfig,
     /// `providers:` — the model services, by the names the user gave them.

@@ -117,6 +117,7 @@ impl LoadedConfig {
             tls: self.resolve_tls(home, &project)?,
             push: self.resolve_push()?,
             store: self.resolve_store()?,
+            telemetry: self.resolve_telemetry(),
             agent: self.resolve_agent(),
             providers: self.resolve_providers()?,
             peers: self.resolve_peers()?,

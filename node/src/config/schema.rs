@@ -15,6 +15,7 @@ use super::providers::{AgentSettings, ProviderSettings, provider_entry_schema};
 use super::push::PushSettings;
 use super::skills::SkillsSettings;
 use super::store::StoreSettings;
+use super::telemetry::TelemetrySettings;
 use super::tls::TlsSettings;
 use crate::duration;
 use crate::permission::rules::Rule;
@@ -35,6 +36,7 @@ pub(crate) struct Settings {
     pub(crate) tls: TlsSettings,
     pub(crate) push: PushSettings,
     pub(crate) store: StoreSettings,
+    pub(crate) telemetry: TelemetrySettings,
     pub(crate) agent: AgentSettings,
     pub(crate) providers: BTreeMap<String, ProviderSettings>,
     pub(crate) peers: BTreeMap<String, PeerSettings>,

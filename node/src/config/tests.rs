@@ -245,9 +245,9 @@ fn unknown_keys_suggest_a_key_of_another_section_or_nothing() {
         "{error}"
     );
 
-    dirs.user_file("telemetry: on\n");
+    dirs.user_file("gadgets: on\n");
     let error = Config::load(&dirs.sources()).unwrap_err().to_string();
-    assert!(error.ends_with(":1: unknown key telemetry"), "{error}");
+    assert!(error.ends_with(":1: unknown key gadgets"), "{error}");
 }
 
 #[test]

@@ -216,10 +216,28 @@ impl HookDispatcher {
                 subagents: self.subagents.as_deref(),
                 ledger,
             };
-            let result =
-                action::run(&rule.action, &presented, rule.timeout, &ctx.cancel, &actx).await;
+            let span = crate::telemetry::span!(
+                "hook",
+                otel.name = %format_args!("hook {event}"),
+                otel.status_code = tracing::field::Empty,
+                mew.hook.event = %event,
+                mew.hook.name = %rule.name,
+                mew.hook.outcome = tracing::field::Empty,
+            );
+            let result = tracing::Instrument::instrument(
+                action::run(&rule.action, &presented, rule.timeout, &ctx.cancel, &actx),
+                span.clone(),
+            )
+            .await;
             drop(presented);
             let reply = output::interpret(event, &rule.name, result);
+            span.record(
+                "mew.hook.outcome",
+                if reply.error.is_some() { "error" } else { "ok" },
+            );
+            if reply.error.is_some() {
+                span.record("otel.status_code", "error");
+            }
             if let Some(error) = &reply.error {
                 tracing::warn!(hook = %rule.name, %event, "hook failed: {error}");
             }

@@ -274,6 +274,34 @@ impl McpClient {
         input: Value,
         ctx: &ToolContext,
     ) -> ToolOutput {
+        let span = crate::telemetry::span!(
+            "mcp.call",
+            otel.name = %format_args!("tools/call {remote}"),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            mcp.method.name = "tools/call",
+            mcp.server = %self.name,
+            gen_ai.tool.name = %remote,
+            gen_ai.operation.name = "execute_tool",
+        );
+        let output = tracing::Instrument::instrument(
+            self.call_in_span(name, remote, input, ctx),
+            span.clone(),
+        )
+        .await;
+        if output.is_error {
+            span.record("otel.status_code", "error");
+        }
+        output
+    }
+
+    async fn call_in_span(
+        &self,
+        name: &str,
+        remote: &str,
+        input: Value,
+        ctx: &ToolContext,
+    ) -> ToolOutput {
         let arguments = match input {
             Value::Object(arguments) => Some(arguments),
             Value::Null => None,
@@ -292,6 +320,16 @@ impl McpClient {
         };
         let mut params = CallToolRequestParams::new(remote.to_owned());
         params.arguments = arguments;
+        // The trace context travels in `_meta`, as the MCP trace-context proposal (SEP-414)
+        // has it.
+        if let Some(trace) = crate::telemetry::TraceParent::current() {
+            let mut meta = rmcp::model::RequestMetaObject::new();
+            meta.set_traceparent(trace.traceparent);
+            if let Some(state) = trace.tracestate {
+                meta.set_tracestate(state);
+            }
+            params.meta = Some(meta);
+        }
         let timeout = self.config.call_timeout;
         // Dropping the call before its answer (below, on cancellation or timeout) sends the
         // server `notifications/cancelled` for the request.

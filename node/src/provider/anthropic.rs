@@ -304,6 +304,7 @@ fn tool_spec(tool: &ToolSpec) -> Tool<'_> {
 struct MessagesApi;
 
 impl Api for MessagesApi {
+    const SYSTEM: &'static str = "anthropic";
     type Parser = MessagesParser;
 
     fn parser(&self) -> MessagesParser {

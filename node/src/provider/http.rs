@@ -146,6 +146,9 @@ pub(crate) trait Api: Sync {
     /// The parser of one answer.
     type Parser: StreamParser;
 
+    /// The API's family, as OpenTelemetry's GenAI conventions name it (`gen_ai.system`).
+    const SYSTEM: &'static str;
+
     /// A parser for a new attempt.
     fn parser(&self) -> Self::Parser;
 
@@ -199,6 +202,55 @@ enum RetryCause {
     Connect(String),
 }
 
+/// The most bytes of a prompt or completion put on a span (`telemetry.capture_content`).
+const MAX_CAPTURED: usize = 64 * 1024;
+
+/// `bytes` as text for a span, cut at [`MAX_CAPTURED`] (on a character boundary).
+fn bounded(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_CAPTURED)]);
+    text.trim_end_matches(char::REPLACEMENT_CHARACTER)
+        .to_owned()
+}
+
+/// Puts what a model call came to on its span: tokens and finish reason, or the error.
+fn record_outcome(span: &tracing::Span, outcome: &Result<ModelResponse, ProviderError>) {
+    match outcome {
+        Ok(response) => {
+            let reason = match &response.stop {
+                crate::conversation::StopReason::EndTurn => "stop",
+                crate::conversation::StopReason::ToolUse => "tool_calls",
+                crate::conversation::StopReason::MaxTokens => "length",
+                crate::conversation::StopReason::Other(other) => other.as_str(),
+            };
+            span.record("gen_ai.response.finish_reasons", reason);
+            if let Some(usage) = &response.usage {
+                span.record("gen_ai.usage.input_tokens", usage.input);
+                span.record("gen_ai.usage.output_tokens", usage.output);
+                span.record("gen_ai.usage.cache_read.input_tokens", usage.cache_read);
+                span.record(
+                    "gen_ai.usage.cache_creation.input_tokens",
+                    usage.cache_write,
+                );
+            }
+            if crate::telemetry::captures_content() {
+                let text: Vec<&str> = response
+                    .content
+                    .iter()
+                    .filter_map(|block| match block {
+                        crate::conversation::Block::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                span.record("gen_ai.output.messages", bounded(text.join("").as_bytes()));
+            }
+        }
+        Err(error) => {
+            span.record("otel.status_code", "error");
+            span.record("error.type", error.kind_name());
+        }
+    }
+}
+
 impl HttpClient {
     /// A client for the provider `provider`; `key_hint` says where its key comes from, for
     /// authentication errors.
@@ -231,6 +283,47 @@ impl HttpClient {
     /// # Cancel safety
     /// Dropping the future abandons the request; nothing is retried after.
     pub(crate) async fn stream<A: Api>(
+        &self,
+        api: &A,
+        request: HttpRequest<'_>,
+        on_delta: &(dyn Fn(Delta) + Send + Sync),
+    ) -> Result<ModelResponse, ProviderError> {
+        use tracing::field::Empty;
+        let span = crate::telemetry::span!(
+            "gen_ai.chat",
+            otel.name = %format_args!("chat {}", request.model),
+            otel.kind = "client",
+            otel.status_code = Empty,
+            gen_ai.operation.name = "chat",
+            gen_ai.system = A::SYSTEM,
+            gen_ai.provider.name = A::SYSTEM,
+            gen_ai.request.model = %request.model,
+            gen_ai.response.model = Empty,
+            gen_ai.response.finish_reasons = Empty,
+            gen_ai.usage.input_tokens = Empty,
+            gen_ai.usage.output_tokens = Empty,
+            gen_ai.usage.cache_read.input_tokens = Empty,
+            gen_ai.usage.cache_creation.input_tokens = Empty,
+            gen_ai.input.messages = Empty,
+            gen_ai.output.messages = Empty,
+            mew.provider = %self.provider,
+            error.type = Empty,
+        );
+        if !span.is_disabled() && crate::telemetry::captures_content() {
+            span.record("gen_ai.input.messages", bounded(&request.body));
+        }
+        let outcome = tracing::Instrument::instrument(
+            self.stream_in_span(api, request, on_delta),
+            span.clone(),
+        )
+        .await;
+        if !span.is_disabled() {
+            record_outcome(&span, &outcome);
+        }
+        outcome
+    }
+
+    async fn stream_in_span<A: Api>(
         &self,
         api: &A,
         request: HttpRequest<'_>,
@@ -305,10 +398,12 @@ impl HttpClient {
         on_delta: &(dyn Fn(Delta) + Send + Sync),
         delivered: &mut bool,
     ) -> Result<ModelResponse, Failure> {
+        let mut headers = request.headers.clone();
+        crate::telemetry::inject(&mut headers);
         let sent = self
             .client
             .post(request.url)
-            .headers(request.headers.clone())
+            .headers(headers)
             .body(request.body.clone())
             .send()
             .await;

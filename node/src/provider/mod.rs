@@ -85,6 +85,22 @@ pub(crate) enum ProviderError {
 }
 
 impl ProviderError {
+    /// The error's kind, for spans and metrics (`error.type`).
+    pub(crate) fn kind_name(&self) -> &'static str {
+        match self {
+            Self::Auth { .. } => "auth",
+            Self::UnknownModel { .. } => "unknown_model",
+            Self::BadRequest { .. } => "bad_request",
+            Self::Unavailable { .. } => "unavailable",
+            Self::Timeout { .. } => "timeout",
+            Self::Connect { .. } => "connect",
+            Self::NoEndpoint { .. } => "no_endpoint",
+            Self::Incomplete { .. } => "incomplete",
+            Self::Protocol { .. } => "protocol",
+            Self::Canceled => "canceled",
+        }
+    }
+
     /// Whether trying again later may help.
     #[cfg_attr(not(test), allow(dead_code))] // wired by the agent runtime
     pub(crate) fn is_retryable(&self) -> bool {

@@ -369,6 +369,7 @@ fn tool_spec(tool: &ToolSpec) -> Tool<'_> {
 struct ChatApi;
 
 impl Api for ChatApi {
+    const SYSTEM: &'static str = "openai";
     type Parser = ChatParser;
 
     fn parser(&self) -> ChatParser {

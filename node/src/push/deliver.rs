@@ -184,12 +184,53 @@ impl Dispatcher {
         workers.abort_all();
     }
 
+    /// The span of a delivery: a client span in the trace of the task it tells of.
+    async fn span(&self, head: &PendingPush) -> tracing::Span {
+        let span = crate::telemetry::span!(
+            "push.deliver",
+            otel.name = "push notification",
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            mew.task_id = %head.task_id,
+            mew.push.config_id = %head.config_id,
+            mew.push.attempt = head.attempts.saturating_add(1),
+            mew.push.outcome = tracing::field::Empty,
+        );
+        if span.is_disabled() {
+            return span;
+        }
+        if let Ok(Some(task)) = self.store.get(&head.task_id).await
+            && let Some(traceparent) =
+                mew_cards::mew::MewMetadata::read(task.task.metadata.as_ref()).traceparent
+        {
+            let trace = crate::telemetry::TraceParent {
+                traceparent,
+                tracestate: None,
+            };
+            crate::telemetry::set_parent(&span, trace.context());
+        }
+        span
+    }
+
     /// One attempt at `head`, and its bookkeeping in the outbox.
     async fn deliver(&self, head: PendingPush) {
+        let span = self.span(&head).await;
         let outcome = match &head.config {
             None => Outcome::Refused("its push config is gone".to_owned()),
-            Some(config) => self.attempt(config, &head).await,
+            Some(config) => {
+                tracing::Instrument::instrument(self.attempt(config, &head), span.clone()).await
+            }
         };
+        let (name, failed) = match &outcome {
+            Outcome::Delivered => ("delivered", false),
+            Outcome::Refused(_) => ("refused", true),
+            Outcome::Failed(_) => ("failed", true),
+        };
+        span.record("mew.push.outcome", name);
+        if failed {
+            span.record("otel.status_code", "error");
+        }
+        drop(span);
         let url = head.config.as_ref().map_or("", |c| c.url.as_str());
         let written = match outcome {
             Outcome::Delivered => {
@@ -257,6 +298,9 @@ impl Dispatcher {
         if !config.token.is_empty() {
             request = request.header(TOKEN_HEADER, &config.token);
         }
+        let mut trace = reqwest::header::HeaderMap::new();
+        crate::telemetry::inject(&mut trace);
+        request = request.headers(trace);
         match request.send().await {
             Ok(response) if response.status().is_success() => Outcome::Delivered,
             Ok(response) => Outcome::Failed(format!("the webhook answered {}", response.status())),

@@ -172,10 +172,14 @@ impl RoleAgent {
                 .check_context(context, submission.owner.as_deref())
                 .await?;
         }
-        if let Some(reason) = self.task_received(&mut submission).await {
-            return self.manager.reject(submission, &reason).await;
+        let submitted = match self.task_received(&mut submission).await {
+            Some(reason) => self.manager.reject(submission, &reason).await,
+            None => self.manager.submit(submission, &self.scope(ctx)).await,
+        };
+        if let Ok((task, _)) = &submitted {
+            super::observe::record_task(&task.id);
         }
-        self.manager.submit(submission, &self.scope(ctx)).await
+        submitted
     }
 
     /// Dispatches `TaskReceived` when `submission` starts a new task and a hook listens;
@@ -355,6 +359,7 @@ impl AgentTransport for RoleAgent {
                 "historyLength must not be negative",
             ));
         }
+        super::observe::record_task(&request.id);
         let mut task = self.manager.get(&request.id, &self.scope(ctx)).await?.task;
         task.truncate_history(request.history_length);
         Ok(task)
@@ -373,6 +378,7 @@ impl AgentTransport for RoleAgent {
         ctx: &CallContext,
         request: CancelTaskRequest,
     ) -> Result<Task, Error> {
+        super::observe::record_task(&request.id);
         self.manager.cancel(&request.id, &self.scope(ctx)).await
     }
 
@@ -381,6 +387,7 @@ impl AgentTransport for RoleAgent {
         ctx: &CallContext,
         request: SubscribeToTaskRequest,
     ) -> Result<EventStream, Error> {
+        super::observe::record_task(&request.id);
         self.manager
             .subscribe(&request.id, &self.scope(ctx), ctx.last_event_id)
             .await

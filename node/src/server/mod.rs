@@ -5,6 +5,7 @@ pub(crate) mod agent;
 pub(crate) mod auth;
 pub(crate) mod callback;
 pub(crate) mod listen;
+pub(crate) mod observe;
 pub(crate) mod tls;
 
 use std::sync::Arc;
@@ -40,13 +41,20 @@ pub(crate) type Readiness =
 pub(crate) type StatusSource =
     Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, Value> + Send + Sync>;
 
+/// What wraps every request the router serves: authentication (when on) outside, then the
+/// span that observes the request (it knows whether the caller authenticated).
+pub(crate) struct Guards {
+    pub(crate) auth: Option<Arc<auth::Authenticator>>,
+    pub(crate) observe: observe::Observe,
+}
+
 pub(crate) fn app(
     front: Arc<dyn AgentTransport>,
     roles: &[PublishedRole],
     status: StatusSource,
     jwks: &jsonwebtoken::jwk::JwkSet,
     options: &ServerOptions,
-    auth: Option<Arc<auth::Authenticator>>,
+    guards: Guards,
     ready: Readiness,
 ) -> Router {
     let cards: Vec<&AgentCard> = roles.iter().map(|r| &r.card).collect();
@@ -92,8 +100,12 @@ pub(crate) fn app(
     // Every answer of the node is an A2A error when it is not a success, 405s included.
     let app = app
         .merge(router_with(front, options.clone()))
-        .method_not_allowed_fallback(mew_transport::method_not_allowed);
-    match auth {
+        .method_not_allowed_fallback(mew_transport::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            guards.observe,
+            observe::observe,
+        ));
+    match guards.auth {
         Some(auth) => app.layer(axum::middleware::from_fn_with_state(auth, auth::require)),
         None => app,
     }

@@ -40,6 +40,18 @@ pub(crate) enum Category {
     Delegate,
 }
 
+impl Category {
+    /// The category's name, for spans and metrics.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Category::Read => "read",
+            Category::Edit => "edit",
+            Category::Exec => "exec",
+            Category::Delegate => "delegate",
+        }
+    }
+}
+
 /// Where and for whom a tool runs.
 #[derive(Clone)]
 pub(crate) struct ToolContext {

@@ -70,6 +70,16 @@ pub struct ClientOptions {
     /// Credentials computed per request (a short-lived token, for instance), added after
     /// `headers`.
     pub credentials: Option<Arc<dyn Credentials>>,
+    /// Headers of the context a call is made from, asked for on every request as it is
+    /// sent (the W3C trace context of the calling span, for instance).
+    pub context_headers: Option<Arc<dyn ContextHeaders>>,
+}
+
+/// Adds the headers of the caller's context to a request, where it is sent from: called
+/// inside the caller's task, so it may read what is current there (a tracing span).
+pub trait ContextHeaders: Send + Sync + std::fmt::Debug {
+    /// Adds this context's headers to `headers`.
+    fn add_to(&self, headers: &mut HeaderMap);
 }
 
 /// Supplies credentials per request, for tokens that expire: a source is asked before every
@@ -89,6 +99,7 @@ impl Default for ClientOptions {
             headers: HeaderMap::new(),
             tls: TlsOptions::default(),
             credentials: None,
+            context_headers: None,
         }
     }
 }
@@ -150,6 +161,7 @@ struct Inner {
     tenant: String,
     request_timeout: Duration,
     credentials: Option<Arc<dyn Credentials>>,
+    context_headers: Option<Arc<dyn ContextHeaders>>,
 }
 
 fn transport_error(what: &str, error: reqwest::Error) -> Error {
@@ -288,6 +300,7 @@ impl RemoteAgent {
                 tenant,
                 request_timeout,
                 credentials: options.credentials.clone(),
+                context_headers: options.context_headers.clone(),
             }),
         })
     }
@@ -403,6 +416,11 @@ impl Inner {
             for (name, value) in headers {
                 builder = builder.header(name, value);
             }
+        }
+        if let Some(context) = &self.context_headers {
+            let mut headers = HeaderMap::new();
+            context.add_to(&mut headers);
+            builder = builder.headers(headers);
         }
         Ok(if streaming {
             builder.header(ACCEPT, "text/event-stream")

@@ -9,8 +9,10 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
 use super::{
-    Shared, call_context, check_version, content_type_is, json_response, read_body, sse_response,
+    Shared, call_context, check_version, content_type_is, json_response, read_body, refused,
+    served, sse_response,
 };
+use crate::Binding;
 use crate::agent::Principal;
 use crate::wire::{A2A_JSON, jsonrpc_error_object};
 
@@ -80,7 +82,16 @@ fn respond(status: StatusCode, body: String) -> Response<Body> {
 }
 
 fn error_response(status: StatusCode, id: &RawValue, error: &A2aError) -> Response<Body> {
-    respond(status, render::<()>(id, Err(error)))
+    refused(respond(status, render::<()>(id, Err(error))), error.kind)
+}
+
+/// The answer of a unary call: its result, or its error (marked for [`super::Served`]).
+fn answer<T: serde::Serialize>(id: &RawValue, outcome: Result<&T, &A2aError>) -> Response<Body> {
+    let response = respond(StatusCode::OK, render(id, outcome));
+    match outcome {
+        Ok(_) => response,
+        Err(error) => refused(response, error.kind),
+    }
 }
 
 fn params<T: DeserializeOwned + Default>(raw: Option<&RawValue>) -> Result<T, A2aError> {
@@ -99,15 +110,29 @@ pub(crate) async fn handle(
     principal: Option<Extension<Principal>>,
     body: Body,
 ) -> Response<Body> {
+    let mut operation = None;
+    let response = dispatch(&shared, query, &headers, principal, body, &mut operation).await;
+    served(response, Binding::JsonRpc, operation)
+}
+
+/// [`handle`], naming the operation in `operation` once the request says which it is.
+async fn dispatch(
+    shared: &Shared,
+    query: Option<String>,
+    headers: &HeaderMap,
+    principal: Option<Extension<Principal>>,
+    body: Body,
+    operation: &mut Option<&'static str>,
+) -> Response<Body> {
     let null = null_id();
-    if !content_type_is(&headers, &["application/json", A2A_JSON]) {
+    if !content_type_is(headers, &["application/json", A2A_JSON]) {
         let error = A2aError::new(
             ErrorKind::InvalidRequest,
             "JSON-RPC requests must have Content-Type: application/json",
         );
         return error_response(StatusCode::UNSUPPORTED_MEDIA_TYPE, &null, &error);
     }
-    let body = match read_body(&shared, &headers, body).await {
+    let body = match read_body(shared, headers, body).await {
         Ok(body) => body,
         Err(error) => {
             let (status, error) = error.into_a2a();
@@ -165,14 +190,15 @@ pub(crate) async fn handle(
             return error_response(StatusCode::OK, id, &error);
         }
     };
-    if !is_known(method) {
+    let Some(known) = METHODS.iter().find(|known| **known == method) else {
         let error = A2aError::new(ErrorKind::MethodNotFound, format!("no method {method:?}"));
         return error_response(StatusCode::OK, id, &error);
-    }
-    if let Err(error) = check_version(&headers, query.as_deref()) {
+    };
+    *operation = Some(known);
+    if let Err(error) = check_version(headers, query.as_deref()) {
         return error_response(StatusCode::OK, id, &error);
     }
-    let ctx = call_context(&headers, principal.map(|Extension(p)| p));
+    let ctx = call_context(headers, principal.map(|Extension(p)| p));
     let agent = &shared.agent;
     let raw = envelope.params;
     // The request is parsed, then the body (and its room in the router's budget) goes:
@@ -194,7 +220,7 @@ pub(crate) async fn handle(
     macro_rules! unary {
         ($method:ident) => {{
             let outcome = call!($method);
-            respond(StatusCode::OK, render(id, outcome.as_ref()))
+            answer(id, outcome.as_ref())
         }};
     }
     match method {
@@ -207,20 +233,17 @@ pub(crate) async fn handle(
         "ListTaskPushNotificationConfigs" => unary!(list_task_push_notification_configs),
         "DeleteTaskPushNotificationConfig" => {
             let outcome = call!(delete_task_push_notification_config);
-            respond(
-                StatusCode::OK,
-                render(id, outcome.as_ref().map(|()| &serde_json::Value::Null)),
-            )
+            answer(id, outcome.as_ref().map(|()| &serde_json::Value::Null))
         }
         "GetExtendedAgentCard" => unary!(get_extended_agent_card),
         "SendStreamingMessage" => stream(
-            &shared,
+            shared,
             id,
             StreamResponse::ends_stream,
             call!(send_streaming_message),
         ),
         "SubscribeToTask" => stream(
-            &shared,
+            shared,
             id,
             StreamResponse::ends_subscription,
             call!(subscribe_to_task),
@@ -245,10 +268,6 @@ const METHODS: &[&str] = &[
     "DeleteTaskPushNotificationConfig",
     "GetExtendedAgentCard",
 ];
-
-fn is_known(method: &str) -> bool {
-    METHODS.contains(&method)
-}
 
 /// A streaming method's answer: an SSE stream of JSON-RPC responses with the request's id,
 /// or a plain error response when the stream could not start.

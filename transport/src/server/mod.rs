@@ -94,6 +94,40 @@ pub fn router_with(agent: Arc<dyn AgentTransport>, options: ServerOptions) -> Ro
         .with_state(shared)
 }
 
+/// What the router served, on every response it makes (its extensions), for the server's
+/// traces, logs and metrics: the binding, the operation (`None`: the request named none the
+/// binding knows), and the A2A error kind of a refusal (`None`: it succeeded, or a stream
+/// started). The transport only says it; the server that mounts the router decides what to
+/// record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    pub binding: crate::Binding,
+    pub operation: Option<&'static str>,
+    pub error: Option<ErrorKind>,
+}
+
+/// Marks `response` as an answer of `binding` to `operation`, with the error kind its
+/// producer left on it (see [`refused`]).
+fn served(
+    mut response: Response<Body>,
+    binding: crate::Binding,
+    operation: Option<&'static str>,
+) -> Response<Body> {
+    let error = response.extensions().get::<ErrorKind>().copied();
+    response.extensions_mut().insert(Served {
+        binding,
+        operation,
+        error,
+    });
+    response
+}
+
+/// Leaves the error kind of a refusal on its response, for [`served`].
+fn refused(mut response: Response<Body>, kind: ErrorKind) -> Response<Body> {
+    response.extensions_mut().insert(kind);
+    response
+}
+
 /// The caller's context from the request headers and the principal an
 /// authenticating layer attached to the request, if any.
 pub(crate) fn call_context(headers: &HeaderMap, principal: Option<Principal>) -> CallContext {

@@ -18,8 +18,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    Shared, call_context, check_version, content_type_is, json_response, read_body, sse_response,
+    Shared, call_context, check_version, content_type_is, json_response, read_body, refused,
+    served, sse_response,
 };
+use crate::Binding;
 use crate::agent::{CallContext, Principal};
 use crate::wire::{A2A_JSON, rest_error_body};
 
@@ -39,6 +41,41 @@ pub(crate) fn routes() -> Router<Shared> {
             get(push_get).delete(push_delete),
         )
         .route("/extendedAgentCard", get(extended_card))
+        .layer(axum::middleware::from_fn(mark_served))
+}
+
+/// Marks each answer with what it served (see [`super::Served`]).
+async fn mark_served(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response<Body> {
+    let operation = operation(request.method(), request.uri().path());
+    served(next.run(request).await, Binding::HttpJson, operation)
+}
+
+/// The operation a request of the binding names, by its method and path (relative to the
+/// interface: nested routers see it so).
+fn operation(method: &Method, path: &str) -> Option<&'static str> {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    Some(match (method.as_str(), segments.as_slice()) {
+        ("POST", ["message:send"]) => "SendMessage",
+        ("POST", ["message:stream"]) => "SendStreamingMessage",
+        ("GET", ["tasks"]) => "ListTasks",
+        ("GET", ["tasks", _]) => "GetTask",
+        ("POST", ["tasks", task]) => match split_action(task).1 {
+            Some("cancel") => "CancelTask",
+            Some("subscribe") => "SubscribeToTask",
+            _ => return None,
+        },
+        ("POST", ["tasks", _, "pushNotificationConfigs"]) => "CreateTaskPushNotificationConfig",
+        ("GET", ["tasks", _, "pushNotificationConfigs"]) => "ListTaskPushNotificationConfigs",
+        ("GET", ["tasks", _, "pushNotificationConfigs", _]) => "GetTaskPushNotificationConfig",
+        ("DELETE", ["tasks", _, "pushNotificationConfigs", _]) => {
+            "DeleteTaskPushNotificationConfig"
+        }
+        ("GET", ["extendedAgentCard"]) => "GetExtendedAgentCard",
+        _ => return None,
+    })
 }
 
 type Params = Path<HashMap<String, String>>;
@@ -71,7 +108,11 @@ impl IntoResponse for Rejection {
         let status = self.status.unwrap_or(default_status);
         // The body's `code` is the HTTP status the answer has (405, 413, 415, ...).
         body["error"]["code"] = status.as_u16().into();
-        json_response(status, "application/json", body.to_string().into_bytes())
+        let kind = self.error.kind;
+        refused(
+            json_response(status, "application/json", body.to_string().into_bytes()),
+            kind,
+        )
     }
 }
 

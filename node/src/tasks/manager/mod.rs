@@ -28,6 +28,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::telemetry::TraceParent;
+
 mod cluster;
 mod listing;
 mod push_configs;
@@ -158,6 +160,9 @@ struct Live {
     /// Set while a new task waits for a slot with its lease let go for another replica to
     /// take: this replica must claim it again before it writes it.
     offered: std::sync::atomic::AtomicBool,
+    /// The trace the task started in (`metadata.mew.traceparent`): each of its turns is a
+    /// span of it, wherever and whenever it runs.
+    trace: Option<TraceParent>,
     state: Mutex<LiveState>,
 }
 
@@ -321,7 +326,14 @@ impl TaskManager {
 
     fn new_live(&self, stored: StoredTask, push: Vec<TaskPushNotificationConfig>) -> Arc<Live> {
         let (events, _) = broadcast::channel(self.limits.event_buffer.max(1));
+        let trace = mew_cards::mew::MewMetadata::read(stored.task.metadata.as_ref())
+            .traceparent
+            .map(|traceparent| TraceParent {
+                traceparent,
+                tracestate: None,
+            });
         Arc::new(Live {
+            trace,
             id: stored.task.id.clone(),
             context_id: stored.task.context_id.clone(),
             owner: stored.owner.clone(),
@@ -604,6 +616,7 @@ impl TaskManager {
             context_id = %live.context_id,
             role = %role.name
         );
+        let traced = turn_span(&live, &role.name, turn);
         self.tracker.spawn(
             async move {
                 let permit = match slot {
@@ -624,6 +637,7 @@ impl TaskManager {
                 }
                 manager.finish(&live, turn).await;
             }
+            .instrument(traced)
             .instrument(span),
         );
     }
@@ -1080,6 +1094,31 @@ enum LiveOrDone {
     Done(Box<StoredTask>),
 }
 
+/// The span of a turn of `live`'s task, in the trace the task started in (when it has one),
+/// linked to the span that made this turn start when that is another (the request that
+/// answered the task's question, say).
+fn turn_span(live: &Live, role: &str, turn: u64) -> tracing::Span {
+    let span = crate::telemetry::span!(
+        "turn",
+        otel.name = %format_args!("turn {role}"),
+        mew.task_id = %live.id,
+        mew.context_id = %live.context_id,
+        mew.role = %role,
+        mew.turn = turn,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    if let Some(trace) = &live.trace {
+        let starter = TraceParent::current();
+        crate::telemetry::set_parent(&span, trace.context());
+        if let Some(starter) = starter.filter(|s| s.traceparent != trace.traceparent) {
+            crate::telemetry::add_link(&span, &starter);
+        }
+    }
+    span
+}
+
 /// The new task `submission` asks for, SUBMITTED, with its id (chosen earlier, or new),
 /// context (given, or new) and role (in `metadata.mew.role`): the stored task, its first
 /// message, and its push config (with the task's id), if any.
@@ -1106,6 +1145,10 @@ fn new_task(submission: Submission) -> (StoredTask, Message, Vec<TaskPushNotific
     // it; a caller's own `mew.role` was removed before it got here.
     let mut metadata = submission.metadata.unwrap_or_default();
     mew_cards::mew::MewMetadata::set_role(&mut metadata, &submission.role.name);
+    // The span it starts in (the request's, a delegation's): its turns join that trace.
+    if let Some(trace) = TraceParent::current() {
+        mew_cards::mew::MewMetadata::set_traceparent(&mut metadata, &trace.traceparent);
+    }
     let stored = StoredTask {
         task: Task {
             id,

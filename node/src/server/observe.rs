@@ -1,0 +1,134 @@
+//! The span of every A2A request the node serves (both bindings, streams until they end): it
+//! continues the caller's W3C trace context when the `telemetry.inbound` rule trusts the
+//! caller, and says the operation, role, task and outcome.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use mew_cards::TaskId;
+use mew_transport::{Binding, Principal, Served};
+use tracing::field::Empty;
+
+use crate::telemetry::{self, Inbound};
+
+/// What the request spans need to know: whose trace context to continue, and the role the
+/// node's own root (`/`) serves.
+#[derive(Clone, Debug)]
+pub(crate) struct Observe {
+    pub(crate) inbound: Inbound,
+    pub(crate) front_role: String,
+}
+
+/// Paths that are no A2A operation and are asked often (probes, scrapes): no span.
+const QUIET: &[&str] = &["/healthz", "/readyz", "/metrics", "/status"];
+
+/// The middleware: runs the request inside its span, and keeps the span open until the
+/// response body (an SSE stream, say) has ended.
+pub(crate) async fn observe(
+    State(observe): State<Observe>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path();
+    if QUIET.contains(&path) {
+        return next.run(request).await;
+    }
+    let role = match path.strip_prefix("/agents/") {
+        Some(rest) => rest.split('/').next().unwrap_or_default(),
+        None => observe.front_role.as_str(),
+    }
+    .to_owned();
+    let span = telemetry::span!(
+        "a2a.request",
+        otel.name = Empty,
+        otel.kind = "server",
+        otel.status_code = Empty,
+        rpc.system = "a2a",
+        rpc.method = Empty,
+        a2a.binding = Empty,
+        a2a.role = %role,
+        a2a.task_id = Empty,
+        a2a.error = Empty,
+        http.request.method = %request.method(),
+        url.path = %path,
+        http.response.status_code = Empty,
+    );
+    if span.is_disabled() {
+        return next.run(request).await;
+    }
+    let trusted = match observe.inbound {
+        Inbound::All => true,
+        Inbound::Authenticated => request.extensions().get::<Principal>().is_some(),
+        Inbound::None => false,
+    };
+    if trusted {
+        telemetry::set_parent(&span, telemetry::extract(request.headers()));
+    }
+    let response = tracing::Instrument::instrument(next.run(request), span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    match response.extensions().get::<Served>() {
+        Some(served) => {
+            let operation = served.operation.unwrap_or("unknown");
+            span.record("otel.name", format_args!("{operation} {role}"));
+            span.record("rpc.method", operation);
+            span.record(
+                "a2a.binding",
+                match served.binding {
+                    Binding::JsonRpc => "jsonrpc",
+                    Binding::HttpJson => "http+json",
+                },
+            );
+            if let Some(kind) = served.error {
+                span.record("a2a.error", kind.name());
+                span.record("otel.status_code", "error");
+            }
+        }
+        None => {
+            span.record("otel.name", format_args!("HTTP {role}"));
+        }
+    }
+    if response.status().is_server_error() {
+        span.record("otel.status_code", "error");
+    }
+    response.map(|body| Body::new(Traced { body, span }))
+}
+
+/// Names the task a request is about on the request's span.
+pub(crate) fn record_task(id: &TaskId) {
+    tracing::Span::current().record("a2a.task_id", id.as_str());
+}
+
+/// A response body that holds the request's span until it ends: a stream's span lasts as long
+/// as the stream.
+struct Traced {
+    body: Body,
+    span: tracing::Span,
+}
+
+impl HttpBody for Traced {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        let _entered = this.span.enter();
+        Pin::new(&mut this.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
