@@ -9,6 +9,13 @@ roundtrip. send/stream also take --context ID, --task ID and (send only)
 the SDK's AuthInterceptor sends as the card's security schemes ask (`apiKey`,
 `bearer`).
 
+--otlp ENDPOINT traces the run with OpenTelemetry (``peer_tracing.py``): one
+root span ``client_driver SCENARIO`` (service ``--service-name``, default
+``python-client``) around the scenario, the httpx instrumentation's CLIENT spans
+below it, which send ``traceparent`` on every request; each span is exported to
+``ENDPOINT/v1/traces`` as it ends. The first output line is then
+``{"traceId": "<32 hex digits>"}``, the root span's trace.
+
 Output is ProtoJSON as the SDK serializes it (json_format.MessageToDict), one
 JSON document per line: `card` prints the AgentCard, `send` a
 SendMessageResponse ({"task": ...} or {"message": ...}), `stream` and
@@ -270,6 +277,26 @@ async def run(args: argparse.Namespace) -> None:
                 await roundtrip(d)
 
 
+async def traced_run(args: argparse.Namespace) -> None:
+    """`run`, inside a root span when --otlp is given."""
+    if not args.otlp:
+        await run(args)
+        return
+    from opentelemetry import trace
+    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+
+    import peer_tracing
+
+    provider = peer_tracing.configure(args.service_name, args.otlp)
+    HTTPXClientInstrumentor().instrument()
+    try:
+        with trace.get_tracer('client_driver').start_as_current_span(f'client_driver {args.scenario}') as span:
+            emit({'traceId': peer_tracing.trace_id_hex(span)})
+            await run(args)
+    finally:
+        provider.shutdown()
+
+
 def fail(code: int, error: dict[str, Any]) -> None:
     """Prints ERROR <json> to stderr and exits."""
     print(f'ERROR {json.dumps(error, ensure_ascii=False)}', file=sys.stderr, flush=True)
@@ -288,13 +315,15 @@ def main() -> None:
     parser.add_argument('--page-token')
     parser.add_argument('--api-key', help='the credential for the card\'s `apiKey` scheme')
     parser.add_argument('--bearer', help='the credential (a JWT) for the card\'s `bearer` scheme')
+    parser.add_argument('--otlp', metavar='ENDPOINT', help='trace, exporting spans to ENDPOINT/v1/traces')
+    parser.add_argument('--service-name', default='python-client', help='service.name of the spans (with --otlp)')
     parser.add_argument('scenario', choices=SCENARIOS)
     parser.add_argument('args', nargs='*')
     args = parser.parse_intermixed_args()
     if args.scenario in {'send', 'stream', 'get', 'cancel', 'subscribe'} and not args.args:
         parser.error(f'{args.scenario} needs an argument')
     try:
-        asyncio.run(run(args))
+        asyncio.run(traced_run(args))
     except (Unexpected, TimeoutError) as e:
         fail(EXIT_UNEXPECTED, {'code': None, 'message': f'unexpected result: {e!r}'})
     except A2AError as e:

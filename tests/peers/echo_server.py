@@ -4,6 +4,12 @@ Serves JSON-RPC (POST /) and HTTP+JSON (/message:send, /tasks/...) on one
 port, with the agent card at /.well-known/agent-card.json. Prints exactly one
 line ``READY <base_url>`` to stdout once it accepts connections.
 
+With ``--otlp ENDPOINT`` it traces with OpenTelemetry (``peer_tracing.py``): the
+ASGI middleware makes a SERVER span per request whose parent is the request's
+``traceparent``, the SDK's own spans (its ``telemetry`` extra) sit below it, and
+every span is exported to ``ENDPOINT/v1/traces`` as it ends, under the service
+name ``--service-name`` (default ``python-peer``).
+
 Commands (first text part of the incoming message):
   echo <text>     WORKING, artifact "echo" with <text>, COMPLETED
   stream <n>      WORKING, n artifact chunks "chunk <i>", COMPLETED
@@ -47,6 +53,7 @@ from a2a.types import (
 )
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
+from starlette.types import ASGIApp
 
 CHUNK_DELAY_S = 0.02
 
@@ -162,13 +169,26 @@ def build_app(base_url: str) -> Starlette:
     return Starlette(routes=routes)
 
 
-async def serve(host: str, port: int) -> None:
+def traced(app: Starlette, endpoint: str, service_name: str) -> ASGIApp:
+    """`app` inside OpenTelemetry's ASGI middleware, exporting to `endpoint`."""
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+    import peer_tracing
+
+    peer_tracing.configure(service_name, endpoint)
+    return OpenTelemetryMiddleware(app)
+
+
+async def serve(host: str, port: int, otlp: str | None = None, service_name: str = 'python-peer') -> None:
     """Binds, serves, and prints READY once connections are accepted."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     base_url = f'http://{host}:{sock.getsockname()[1]}'
-    config = uvicorn.Config(build_app(base_url), log_config=None, access_log=False, log_level='warning')
+    app: ASGIApp = build_app(base_url)
+    if otlp:
+        app = traced(app, otlp, service_name)
+    config = uvicorn.Config(app, log_config=None, access_log=False, log_level='warning')
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not serving.done():
@@ -183,9 +203,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--host', default='127.0.0.1')
     parser.add_argument('--port', type=int, default=0, help='0 picks a free port')
+    parser.add_argument('--otlp', metavar='ENDPOINT', help='trace, exporting spans to ENDPOINT/v1/traces')
+    parser.add_argument('--service-name', default='python-peer', help='service.name of the spans (with --otlp)')
     args = parser.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    asyncio.run(serve(args.host, args.port))
+    asyncio.run(serve(args.host, args.port, args.otlp, args.service_name))
 
 
 if __name__ == '__main__':

@@ -4,6 +4,7 @@ pub mod example;
 pub mod mcp;
 pub mod model;
 pub mod node;
+pub mod otlp;
 pub mod postgres;
 pub mod process;
 pub mod python;

@@ -67,9 +67,20 @@ pub async fn run_driver(
     binding: &str,
     args: &[&str],
 ) -> anyhow::Result<DriverOutput> {
+    run_driver_with(base_url, binding, &[], args).await
+}
+
+/// [`run_driver`] with more of the driver's options (`options`, before the scenario).
+pub async fn run_driver_with(
+    base_url: &str,
+    binding: &str,
+    options: &[&str],
+    args: &[&str],
+) -> anyhow::Result<DriverOutput> {
     let mut cmd = command(python()?);
     cmd.arg(peers_dir().join("client_driver.py"))
         .args(["--url", base_url, "--binding", binding])
+        .args(options)
         .args(args);
     let output = tokio::time::timeout(Duration::from_secs(120), cmd.output())
         .await
