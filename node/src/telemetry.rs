@@ -162,6 +162,8 @@ where
             .with_tracer(tracer)
             .with_location(false)
             .with_threads(false)
+            .with_tracked_inactivity(false)
+            .with_target(false)
             .with_filter(targets),
     ))
 }
@@ -245,6 +247,12 @@ pub fn extract(headers: &HeaderMap) -> opentelemetry::Context {
 /// Makes `context` the parent of `span` (before it is entered).
 pub fn set_parent(span: &tracing::Span, context: opentelemetry::Context) {
     let _ = span.set_parent(context);
+}
+
+/// Names `span` anew: what a span of a request is called is known only once it is served
+/// (its operation), after the span started.
+pub fn rename(span: &tracing::Span, name: String) {
+    span.context().span().update_name(name);
 }
 
 /// Links `span` to the span `link` names (the one that was running when a turn resumes).

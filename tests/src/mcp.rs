@@ -17,6 +17,7 @@
 //! | `slow_calls`    | `{"started": n, "cancelled": m}` of `slow` (`readOnlyHint: true`)   |
 //! | `crash`         | the stdio server writes [`CRASH_MESSAGE`] to stderr and exits 3       |
 //! | `pid`           | the server's process id                                              |
+//! | `trace_context` | the request's `_meta.traceparent` (`none` without one)               |
 //! | `environment`   | `{"cwd": ..., "env": {...}}` of the server process                   |
 //! | `spawn_child`   | starts `sleep 1000` in the server's process group; its pid           |
 //! | `add_tool`      | adds a tool `name` and sends `notifications/tools/list_changed`      |
@@ -196,6 +197,11 @@ impl TestServer {
                 }),
             ),
             tool("image", "Returns a tiny image.", no_input()),
+            tool(
+                "trace_context",
+                "Returns the request's trace context.",
+                no_input(),
+            ),
             tool("audio", "Returns a tiny audio clip.", no_input()),
             tool("resource", "Returns embedded resources.", no_input()),
             tool("link", "Returns a resource link.", no_input()),
@@ -273,6 +279,15 @@ impl TestServer {
         let args = request.arguments.unwrap_or_default();
         let text = |text: String| Ok(CallToolResult::success(vec![ContentBlock::text(text)]));
         match request.name.as_ref() {
+            // The SDK hands the request's `_meta` over in the context.
+            "trace_context" => text(
+                context
+                    .meta
+                    .get_traceparent()
+                    .or_else(|| request.meta.as_ref().and_then(|m| m.get_traceparent()))
+                    .unwrap_or("none")
+                    .to_owned(),
+            ),
             "echo" => {
                 let word = string_arg(&args, "text")?;
                 let times = args.get("times").and_then(Value::as_u64).unwrap_or(1);

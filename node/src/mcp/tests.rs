@@ -40,6 +40,7 @@ fn expected_tools(server: &str) -> Vec<String> {
         "slow_calls",
         "spawn_child",
         "structured",
+        "trace_context",
     ]
     .iter()
     .map(|tool| format!("mcp__{server}__{tool}"))

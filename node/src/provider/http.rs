@@ -212,6 +212,11 @@ fn bounded(bytes: &[u8]) -> String {
         .to_owned()
 }
 
+/// A count as OpenTelemetry's integer attribute (an `i64`; `u64` values become text).
+fn as_i64(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
 /// Puts what a model call came to on its span: tokens and finish reason, or the error.
 fn record_outcome(span: &tracing::Span, outcome: &Result<ModelResponse, ProviderError>) {
     match outcome {
@@ -224,9 +229,12 @@ fn record_outcome(span: &tracing::Span, outcome: &Result<ModelResponse, Provider
             };
             span.record("gen_ai.response.finish_reasons", reason);
             if let Some(usage) = &response.usage {
-                span.record("gen_ai.usage.input_tokens", usage.input);
-                span.record("gen_ai.usage.output_tokens", usage.output);
-                span.record("gen_ai.usage.cache_read.input_tokens", usage.cache_read);
+                span.record("gen_ai.usage.input_tokens", as_i64(usage.input));
+                span.record("gen_ai.usage.output_tokens", as_i64(usage.output));
+                span.record(
+                    "gen_ai.usage.cache_read.input_tokens",
+                    as_i64(usage.cache_read),
+                );
                 span.record(
                     "gen_ai.usage.cache_creation.input_tokens",
                     usage.cache_write,

@@ -193,7 +193,7 @@ impl Dispatcher {
             otel.status_code = tracing::field::Empty,
             mew.task_id = %head.task_id,
             mew.push.config_id = %head.config_id,
-            mew.push.attempt = head.attempts.saturating_add(1),
+            mew.push.attempt = i64::from(head.attempts.saturating_add(1)),
             mew.push.outcome = tracing::field::Empty,
         );
         if span.is_disabled() {

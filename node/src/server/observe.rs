@@ -25,7 +25,8 @@ pub(crate) struct Observe {
     pub(crate) front_role: String,
 }
 
-/// Paths that are no A2A operation and are asked often (probes, scrapes): no span.
+/// Paths that are no A2A operation and are asked often (probes, scrapes; the cards too):
+/// no span.
 const QUIET: &[&str] = &["/healthz", "/readyz", "/metrics", "/status"];
 
 /// The middleware: runs the request inside its span, and keeps the span open until the
@@ -36,7 +37,8 @@ pub(crate) async fn observe(
     next: Next,
 ) -> Response {
     let path = request.uri().path();
-    if QUIET.contains(&path) {
+    if QUIET.contains(&path) || path.ends_with(mew_cards::WELL_KNOWN_CARD_PATH) || path == "/agents"
+    {
         return next.run(request).await;
     }
     let role = match path.strip_prefix("/agents/") {
@@ -46,7 +48,6 @@ pub(crate) async fn observe(
     .to_owned();
     let span = telemetry::span!(
         "a2a.request",
-        otel.name = Empty,
         otel.kind = "server",
         otel.status_code = Empty,
         rpc.system = "a2a",
@@ -75,7 +76,7 @@ pub(crate) async fn observe(
     match response.extensions().get::<Served>() {
         Some(served) => {
             let operation = served.operation.unwrap_or("unknown");
-            span.record("otel.name", format_args!("{operation} {role}"));
+            telemetry::rename(&span, format!("{operation} {role}"));
             span.record("rpc.method", operation);
             span.record(
                 "a2a.binding",
@@ -90,7 +91,7 @@ pub(crate) async fn observe(
             }
         }
         None => {
-            span.record("otel.name", format_args!("HTTP {role}"));
+            telemetry::rename(&span, format!("HTTP {role}"));
         }
     }
     if response.status().is_server_error() {

@@ -27,6 +27,7 @@ mod node_signing;
 mod node_skills;
 mod node_store;
 mod node_tls;
+mod node_tracing;
 mod otlp_receiver;
 mod python_client;
 mod readme_guided;

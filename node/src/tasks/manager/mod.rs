@@ -1104,7 +1104,7 @@ fn turn_span(live: &Live, role: &str, turn: u64) -> tracing::Span {
         mew.task_id = %live.id,
         mew.context_id = %live.context_id,
         mew.role = %role,
-        mew.turn = turn,
+        mew.turn = i64::try_from(turn).unwrap_or(i64::MAX),
     );
     if span.is_disabled() {
         return span;
