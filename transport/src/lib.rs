@@ -14,7 +14,7 @@ mod wire;
 
 pub use agent::{AgentTransport, CallContext, Error, EventStream, Principal, collect_send};
 pub use client::{Binding, ClientOptions, Credentials, RemoteAgent, TlsOptions, fetch_card};
-pub use server::{ServerOptions, method_not_allowed, router, router_with};
+pub use server::{Served, ServerOptions, method_not_allowed, router, router_with};
 pub use sse::{SseDecoder, SseError, SseEvent};
 pub use wire::{
     A2A_JSON, EXTENSIONS_HEADER, VERSION_HEADER, http_status, jsonrpc_code, kind_from_jsonrpc_code,

@@ -9,8 +9,10 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
 use super::{
-    Shared, call_context, check_version, content_type_is, json_response, read_body, sse_response,
+    Served, Shared, call_context, check_version, content_type_is, json_response, read_body,
+    sse_response,
 };
+use crate::Binding;
 use crate::agent::Principal;
 use crate::wire::{A2A_JSON, jsonrpc_error_object};
 
@@ -80,7 +82,22 @@ fn respond(status: StatusCode, body: String) -> Response<Body> {
 }
 
 fn error_response(status: StatusCode, id: &RawValue, error: &A2aError) -> Response<Body> {
-    respond(status, render::<()>(id, Err(error)))
+    served(Err(error.kind)).attach(respond(status, render::<()>(id, Err(error))))
+}
+
+/// The answer of a unary method: its result or its error.
+fn answer<T: serde::Serialize>(id: &RawValue, outcome: Result<&T, &A2aError>) -> Response<Body> {
+    let kind = outcome.map(|_| ()).map_err(|e| e.kind);
+    served(kind).attach(respond(StatusCode::OK, render(id, outcome)))
+}
+
+/// What a response of this binding served; the method is named once it is known.
+fn served(outcome: Result<(), ErrorKind>) -> Served {
+    Served {
+        binding: Binding::JsonRpc,
+        method: None,
+        outcome,
+    }
 }
 
 fn params<T: DeserializeOwned + Default>(raw: Option<&RawValue>) -> Result<T, A2aError> {
@@ -165,12 +182,12 @@ pub(crate) async fn handle(
             return error_response(StatusCode::OK, id, &error);
         }
     };
-    if !is_known(method) {
+    let Some(name) = known(method) else {
         let error = A2aError::new(ErrorKind::MethodNotFound, format!("no method {method:?}"));
         return error_response(StatusCode::OK, id, &error);
-    }
+    };
     if let Err(error) = check_version(&headers, query.as_deref()) {
-        return error_response(StatusCode::OK, id, &error);
+        return Served::name(name, error_response(StatusCode::OK, id, &error));
     }
     let ctx = call_context(&headers, principal.map(|Extension(p)| p));
     let agent = &shared.agent;
@@ -194,10 +211,10 @@ pub(crate) async fn handle(
     macro_rules! unary {
         ($method:ident) => {{
             let outcome = call!($method);
-            respond(StatusCode::OK, render(id, outcome.as_ref()))
+            answer(id, outcome.as_ref())
         }};
     }
-    match method {
+    let response = match method {
         "SendMessage" => unary!(send_message),
         "GetTask" => unary!(get_task),
         "ListTasks" => unary!(list_tasks),
@@ -207,10 +224,7 @@ pub(crate) async fn handle(
         "ListTaskPushNotificationConfigs" => unary!(list_task_push_notification_configs),
         "DeleteTaskPushNotificationConfig" => {
             let outcome = call!(delete_task_push_notification_config);
-            respond(
-                StatusCode::OK,
-                render(id, outcome.as_ref().map(|()| &serde_json::Value::Null)),
-            )
+            answer(id, outcome.as_ref().map(|()| &serde_json::Value::Null))
         }
         "GetExtendedAgentCard" => unary!(get_extended_agent_card),
         "SendStreamingMessage" => stream(
@@ -229,7 +243,8 @@ pub(crate) async fn handle(
             let error = A2aError::new(ErrorKind::MethodNotFound, format!("no method {method:?}"));
             error_response(StatusCode::OK, id, &error)
         }
-    }
+    };
+    Served::name(name, response)
 }
 
 const METHODS: &[&str] = &[
@@ -246,8 +261,9 @@ const METHODS: &[&str] = &[
     "GetExtendedAgentCard",
 ];
 
-fn is_known(method: &str) -> bool {
-    METHODS.contains(&method)
+/// The method's name as the binding knows it, if it does.
+fn known(method: &str) -> Option<&'static str> {
+    METHODS.iter().copied().find(|known| *known == method)
 }
 
 /// A streaming method's answer: an SSE stream of JSON-RPC responses with the request's id,
@@ -262,12 +278,13 @@ fn stream(
         Err(error) => error_response(StatusCode::OK, id, &error),
         Ok(events) => {
             let id: Id = id.to_owned();
-            sse_response(
+            let response = sse_response(
                 events,
                 shared.options.keep_alive,
                 ends,
                 move |item: Result<StreamResponse, A2aError>| render(&id, item.as_ref()),
-            )
+            );
+            served(Ok(())).attach(response)
         }
     }
 }
