@@ -111,6 +111,8 @@ pub struct Config {
     pub push: PushConfig,
     /// `store:` — where the tasks live: SQLite in the data directory, or a PostgreSQL server.
     pub store: crate::tasks::StoreConfig,
+    /// `metrics:` — whether the node serves Prometheus metrics at `/metrics`, and to whom.
+    pub metrics: crate::metrics::MetricsConfig,
     /// `agent:` — which provider and model run model-driven roles.
     pub agent: AgentConfig,
     /// `providers:` — the model services, by the names the user gave them.

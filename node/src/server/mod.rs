@@ -5,6 +5,7 @@ pub(crate) mod agent;
 pub(crate) mod auth;
 pub(crate) mod callback;
 pub(crate) mod listen;
+pub(crate) mod metrics;
 pub(crate) mod tls;
 
 use std::sync::Arc;
@@ -92,7 +93,8 @@ pub(crate) fn app(
     // Every answer of the node is an A2A error when it is not a success, 405s included.
     let app = app
         .merge(router_with(front, options.clone()))
-        .method_not_allowed_fallback(mew_transport::method_not_allowed);
+        .method_not_allowed_fallback(mew_transport::method_not_allowed)
+        .layer(axum::middleware::from_fn(metrics::measure));
     match auth {
         Some(auth) => app.layer(axum::middleware::from_fn_with_state(auth, auth::require)),
         None => app,
