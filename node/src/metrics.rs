@@ -332,7 +332,8 @@ impl Metrics {
         let takeovers = Counter::default();
         registry.register(
             "mew_lease_takeovers",
-            "Tasks this replica took over from lost replicas (shared store only)",
+            "Tasks this replica took over on a shared store: left by a lost replica, or offered \
+             by a busy one",
             takeovers.clone(),
         );
         Self {

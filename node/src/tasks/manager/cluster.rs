@@ -88,17 +88,12 @@ impl TaskManager {
             return;
         }
         match self.take_over(room).await {
-            Ok(taken) if taken != Default::default() => {
-                crate::metrics::takeovers(
-                    u64::try_from(taken.started + taken.resumed + taken.failed).unwrap_or(0),
-                );
-                info!(
-                    started = taken.started,
-                    resumed = taken.resumed,
-                    failed = taken.failed,
-                    "took over tasks a lost replica left"
-                );
-            }
+            Ok(taken) if taken != Default::default() => info!(
+                started = taken.started,
+                resumed = taken.resumed,
+                failed = taken.failed,
+                "took over tasks a lost replica left"
+            ),
             Ok(_) => {}
             Err(e) => warn!(error = %e, "cannot take over the tasks of lost replicas"),
         }
