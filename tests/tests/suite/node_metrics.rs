@@ -1,16 +1,20 @@
 //! `/metrics` on a real node: after command and model tasks (a tool call, a hook, both
 //! bindings, a failed request) its exposition passes `promtool check metrics` and holds the
-//! counts the tasks make; a real Prometheus scrapes it and answers the same counts through its
-//! query API; and the `metrics:` section's access rules hold.
+//! counts the tasks make; a running task and its stream show in the gauges until canceled; a
+//! real Prometheus scrapes it and answers the same counts through its query API; and the
+//! `metrics:` section's access rules hold.
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
-use mew_cards::{GetTaskRequest, Message, SendMessageRequest, TaskState};
+use futures_util::StreamExt;
+use mew_cards::{
+    CancelTaskRequest, GetTaskRequest, Message, SendMessageRequest, StreamResponse, TaskState,
+};
 use mew_tests::model::{ScriptedModel, Step, Usage};
-use mew_tests::node::{MewNode, command_role, scripted_model_config, send_text};
+use mew_tests::node::{MewNode, command_role, poll_until, scripted_model_config, send_text};
 use mew_tests::process::command;
 use mew_transport::{AgentTransport, Binding, CallContext};
 use serde_json::{Value, json};
@@ -124,7 +128,7 @@ async fn prometheus(dir: &Path, target: &str) -> anyhow::Result<(tokio::process:
         .context("cannot run prometheus (scripts/deploy-tools installs Debian's prometheus)")?;
     let url = format!("http://127.0.0.1:{port}");
     let ready = format!("{url}/-/ready");
-    mew_tests::node::poll_until("Prometheus is ready", WAIT, || {
+    poll_until("Prometheus is ready", WAIT, || {
         let ready = ready.clone();
         async move {
             let answer = reqwest::get(&ready).await;
@@ -173,6 +177,7 @@ async fn metrics_count_what_the_node_did_pass_promtool_and_are_scraped_by_promet
     ])?;
     node.write_config(&scripted_model_config(&model))?;
     node.write_role("shout.md", &command_role("shout", "echo hi"))?;
+    node.write_role("sleeper.md", &command_role("sleeper", "sleep 600"))?;
     node.write_role(
         "writer.md",
         "---\nname: writer\ndescription: Reads notes.\ntools: [read_file]\n---\nYou read notes.\n",
@@ -297,6 +302,51 @@ async fn metrics_count_what_the_node_did_pass_promtool_and_are_scraped_by_promet
     expect("mew_push_outbox_depth", &[], 0.0)?;
     expect("mew_mcp_servers", &[("state", "connected")], 0.0)?;
 
+    // A task that runs, watched by a stream: a live task and an open stream, until canceled.
+    let mut stream = jsonrpc_sleeper(&node)
+        .await?
+        .send_streaming_message(
+            &CallContext::default(),
+            SendMessageRequest::new(Message::user_text("sleep")),
+        )
+        .await?;
+    let first = stream.next().await.context("the stream ended at once")??;
+    let StreamResponse::Task(sleeping) = first else {
+        bail!("the stream began with {first:?}");
+    };
+    let gauges = |want_tasks: f64, want_streams: f64| {
+        let node = &node;
+        async move {
+            let (_, _, text) = scrape(node, &[]).await?;
+            let tasks = sample(
+                &text,
+                "mew_tasks",
+                &[("role", "sleeper"), ("state", "working")],
+            );
+            let streams = sample(&text, "mew_open_streams", &[]);
+            Ok((tasks.unwrap_or(0.0) == want_tasks && streams == Some(want_streams)).then_some(()))
+        }
+    };
+    poll_until("a working task and an open stream", WAIT, || {
+        gauges(1.0, 1.0)
+    })
+    .await?;
+    jsonrpc_sleeper(&node)
+        .await?
+        .cancel_task(
+            &CallContext::default(),
+            CancelTaskRequest {
+                id: sleeping.id.clone(),
+                ..CancelTaskRequest::default()
+            },
+        )
+        .await?;
+    while let Some(event) = stream.next().await {
+        event?;
+    }
+    drop(stream);
+    poll_until("no live task and no open stream", WAIT, || gauges(0.0, 0.0)).await?;
+
     // A real Prometheus scrapes the node (it asks for OpenMetrics) and counts the same.
     let dir = tempfile::tempdir()?;
     let target = node
@@ -320,15 +370,18 @@ async fn metrics_count_what_the_node_did_pass_promtool_and_are_scraped_by_promet
         ),
         (r#"up{job="mew"}"#, "1"),
     ] {
-        let value =
-            mew_tests::node::poll_until(&format!("Prometheus answers {expr}"), WAIT, || {
-                let url = url.clone();
-                async move { query(&url, expr).await }
-            })
-            .await?;
+        let value = poll_until(&format!("Prometheus answers {expr}"), WAIT, || {
+            let url = url.clone();
+            async move { query(&url, expr).await }
+        })
+        .await?;
         ensure!(value == want, "{expr} = {value}, not {want}");
     }
     Ok(())
+}
+
+async fn jsonrpc_sleeper(node: &MewNode) -> anyhow::Result<mew_transport::RemoteAgent> {
+    node.agent("/agents/sleeper", Binding::JsonRpc).await
 }
 
 const AUTH: &str = "auth:\n  api_keys:\n    - name: scraper\n      key_env: TEST_SCRAPER_KEY\n";
