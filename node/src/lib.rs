@@ -10,6 +10,7 @@ mod hooks;
 mod identity;
 mod matcher;
 mod mcp;
+mod metrics;
 mod node;
 mod peers;
 mod permission;

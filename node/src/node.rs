@@ -647,7 +647,7 @@ impl Runtime {
                 })
             })
         };
-        crate::server::app(
+        let app = crate::server::app(
             front,
             &published_roles,
             status,
@@ -663,7 +663,53 @@ impl Runtime {
             surface.ready.clone(),
         )
         // Authenticated by the turn's token, not by the node's `auth:`.
-        .merge(crate::server::callback::router(self.delegations.clone()))
+        .merge(crate::server::callback::router(self.delegations.clone()));
+        if !self.config.metrics.enabled {
+            return app;
+        }
+        // Its own access rule (`metrics.access`), not the node's `auth:` alone.
+        app.merge(crate::server::metrics::router(
+            self.config.metrics.access,
+            surface.authenticator.clone(),
+            self.metrics_snapshot(),
+        ))
+    }
+
+    /// What each scrape of `/metrics` reads from the node, each part with a bounded cost: the
+    /// live tasks (the manager's live set), the MCP servers (the configured ones), the push
+    /// outbox (counted up to [`OUTBOX_COUNT_LIMIT`]) and the leases held (kept in memory).
+    fn metrics_snapshot(&self) -> crate::server::metrics::SnapshotSource {
+        let (manager, mcp, store) = (self.manager.clone(), self.mcp.clone(), self.store.clone());
+        Arc::new(move || {
+            let (manager, mcp, store) = (manager.clone(), mcp.clone(), store.clone());
+            Box::pin(async move {
+                let tasks = manager.live_counts().await;
+                let mcp_servers = mcp
+                    .status()
+                    .iter()
+                    .map(|server| (server.state.as_str(), 1))
+                    .collect();
+                let push_outbox = match store.push_depth(OUTBOX_COUNT_LIMIT).await {
+                    Ok(depth) => Some(i64::try_from(depth).unwrap_or(i64::MAX)),
+                    Err(e) => {
+                        warn!(error = %e, "metrics: cannot count the push outbox");
+                        None
+                    }
+                };
+                let leases_held = store
+                    .leases_held()
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|held| i64::try_from(held).unwrap_or(i64::MAX));
+                crate::metrics::Snapshot {
+                    tasks,
+                    mcp_servers,
+                    push_outbox,
+                    leases_held,
+                }
+            })
+        })
     }
 
     /// Stops the tasks (waiting up to `node.shutdown_grace`), closes the task store and lets
@@ -866,6 +912,10 @@ fn is_loopback_host(host: &str) -> bool {
 
 /// Starts the node and serves until Ctrl-C or SIGTERM.
 /// How long `/readyz` waits for the task store to answer.
+/// The push outbox is counted for `/metrics` up to this many notifications: a scrape reads at
+/// most this many rows, however long the outbox grows.
+const OUTBOX_COUNT_LIMIT: u64 = 10_000;
+
 const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A line of `mew up`'s banner: printed on stdout, or, when the logs are JSON lines on stdout,
@@ -892,6 +942,9 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
              anyone",
             config.node.host
         );
+    }
+    if config.metrics.enabled {
+        crate::metrics::enable();
     }
     let (catalog, default_role) = load_roles(&config)?;
     crate::server::auth::warn_unknown_roles(&config.auth, &|role| catalog.get(role).is_some());

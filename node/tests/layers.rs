@@ -31,6 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "identity",
             "conversation",
             "tree",
+            "metrics",
         ],
     ),
     ("tools and the task store", &["tools", "tasks"]),

@@ -202,7 +202,7 @@ pub(crate) async fn compact_if_needed(
         max_tokens: settings.max_tokens,
     };
     let response = tokio::select! {
-        response = provider.complete(&request, &|_| {}) => response,
+        response = crate::provider::complete(provider, &request, &|_| {}) => response,
         () = cancel.cancelled() => return Err(AgentError::Canceled),
     };
     let response = match response {

@@ -289,7 +289,7 @@ impl Agent {
                 }
             };
             let response = tokio::select! {
-                response = self.provider.complete(&request, &on_delta) => response,
+                response = crate::provider::complete(self.provider.as_ref(), &request, &on_delta) => response,
                 () = self.context.cancel.cancelled() => return Err(AgentError::Canceled),
             };
             let response = match response {
@@ -684,18 +684,24 @@ impl Agent {
     async fn call(&self, id: &str, name: &str, input: Value) -> ToolOutput {
         use futures_util::FutureExt as _;
         let Some(tool) = self.tools.get(name) else {
+            // A name the model made up is no label.
+            crate::metrics::tool_call(None, "unknown_tool");
             return ToolOutput::error(format!("there is no tool {name:?}"));
         };
         let context = self.call_context(id);
-        match std::panic::AssertUnwindSafe(tool.call(input, &context))
+        let (outcome, output) = match std::panic::AssertUnwindSafe(tool.call(input, &context))
             .catch_unwind()
             .await
         {
-            Ok(output) => output,
-            Err(_) => {
-                ToolOutput::error(format!("the tool {name} failed unexpectedly (it panicked)"))
-            }
-        }
+            Ok(output) if output.is_error => ("error", output),
+            Ok(output) => ("ok", output),
+            Err(_) => (
+                "panicked",
+                ToolOutput::error(format!("the tool {name} failed unexpectedly (it panicked)")),
+            ),
+        };
+        crate::metrics::tool_call(Some(name), outcome);
+        output
     }
 
     /// The context of the call `id`.

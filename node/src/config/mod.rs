@@ -114,6 +114,8 @@ pub struct Config {
     pub store: crate::tasks::StoreConfig,
     /// `telemetry:` — where traces go, and whose trace context is continued.
     pub telemetry: crate::telemetry::TelemetryConfig,
+    /// `metrics:` — whether the node serves Prometheus metrics at `/metrics`, and to whom.
+    pub metrics: crate::metrics::MetricsConfig,
     /// `agent:` — which provider and model run model-driven roles.
     pub agent: AgentConfig,
     /// `providers:` — the model services, by the names the user gave them.

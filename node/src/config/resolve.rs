@@ -69,6 +69,17 @@ impl LoadedConfig {
         let skills = self.resolve_skills(home, &project)?;
         let limits = &settings.limits;
         let (mcp_servers, mcp_problems) = self.resolve_mcp(&project);
+        let auth = self.resolve_auth()?;
+        if settings.metrics.access == crate::metrics::MetricsAccess::Authenticated
+            && !auth.is_enabled()
+        {
+            return Err(ConfigError::Resolve {
+                origin: self.origin_of("metrics.access"),
+                key: "metrics.access".to_owned(),
+                message: "authenticated needs an auth: scheme (api_keys or jwt) to authenticate                           scrapers with"
+                    .to_owned(),
+            });
+        }
 
         Ok(Config {
             node: NodeConfig {
@@ -113,11 +124,12 @@ impl LoadedConfig {
                 deny: settings.permissions.deny.clone(),
                 ask: settings.permissions.ask.clone(),
             },
-            auth: self.resolve_auth()?,
+            auth,
             tls: self.resolve_tls(home, &project)?,
             push: self.resolve_push()?,
             store: self.resolve_store()?,
             telemetry: self.resolve_telemetry(),
+            metrics: settings.metrics,
             agent: self.resolve_agent(),
             providers: self.resolve_providers()?,
             peers: self.resolve_peers()?,

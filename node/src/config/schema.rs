@@ -37,6 +37,8 @@ pub(crate) struct Settings {
     pub(crate) push: PushSettings,
     pub(crate) store: StoreSettings,
     pub(crate) telemetry: TelemetrySettings,
+    /// Typed by its domain as written: every value of it is valid once parsed.
+    pub(crate) metrics: crate::metrics::MetricsConfig,
     pub(crate) agent: AgentSettings,
     pub(crate) providers: BTreeMap<String, ProviderSettings>,
     pub(crate) peers: BTreeMap<String, PeerSettings>,

@@ -238,6 +238,7 @@ impl HookDispatcher {
             if reply.error.is_some() {
                 span.record("otel.status_code", "error");
             }
+            crate::metrics::hook_run(event.as_str(), reply_outcome(&reply));
             if let Some(error) = &reply.error {
                 tracing::warn!(hook = %rule.name, %event, "hook failed: {error}");
             }
@@ -299,6 +300,7 @@ impl HookDispatcher {
                 () = task_cancel.cancelled() => action::ActionResult::Failed("canceled".to_owned()),
             };
             let reply = output::interpret(rule.event, &rule.name, result);
+            crate::metrics::hook_run(rule.event.as_str(), reply_outcome(&reply));
             match &reply.error {
                 Some(error) => {
                     tracing::warn!(hook = %rule.name, event = %rule.event, "async hook failed: {error}");
@@ -308,6 +310,22 @@ impl HookDispatcher {
                 }
             }
         });
+    }
+}
+
+/// What a hook's reply comes to, for metrics: `error`, `blocked` (a block, a stop or a
+/// denial), or `ok`.
+fn reply_outcome(reply: &output::HookReply) -> &'static str {
+    let denied = reply
+        .permission
+        .as_ref()
+        .is_some_and(|(decision, _)| *decision == output::PermissionDecision::Deny);
+    if reply.error.is_some() {
+        "error"
+    } else if reply.block.is_some() || reply.stop.is_some() || denied {
+        "blocked"
+    } else {
+        "ok"
     }
 }
 

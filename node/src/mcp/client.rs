@@ -333,6 +333,7 @@ impl McpClient {
         let timeout = self.config.call_timeout;
         // Dropping the call before its answer (below, on cancellation or timeout) sends the
         // server `notifications/cancelled` for the request.
+        let started = std::time::Instant::now();
         let outcome = tokio::select! {
             biased;
             answer = connection.peer().call_tool_once(params) => Outcome::Answer(answer),
@@ -340,6 +341,22 @@ impl McpClient {
             () = tokio::time::sleep(timeout) => Outcome::TimedOut,
             () = self.stopping.cancelled() => Outcome::Stopped,
         };
+        let label = match &outcome {
+            Outcome::Answer(Ok(CallToolResponse::Complete(result))) => {
+                if result.is_error == Some(true) {
+                    "tool_error"
+                } else {
+                    "ok"
+                }
+            }
+            Outcome::Answer(Ok(_)) => "unsupported_answer",
+            Outcome::Answer(Err(ServiceError::McpError(_))) => "error",
+            Outcome::Answer(Err(_)) => "transport_error",
+            Outcome::Cancelled => "cancelled",
+            Outcome::TimedOut => "timeout",
+            Outcome::Stopped => "stopped",
+        };
+        crate::metrics::mcp_call(&self.name, label, started.elapsed().as_secs_f64());
         let server = &self.name;
         match outcome {
             Outcome::Answer(Ok(CallToolResponse::Complete(result))) => {

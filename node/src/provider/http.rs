@@ -254,7 +254,7 @@ fn record_outcome(span: &tracing::Span, outcome: &Result<ModelResponse, Provider
         }
         Err(error) => {
             span.record("otel.status_code", "error");
-            span.record("error.type", error.kind_name());
+            span.record("error.type", error.kind());
         }
     }
 }

@@ -85,8 +85,8 @@ pub(crate) enum ProviderError {
 }
 
 impl ProviderError {
-    /// The error's kind, for spans and metrics (`error.type`).
-    pub(crate) fn kind_name(&self) -> &'static str {
+    /// The error's kind, for metrics: a fixed set of names.
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::Auth { .. } => "auth",
             Self::UnknownModel { .. } => "unknown_model",
@@ -137,6 +137,42 @@ pub(crate) trait Provider: Send + Sync {
         request: &ModelRequest,
         on_delta: &(dyn Fn(Delta) + Send + Sync),
     ) -> Result<ModelResponse, ProviderError>;
+}
+
+/// Runs one model call through `provider` ([`Provider::complete`]) and records it in the
+/// node's metrics: the call by outcome, its time, and the tokens it reported.
+///
+/// # Cancel safety
+/// As [`Provider::complete`]; a call dropped before its answer is not recorded.
+pub(crate) async fn complete(
+    provider: &dyn Provider,
+    request: &ModelRequest,
+    on_delta: &(dyn Fn(Delta) + Send + Sync),
+) -> Result<ModelResponse, ProviderError> {
+    let started = std::time::Instant::now();
+    let response = provider.complete(request, on_delta).await;
+    let outcome = match &response {
+        Ok(_) => "ok",
+        Err(error) => error.kind(),
+    };
+    let tokens = response
+        .as_ref()
+        .ok()
+        .and_then(|response| response.usage)
+        .map(|usage| crate::metrics::Tokens {
+            input: usage.input,
+            output: usage.output,
+            cache_read: usage.cache_read,
+            cache_write: usage.cache_write,
+        });
+    crate::metrics::model_call(
+        provider.name(),
+        &request.model,
+        outcome,
+        started.elapsed().as_secs_f64(),
+        tokens,
+    );
+    response
 }
 
 /// What building one provider takes: its name, where it is, its key, its aliases, its limits.

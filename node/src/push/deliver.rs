@@ -234,16 +234,19 @@ impl Dispatcher {
         let url = head.config.as_ref().map_or("", |c| c.url.as_str());
         let written = match outcome {
             Outcome::Delivered => {
+                crate::metrics::push_delivery("delivered");
                 debug!(task = %head.task_id, config = %head.config_id, url, "push notification delivered");
                 self.store.push_done(head.seq).await
             }
             Outcome::Refused(why) => {
+                crate::metrics::push_delivery("refused");
                 warn!(task = %head.task_id, config = %head.config_id, url, "dropping a push notification: {why}");
                 self.store.push_done(head.seq).await
             }
             Outcome::Failed(why) => {
                 let attempts = head.attempts.saturating_add(1);
                 if attempts >= self.max_attempts {
+                    crate::metrics::push_delivery("dropped");
                     warn!(
                         task = %head.task_id,
                         config = %head.config_id,
@@ -253,6 +256,7 @@ impl Dispatcher {
                     );
                     self.store.push_done(head.seq).await
                 } else {
+                    crate::metrics::push_delivery("failed");
                     let delay = backoff(attempts, random_unit());
                     debug!(task = %head.task_id, config = %head.config_id, url, attempts, "push delivery failed: {why}");
                     let next_at = now_ms()

@@ -639,6 +639,15 @@ pub(crate) async fn require(
     }
 }
 
+/// Lets a request through only when it authenticates (no role rule applies): the rule of a
+/// path outside the roles, such as `/metrics`; 401 otherwise, as [`require`] answers.
+pub(crate) async fn authenticated(auth: &Authenticator, request: Request, next: Next) -> Response {
+    match auth.authenticate(request.headers()).await {
+        Ok(_) => next.run(request).await,
+        Err(reason) => refuse(false, Refusal::Unauthenticated(reason)),
+    }
+}
+
 /// 401 with `WWW-Authenticate`, or 403, with an error body in the binding's shape.
 fn refuse(jsonrpc: bool, refusal: Refusal) -> Response {
     let (status, name, message) = match refusal {

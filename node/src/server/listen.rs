@@ -346,7 +346,12 @@ where
     {
         let state = self.state.clone();
         let service = self.service.clone();
-        let handler = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let peer = self.peer;
+        let handler = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+            // Who is calling, for the rules that depend on it (`metrics.access: loopback`).
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
             let guard = InFlight::start(state.clone());
             let call = service.clone().oneshot(request);
             async move {

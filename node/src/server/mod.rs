@@ -5,6 +5,7 @@ pub(crate) mod agent;
 pub(crate) mod auth;
 pub(crate) mod callback;
 pub(crate) mod listen;
+pub(crate) mod metrics;
 pub(crate) mod observe;
 pub(crate) mod tls;
 
@@ -101,6 +102,7 @@ pub(crate) fn app(
     let app = app
         .merge(router_with(front, options.clone()))
         .method_not_allowed_fallback(mew_transport::method_not_allowed)
+        .layer(axum::middleware::from_fn(metrics::measure))
         .layer(axum::middleware::from_fn_with_state(
             guards.observe,
             observe::observe,

@@ -75,7 +75,7 @@ pub(crate) async fn observe(
     span.record("http.response.status_code", response.status().as_u16());
     match response.extensions().get::<Served>() {
         Some(served) => {
-            let operation = served.operation.unwrap_or("unknown");
+            let operation = served.method.unwrap_or("unknown");
             telemetry::rename(&span, format!("{operation} {role}"));
             span.record("rpc.method", operation);
             span.record(
@@ -85,7 +85,7 @@ pub(crate) async fn observe(
                     Binding::HttpJson => "http+json",
                 },
             );
-            if let Some(kind) = served.error {
+            if let Err(kind) = served.outcome {
                 span.record("a2a.error", kind.name());
                 span.record("otel.status_code", "error");
             }

@@ -289,6 +289,10 @@ impl TaskStore for Counting {
         }
     }
 
+    async fn push_depth(&self, limit: u64) -> Result<u64, StoreError> {
+        self.inner.push_depth(limit).await
+    }
+
     async fn put(&self, task: &StoredTask) -> Result<(), StoreError> {
         self.inner.put(task).await?;
         self.writes.lock().unwrap().push(task.clone());

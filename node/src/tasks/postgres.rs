@@ -1119,6 +1119,20 @@ impl TaskStore for PostgresStore {
             .map_err(|e| db_error("remove a push notification", e))
     }
 
+    async fn push_depth(&self, limit: u64) -> Result<u64, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let row = self
+            .client()
+            .await?
+            .cached_query_one(
+                "SELECT count(*) FROM (SELECT 1 FROM push_outbox LIMIT $1) AS waiting",
+                &[&limit],
+            )
+            .await
+            .map_err(|e| db_error("count the push outbox", e))?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
     async fn push_retry(&self, seq: i64, next_at: i64, error: &str) -> Result<(), StoreError> {
         self.client()
             .await?
@@ -1408,6 +1422,11 @@ impl TaskStore for PostgresStore {
 
     fn changes(&self) -> Option<broadcast::Receiver<Change>> {
         Some(self.changes.subscribe())
+    }
+
+    async fn leases_held(&self) -> Result<Option<u64>, StoreError> {
+        // What this process holds, as its writes and heartbeats keep it: no query.
+        Ok(Some(u64::try_from(self.held().len()).unwrap_or(u64::MAX)))
     }
 
     async fn replicas(&self) -> Result<Vec<ReplicaStatus>, StoreError> {

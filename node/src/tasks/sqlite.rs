@@ -413,6 +413,17 @@ impl TaskStore for SqliteStore {
         self.write(Op::PushDone(seq)).await.map(drop)
     }
 
+    async fn push_depth(&self, limit: u64) -> Result<u64, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |conn| {
+            conn.prepare_cached("SELECT count(*) FROM (SELECT 1 FROM push_outbox LIMIT ?1)")
+                .and_then(|mut stmt| stmt.query_row([limit], |row| row.get::<_, i64>(0)))
+                .map(|count| u64::try_from(count).unwrap_or(0))
+                .map_err(|e| read_error("the push outbox", e))
+        })
+        .await
+    }
+
     async fn push_retry(&self, seq: i64, next_at: i64, error: &str) -> Result<(), StoreError> {
         self.write(Op::PushRetry {
             seq,

@@ -293,6 +293,10 @@ pub trait TaskStore: Send + Sync {
     /// Removes a notification from the outbox: delivered, or given up.
     async fn push_done(&self, seq: i64) -> Result<(), StoreError>;
 
+    /// How many notifications wait in the outbox, counted up to `limit` (a bounded read for
+    /// `/metrics`, however long the outbox grows).
+    async fn push_depth(&self, limit: u64) -> Result<u64, StoreError>;
+
     /// Records a failed attempt: one more attempt, due again at `next_at` (milliseconds
     /// since the epoch), with `error` as the last error.
     async fn push_retry(&self, seq: i64, next_at: i64, error: &str) -> Result<(), StoreError>;
@@ -370,5 +374,11 @@ pub trait TaskStore: Send + Sync {
     /// The replicas sharing the store, by id (none for a store of one process).
     async fn replicas(&self) -> Result<Vec<ReplicaStatus>, StoreError> {
         Ok(Vec::new())
+    }
+
+    /// How many task leases this replica holds; `None` for a store of one process, which has
+    /// no leases.
+    async fn leases_held(&self) -> Result<Option<u64>, StoreError> {
+        Ok(None)
     }
 }

@@ -56,6 +56,7 @@ on_every_store!(
     an_event_number_is_logged_once,
     several_events_are_logged_in_one_write_under_consecutive_numbers,
     tasks_that_cannot_be_stored_are_refused_before_the_writer,
+    the_push_outbox_depth_is_counted_up_to_its_limit,
 );
 
 /// The URL of the test server, whose user may create databases.
@@ -786,4 +787,20 @@ async fn an_event_number_is_logged_once(store: Arc<dyn TaskStore>) {
         [(2, first)]
     );
     assert_eq!(store.push_heads(10).await.unwrap(), []);
+}
+
+async fn the_push_outbox_depth_is_counted_up_to_its_limit(store: Arc<dyn TaskStore>) {
+    assert_eq!(store.push_depth(10).await.unwrap(), 0);
+    let task = stored("p1", "c", "r", TaskState::Working, T0);
+    let waiting: Vec<OutboxRow> = (0..3).map(|n| for_config(event("p1", n), "h")).collect();
+    store
+        .create(&task, &[hook("p1", "h")], &waiting)
+        .await
+        .unwrap();
+    assert_eq!(store.push_depth(10).await.unwrap(), 3);
+    // The count stops at its limit.
+    assert_eq!(store.push_depth(2).await.unwrap(), 2);
+    let heads = store.push_heads(10).await.unwrap();
+    store.push_done(heads[0].seq).await.unwrap();
+    assert_eq!(store.push_depth(10).await.unwrap(), 2);
 }

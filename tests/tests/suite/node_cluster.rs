@@ -415,7 +415,35 @@ async fn a_killed_replicas_model_task_is_finished_by_another_and_its_command_tas
     ensure!(reason.contains("its work was lost"), "{reason:?}");
     cluster.events(&task.id).await?;
     cluster.events(&command.id).await?;
+
+    // The survivors count the two tasks they took over, once each, between them.
+    let survivors = &cluster.nodes[1..];
+    poll_until(
+        "the survivors count two takeovers",
+        Duration::from_secs(30),
+        || async move {
+            let mut total = 0.0;
+            for node in survivors {
+                total += takeovers(node).await?;
+            }
+            Ok((total == 2.0).then_some(()))
+        },
+    )
+    .await?;
     Ok(())
+}
+
+/// `mew_lease_takeovers_total` on `node`'s `/metrics`.
+async fn takeovers(node: &MewNode) -> anyhow::Result<f64> {
+    let text = reqwest::get(format!("{}/metrics", node.url()))
+        .await?
+        .text()
+        .await?;
+    let value = text
+        .lines()
+        .find_map(|line| line.strip_prefix("mew_lease_takeovers_total "))
+        .with_context(|| format!("no takeover counter in\n{text}"))?;
+    Ok(value.parse()?)
 }
 
 #[tokio::test]

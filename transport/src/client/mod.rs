@@ -25,7 +25,7 @@ use crate::wire::{
     A2A_JSON, EXTENSIONS_HEADER, VERSION_HEADER, parse_jsonrpc_error, parse_rest_error,
 };
 
-/// The protocol bindings the client speaks.
+/// The protocol bindings of A2A that the client speaks and the server serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Binding {
     /// JSON-RPC 2.0.

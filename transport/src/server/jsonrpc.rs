@@ -9,8 +9,8 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
 use super::{
-    Shared, call_context, check_version, content_type_is, json_response, read_body, refused,
-    served, sse_response,
+    Served, Shared, call_context, check_version, content_type_is, json_response, read_body,
+    sse_response,
 };
 use crate::Binding;
 use crate::agent::Principal;
@@ -82,15 +82,21 @@ fn respond(status: StatusCode, body: String) -> Response<Body> {
 }
 
 fn error_response(status: StatusCode, id: &RawValue, error: &A2aError) -> Response<Body> {
-    refused(respond(status, render::<()>(id, Err(error))), error.kind)
+    served(Err(error.kind)).attach(respond(status, render::<()>(id, Err(error))))
 }
 
-/// The answer of a unary call: its result, or its error (marked for [`super::Served`]).
+/// The answer of a unary method: its result or its error.
 fn answer<T: serde::Serialize>(id: &RawValue, outcome: Result<&T, &A2aError>) -> Response<Body> {
-    let response = respond(StatusCode::OK, render(id, outcome));
-    match outcome {
-        Ok(_) => response,
-        Err(error) => refused(response, error.kind),
+    let kind = outcome.map(|_| ()).map_err(|e| e.kind);
+    served(kind).attach(respond(StatusCode::OK, render(id, outcome)))
+}
+
+/// What a response of this binding served; the method is named once it is known.
+fn served(outcome: Result<(), ErrorKind>) -> Served {
+    Served {
+        binding: Binding::JsonRpc,
+        method: None,
+        outcome,
     }
 }
 
@@ -110,29 +116,15 @@ pub(crate) async fn handle(
     principal: Option<Extension<Principal>>,
     body: Body,
 ) -> Response<Body> {
-    let mut operation = None;
-    let response = dispatch(&shared, query, &headers, principal, body, &mut operation).await;
-    served(response, Binding::JsonRpc, operation)
-}
-
-/// [`handle`], naming the operation in `operation` once the request says which it is.
-async fn dispatch(
-    shared: &Shared,
-    query: Option<String>,
-    headers: &HeaderMap,
-    principal: Option<Extension<Principal>>,
-    body: Body,
-    operation: &mut Option<&'static str>,
-) -> Response<Body> {
     let null = null_id();
-    if !content_type_is(headers, &["application/json", A2A_JSON]) {
+    if !content_type_is(&headers, &["application/json", A2A_JSON]) {
         let error = A2aError::new(
             ErrorKind::InvalidRequest,
             "JSON-RPC requests must have Content-Type: application/json",
         );
         return error_response(StatusCode::UNSUPPORTED_MEDIA_TYPE, &null, &error);
     }
-    let body = match read_body(shared, headers, body).await {
+    let body = match read_body(&shared, &headers, body).await {
         Ok(body) => body,
         Err(error) => {
             let (status, error) = error.into_a2a();
@@ -190,15 +182,14 @@ async fn dispatch(
             return error_response(StatusCode::OK, id, &error);
         }
     };
-    let Some(known) = METHODS.iter().find(|known| **known == method) else {
+    let Some(name) = known(method) else {
         let error = A2aError::new(ErrorKind::MethodNotFound, format!("no method {method:?}"));
         return error_response(StatusCode::OK, id, &error);
     };
-    *operation = Some(known);
-    if let Err(error) = check_version(headers, query.as_deref()) {
-        return error_response(StatusCode::OK, id, &error);
+    if let Err(error) = check_version(&headers, query.as_deref()) {
+        return Served::name(name, error_response(StatusCode::OK, id, &error));
     }
-    let ctx = call_context(headers, principal.map(|Extension(p)| p));
+    let ctx = call_context(&headers, principal.map(|Extension(p)| p));
     let agent = &shared.agent;
     let raw = envelope.params;
     // The request is parsed, then the body (and its room in the router's budget) goes:
@@ -223,7 +214,7 @@ async fn dispatch(
             answer(id, outcome.as_ref())
         }};
     }
-    match method {
+    let response = match method {
         "SendMessage" => unary!(send_message),
         "GetTask" => unary!(get_task),
         "ListTasks" => unary!(list_tasks),
@@ -237,13 +228,13 @@ async fn dispatch(
         }
         "GetExtendedAgentCard" => unary!(get_extended_agent_card),
         "SendStreamingMessage" => stream(
-            shared,
+            &shared,
             id,
             StreamResponse::ends_stream,
             call!(send_streaming_message),
         ),
         "SubscribeToTask" => stream(
-            shared,
+            &shared,
             id,
             StreamResponse::ends_subscription,
             call!(subscribe_to_task),
@@ -252,7 +243,8 @@ async fn dispatch(
             let error = A2aError::new(ErrorKind::MethodNotFound, format!("no method {method:?}"));
             error_response(StatusCode::OK, id, &error)
         }
-    }
+    };
+    Served::name(name, response)
 }
 
 const METHODS: &[&str] = &[
@@ -269,6 +261,11 @@ const METHODS: &[&str] = &[
     "GetExtendedAgentCard",
 ];
 
+/// The method's name as the binding knows it, if it does.
+fn known(method: &str) -> Option<&'static str> {
+    METHODS.iter().copied().find(|known| *known == method)
+}
+
 /// A streaming method's answer: an SSE stream of JSON-RPC responses with the request's id,
 /// or a plain error response when the stream could not start.
 fn stream(
@@ -281,12 +278,13 @@ fn stream(
         Err(error) => error_response(StatusCode::OK, id, &error),
         Ok(events) => {
             let id: Id = id.to_owned();
-            sse_response(
+            let response = sse_response(
                 events,
                 shared.options.keep_alive,
                 ends,
                 move |item: Result<StreamResponse, A2aError>| render(&id, item.as_ref()),
-            )
+            );
+            served(Ok(())).attach(response)
         }
     }
 }

@@ -6,6 +6,8 @@ mod rest;
 
 pub use rest::method_not_allowed;
 
+use crate::client::Binding;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +49,37 @@ impl Default for ServerOptions {
             card_max_age: Duration::from_secs(300),
             keep_alive: Duration::from_secs(15),
         }
+    }
+}
+
+/// What one response of the A2A bindings answered, attached to it as a response extension:
+/// the binding, the operation (when the request named one the binding knows) and the A2A
+/// outcome. An application that serves the router reads it, in a middleware, to measure or log
+/// its requests without parsing their bodies again. A stream's outcome is that of its start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// The binding the request came through.
+    pub binding: Binding,
+    /// The A2A operation by its JSON-RPC method name (`SendMessage`, `GetTask`, ...), also on
+    /// HTTP+JSON; `None` when the request named no operation the binding knows.
+    pub method: Option<&'static str>,
+    /// `Ok` for a result, or the kind of the error answered.
+    pub outcome: Result<(), ErrorKind>,
+}
+
+impl Served {
+    /// Attaches `self` to `response`.
+    pub(crate) fn attach(self, mut response: Response<Body>) -> Response<Body> {
+        response.extensions_mut().insert(self);
+        response
+    }
+
+    /// Names the operation of a response that has a [`Served`] already.
+    pub(crate) fn name(method: &'static str, mut response: Response<Body>) -> Response<Body> {
+        if let Some(served) = response.extensions_mut().get_mut::<Served>() {
+            served.method = Some(method);
+        }
+        response
     }
 }
 
@@ -92,40 +125,6 @@ pub fn router_with(agent: Arc<dyn AgentTransport>, options: ServerOptions) -> Ro
         .fallback(rest::not_found)
         .method_not_allowed_fallback(rest::method_not_allowed)
         .with_state(shared)
-}
-
-/// What the router served, on every response it makes (its extensions), for the server's
-/// traces, logs and metrics: the binding, the operation (`None`: the request named none the
-/// binding knows), and the A2A error kind of a refusal (`None`: it succeeded, or a stream
-/// started). The transport only says it; the server that mounts the router decides what to
-/// record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Served {
-    pub binding: crate::Binding,
-    pub operation: Option<&'static str>,
-    pub error: Option<ErrorKind>,
-}
-
-/// Marks `response` as an answer of `binding` to `operation`, with the error kind its
-/// producer left on it (see [`refused`]).
-fn served(
-    mut response: Response<Body>,
-    binding: crate::Binding,
-    operation: Option<&'static str>,
-) -> Response<Body> {
-    let error = response.extensions().get::<ErrorKind>().copied();
-    response.extensions_mut().insert(Served {
-        binding,
-        operation,
-        error,
-    });
-    response
-}
-
-/// Leaves the error kind of a refusal on its response, for [`served`].
-fn refused(mut response: Response<Body>, kind: ErrorKind) -> Response<Body> {
-    response.extensions_mut().insert(kind);
-    response
 }
 
 /// The caller's context from the request headers and the principal an
@@ -471,6 +470,96 @@ mod tests {
         drop(held);
         let large = read_body(&shared, &length(2048), Body::from(vec![b' '; 2048])).await;
         assert_eq!(large.map(|body| body.bytes.len()).ok(), Some(2048));
+    }
+
+    /// What the router says it served for `request`.
+    async fn served(request: axum::http::Request<Body>) -> Option<Served> {
+        use tower::ServiceExt;
+        let response = router(Arc::new(Unused)).oneshot(request).await.unwrap();
+        response.extensions().get::<Served>().copied()
+    }
+
+    fn jsonrpc(method: &str) -> axum::http::Request<Body> {
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{"id":"t"}}}}"#);
+        axum::http::Request::post("/")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(VERSION_HEADER, "1.0")
+            .body(Body::from(body))
+            .unwrap()
+    }
+
+    fn rest(method: &str, path: &str) -> axum::http::Request<Body> {
+        axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(VERSION_HEADER, "1.0")
+            .body(Body::empty())
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_answer_of_both_bindings_says_what_it_served() {
+        let served_as = |binding, method, outcome| {
+            Some(Served {
+                binding,
+                method,
+                outcome,
+            })
+        };
+        // The agent fails every call: an internal error, answered under the method's name.
+        let internal = Err(ErrorKind::Internal);
+        // Push configs are default methods of the trait: the spec's "not supported".
+        let no_push = Err(ErrorKind::PushNotificationNotSupported);
+        assert_eq!(
+            served(jsonrpc("GetTask")).await,
+            served_as(Binding::JsonRpc, Some("GetTask"), internal)
+        );
+        assert_eq!(
+            served(jsonrpc("NoSuchMethod")).await,
+            served_as(Binding::JsonRpc, None, Err(ErrorKind::MethodNotFound))
+        );
+        let rest_cases = [
+            ("GET", "/tasks/t", Some("GetTask"), internal),
+            ("POST", "/tasks/t:cancel", Some("CancelTask"), internal),
+            (
+                "GET",
+                "/tasks/t:subscribe",
+                Some("SubscribeToTask"),
+                internal,
+            ),
+            ("GET", "/tenant/tasks", Some("ListTasks"), internal),
+            (
+                "GET",
+                "/tasks/t/pushNotificationConfigs/c",
+                Some("GetTaskPushNotificationConfig"),
+                no_push,
+            ),
+            (
+                "DELETE",
+                "/tasks/t/pushNotificationConfigs/c",
+                Some("DeleteTaskPushNotificationConfig"),
+                no_push,
+            ),
+            (
+                "GET",
+                "/nowhere/at/all",
+                None,
+                Err(ErrorKind::MethodNotFound),
+            ),
+        ];
+        for (method, path, named, outcome) in rest_cases {
+            assert_eq!(
+                served(rest(method, path)).await,
+                served_as(Binding::HttpJson, named, outcome),
+                "{method} {path}"
+            );
+        }
+        // The card is no A2A operation: it says nothing.
+        assert_eq!(
+            served(rest("GET", "/.well-known/agent-card.json")).await,
+            None
+        );
     }
 
     #[tokio::test]

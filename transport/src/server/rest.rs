@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, Response, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use mew_cards::{
     A2aError, CancelTaskRequest, ContextId, ErrorKind, GetExtendedAgentCardRequest,
     GetTaskPushNotificationConfigRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest,
@@ -18,8 +18,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    Shared, call_context, check_version, content_type_is, json_response, read_body, refused,
-    served, sse_response,
+    Served, Shared, call_context, check_version, content_type_is, json_response, read_body,
+    sse_response,
 };
 use crate::Binding;
 use crate::agent::{CallContext, Principal};
@@ -27,55 +27,63 @@ use crate::wire::{A2A_JSON, rest_error_body};
 
 /// The binding's routes, relative to the interface URL (tenant paths nest these).
 pub(crate) fn routes() -> Router<Shared> {
+    use axum::middleware::{from_fn, map_response};
+    // Each answer names its operation (see `Served`); a task's path serves three.
+    let named = |method: &'static str| {
+        map_response(move |response: Response<Body>| async move { Served::name(method, response) })
+    };
     Router::new()
-        .route("/message:send", post(send))
-        .route("/message:stream", post(stream))
-        .route("/tasks", get(list))
-        .route("/tasks/{task}", get(task_get).post(task_post))
+        .route(
+            "/message:send",
+            post(send).route_layer(named("SendMessage")),
+        )
+        .route(
+            "/message:stream",
+            post(stream).route_layer(named("SendStreamingMessage")),
+        )
+        .route("/tasks", get(list).route_layer(named("ListTasks")))
+        .route(
+            "/tasks/{task}",
+            get(task_get)
+                .post(task_post)
+                .route_layer(from_fn(name_task_operation)),
+        )
         .route(
             "/tasks/{task}/pushNotificationConfigs",
-            get(push_list).post(push_create),
+            get(push_list)
+                .route_layer(named("ListTaskPushNotificationConfigs"))
+                .merge(post(push_create).route_layer(named("CreateTaskPushNotificationConfig"))),
         )
         .route(
             "/tasks/{task}/pushNotificationConfigs/{config}",
-            get(push_get).delete(push_delete),
+            get(push_get)
+                .route_layer(named("GetTaskPushNotificationConfig"))
+                .merge(delete(push_delete).route_layer(named("DeleteTaskPushNotificationConfig"))),
         )
-        .route("/extendedAgentCard", get(extended_card))
-        .layer(axum::middleware::from_fn(mark_served))
+        .route(
+            "/extendedAgentCard",
+            get(extended_card).route_layer(named("GetExtendedAgentCard")),
+        )
 }
 
-/// Marks each answer with what it served (see [`super::Served`]).
-async fn mark_served(
+/// Names the operation of an answer on `/tasks/{task}`: by the action the path ends with
+/// and the HTTP method, as `task_get` and `task_post` choose it.
+async fn name_task_operation(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response<Body> {
-    let operation = operation(request.method(), request.uri().path());
-    served(next.run(request).await, Binding::HttpJson, operation)
-}
-
-/// The operation a request of the binding names, by its method and path (relative to the
-/// interface: nested routers see it so).
-fn operation(method: &Method, path: &str) -> Option<&'static str> {
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    Some(match (method.as_str(), segments.as_slice()) {
-        ("POST", ["message:send"]) => "SendMessage",
-        ("POST", ["message:stream"]) => "SendStreamingMessage",
-        ("GET", ["tasks"]) => "ListTasks",
-        ("GET", ["tasks", _]) => "GetTask",
-        ("POST", ["tasks", task]) => match split_action(task).1 {
-            Some("cancel") => "CancelTask",
-            Some("subscribe") => "SubscribeToTask",
-            _ => return None,
-        },
-        ("POST", ["tasks", _, "pushNotificationConfigs"]) => "CreateTaskPushNotificationConfig",
-        ("GET", ["tasks", _, "pushNotificationConfigs"]) => "ListTaskPushNotificationConfigs",
-        ("GET", ["tasks", _, "pushNotificationConfigs", _]) => "GetTaskPushNotificationConfig",
-        ("DELETE", ["tasks", _, "pushNotificationConfigs", _]) => {
-            "DeleteTaskPushNotificationConfig"
-        }
-        ("GET", ["extendedAgentCard"]) => "GetExtendedAgentCard",
-        _ => return None,
-    })
+    let segment = request.uri().path().rsplit('/').next().unwrap_or("");
+    let method = match (request.method(), split_action(segment).1) {
+        (&Method::GET, None) => Some("GetTask"),
+        (&Method::POST, Some("cancel")) => Some("CancelTask"),
+        (_, Some("subscribe")) => Some("SubscribeToTask"),
+        _ => None,
+    };
+    let response = next.run(request).await;
+    match method {
+        Some(method) => Served::name(method, response),
+        None => response,
+    }
 }
 
 type Params = Path<HashMap<String, String>>;
@@ -108,19 +116,28 @@ impl IntoResponse for Rejection {
         let status = self.status.unwrap_or(default_status);
         // The body's `code` is the HTTP status the answer has (405, 413, 415, ...).
         body["error"]["code"] = status.as_u16().into();
-        let kind = self.error.kind;
-        refused(
-            json_response(status, "application/json", body.to_string().into_bytes()),
-            kind,
-        )
+        served(Err(self.error.kind)).attach(json_response(
+            status,
+            "application/json",
+            body.to_string().into_bytes(),
+        ))
     }
 }
 
 type Answer = Result<Response<Body>, Rejection>;
 
+/// What a response of this binding served; its route names the method.
+fn served(outcome: Result<(), ErrorKind>) -> Served {
+    Served {
+        binding: Binding::HttpJson,
+        method: None,
+        outcome,
+    }
+}
+
 fn ok<T: Serialize>(value: &T) -> Answer {
     serde_json::to_vec(value)
-        .map(|body| json_response(StatusCode::OK, A2A_JSON, body))
+        .map(|body| served(Ok(())).attach(json_response(StatusCode::OK, A2A_JSON, body)))
         .map_err(|e| A2aError::internal(format!("cannot serialize the response: {e}")).into())
 }
 
@@ -225,12 +242,12 @@ async fn stream(
         request.tenant = tenant(&params);
     }
     let events = shared.agent.send_streaming_message(&ctx, request).await?;
-    Ok(sse_response(
+    Ok(served(Ok(())).attach(sse_response(
         events,
         shared.options.keep_alive,
         StreamResponse::ends_stream,
         render_event,
-    ))
+    )))
 }
 
 fn render_event(item: Result<StreamResponse, A2aError>) -> String {
@@ -393,12 +410,12 @@ async fn task_get(
                 id: TaskId::from(id),
             };
             let events = shared.agent.subscribe_to_task(&ctx, request).await?;
-            Ok(sse_response(
+            Ok(served(Ok(())).attach(sse_response(
                 events,
                 shared.options.keep_alive,
                 StreamResponse::ends_subscription,
                 render_event,
-            ))
+            )))
         }
         (_, Some(_)) => Err(wrong_method(":cancel needs POST")),
     }
@@ -429,12 +446,12 @@ async fn task_post(
                 id,
             };
             let events = shared.agent.subscribe_to_task(&ctx, request).await?;
-            Ok(sse_response(
+            Ok(served(Ok(())).attach(sse_response(
                 events,
                 shared.options.keep_alive,
                 StreamResponse::ends_subscription,
                 render_event,
-            ))
+            )))
         }
         _ => Err(wrong_method("POST on a task needs :cancel or :subscribe")),
     }

@@ -293,6 +293,23 @@ impl TaskManager {
         self.live.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The tasks this manager holds live now (running, queued, asking for input and loaded,
+    /// or just ended and not yet let go), counted by role and state: what `/metrics` reports.
+    /// Its cost is bounded by the live set, never by the store.
+    pub(crate) async fn live_counts(&self) -> Vec<(String, TaskState, i64)> {
+        let live: Vec<Arc<Live>> = self.live_map().values().cloned().collect();
+        let mut counts: HashMap<(String, TaskState), i64> = HashMap::new();
+        for entry in live {
+            let state = entry.state.lock().await;
+            let key = (state.stored.role.clone(), state.stored.task.status.state);
+            *counts.entry(key).or_default() += 1;
+        }
+        counts
+            .into_iter()
+            .map(|((role, state), count)| (role, state, count))
+            .collect()
+    }
+
     /// The live entry of a task, loading it from the store if it can still change.
     async fn live_or_load(&self, id: &TaskId, scope: &Scope) -> Result<LiveOrDone, Error> {
         let existing = self.live_map().get(id).cloned();
@@ -460,6 +477,7 @@ impl TaskManager {
             .put_with_events(&stored, std::slice::from_ref(&event), &push, &outbox)
             .await
             .map_err(store_error)?;
+        ended(&stored);
         if !push.is_empty() {
             self.push_wake.notify_one();
         }
@@ -1260,6 +1278,9 @@ async fn record_all(
         return Err(e);
     }
     state.annotations.clear();
+    if state.stored.task.status.state.is_terminal() && !previous.status.state.is_terminal() {
+        ended(&state.stored);
+    }
     if state.stored.task.status.state.ends_stream() {
         state.busy = false;
     }
@@ -1268,6 +1289,14 @@ async fn record_all(
         let _ = state.events.send(Stamped { seq, event });
     }
     Ok(())
+}
+
+/// Counts `task`, just stored in its final state, among the tasks ended.
+fn ended(task: &StoredTask) {
+    let nanos = Timestamp::now().unix_nanos() - task.created.unix_nanos();
+    // Precision beyond microseconds is of no use in a histogram of seconds.
+    let seconds = nanos as f64 / 1e9;
+    crate::metrics::task_ended(&task.role, task.task.status.state, seconds);
 }
 
 /// Joins the last two parts of artifact `id` when both are plain text.

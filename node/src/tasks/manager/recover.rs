@@ -68,7 +68,12 @@ impl TaskManager {
                 Err(StoreError::Fenced(id)) => {
                     info!(task_id = %id, "another replica took the task first");
                 }
-                taken => taken?,
+                taken => {
+                    taken?;
+                    if self.store.shared() {
+                        crate::metrics::takeovers(1);
+                    }
+                }
             }
         }
         Ok(recovery)
