@@ -436,6 +436,83 @@ mod tests {
         assert!(!junk.context().span().span_context().is_valid());
     }
 
+    /// Log lines written with `json` or text through [`WithTraceIds`], with an OpenTelemetry
+    /// layer that exports nothing: one inside a span, one outside.
+    fn lines(json: bool) -> (Vec<String>, String, String) {
+        use std::sync::{Arc, Mutex};
+        use tracing_subscriber::layer::SubscriberExt as _;
+
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let make = move || writer.clone();
+        let lines: Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync> = if json {
+            tracing_subscriber::fmt::layer()
+                .json()
+                .event_format(WithTraceIds::new(
+                    tracing_subscriber::fmt::format().json(),
+                    true,
+                ))
+                .with_writer(make)
+                .boxed()
+        } else {
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .event_format(WithTraceIds::new(tracing_subscriber::fmt::format(), false))
+                .with_writer(make)
+                .boxed()
+        };
+        let tracer = SdkTracerProvider::builder().build().tracer("test");
+        let subscriber = tracing_subscriber::registry()
+            .with(lines)
+            .with(tracing_opentelemetry::layer().with_tracer(tracer));
+        let ids = tracing::subscriber::with_default(subscriber, || {
+            let span = span!("work");
+            let _entered = span.enter();
+            tracing::info!("inside");
+            let ids = current_ids().unwrap();
+            drop(_entered);
+            tracing::info!("outside");
+            ids
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        (text.lines().map(str::to_owned).collect(), ids.0, ids.1)
+    }
+
+    #[test]
+    fn a_text_line_inside_a_span_ends_with_its_trace_and_span_ids() {
+        let (lines, trace, span) = lines(false);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("inside"), "{lines:?}");
+        assert!(
+            lines[0].ends_with(&format!(" trace_id={trace} span_id={span}")),
+            "{lines:?}"
+        );
+        assert!(!lines[1].contains("trace_id"), "{lines:?}");
+    }
+
+    #[test]
+    fn a_json_line_inside_a_span_has_trace_and_span_id_fields() {
+        let (lines, trace, span) = lines(true);
+        let inside: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(inside["trace_id"], trace.as_str(), "{inside}");
+        assert_eq!(inside["span_id"], span.as_str(), "{inside}");
+        assert_eq!(inside["fields"]["message"], "inside", "{inside}");
+        let outside: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+        assert!(outside.get("trace_id").is_none(), "{outside}");
+        assert_eq!(outside["fields"]["message"], "outside", "{outside}");
+    }
+
     #[test]
     fn without_tracing_nothing_is_injected() {
         let mut headers = HeaderMap::new();

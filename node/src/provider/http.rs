@@ -318,7 +318,12 @@ impl HttpClient {
             error.type = Empty,
         );
         if !span.is_disabled() && crate::telemetry::captures_content() {
-            span.record("gen_ai.input.messages", bounded(&request.body));
+            // The conversation as the API has it (`messages` in both APIs' bodies).
+            let messages = serde_json::from_slice::<serde_json::Value>(&request.body)
+                .ok()
+                .and_then(|body| body.get("messages").map(ToString::to_string))
+                .unwrap_or_default();
+            span.record("gen_ai.input.messages", bounded(messages.as_bytes()));
         }
         let outcome = tracing::Instrument::instrument(
             self.stream_in_span(api, request, on_delta),

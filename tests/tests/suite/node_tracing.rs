@@ -479,3 +479,110 @@ async fn a_collector_that_is_down_or_slow_changes_no_outcome() -> anyhow::Result
     );
     Ok(())
 }
+
+/// Sends "hello" to `role` of `node` over JSON-RPC with a W3C `traceparent` header: the task.
+async fn send_with_traceparent(
+    node: &MewNode,
+    role: &str,
+    traceparent: &str,
+) -> anyhow::Result<Task> {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}
+    });
+    let answer: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/agents/{role}", node.url()))
+        .header("A2A-Version", "1.0")
+        .header("traceparent", traceparent)
+        .json(&body)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let task = answer["result"]["task"].clone();
+    serde_json::from_value(task).with_context(|| format!("not a task: {answer}"))
+}
+
+#[tokio::test]
+async fn inbound_trace_context_is_continued_unless_the_config_says_none_and_prompts_only_on_request()
+-> anyhow::Result<()> {
+    let receiver = OtlpReceiver::start().await?;
+    let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let traceparent = format!("00-{caller_trace}-00f067aa0ba902b7-01");
+    let model = ScriptedModel::start(vec![Step::text("hi"), Step::text("hi")])?;
+    let role = "---\nname: greeter\ndescription: Greets.\n---\nGreet.\n";
+
+    // By default the caller's trace is continued: the request's span is its child.
+    let mut trusting = MewNode::new()?;
+    trusting.write_config(&scripted_model_config(&model))?;
+    trusting.write_role("greeter.md", role)?;
+    traced(&mut trusting, &receiver, "trusting");
+    trusting.launch().await?;
+    let task = send_with_traceparent(&trusting, "greeter", &traceparent).await?;
+    ensure!(trace_of(&task)? == caller_trace, "{task:?}");
+
+    // `inbound: none`: a trace of its own; `capture_content`: the prompt and the answer.
+    let mut wary = MewNode::new()?;
+    wary.write_config(&format!(
+        "{}telemetry:\n  inbound: none\n  capture_content: true\n",
+        scripted_model_config(&model)
+    ))?;
+    wary.write_role("greeter.md", role)?;
+    traced(&mut wary, &receiver, "wary");
+    wary.launch().await?;
+    let task = send_with_traceparent(&wary, "greeter", &traceparent).await?;
+    let own = trace_of(&task)?;
+    ensure!(own != caller_trace, "the caller's trace was continued");
+
+    let spans = receiver
+        .wait_for("both nodes' request and model spans", |spans| {
+            let done = |service: &str| {
+                spans
+                    .iter()
+                    .any(|s| s.is_from(service) && s.name == "SendMessage greeter")
+                    && spans
+                        .iter()
+                        .any(|s| s.is_from(service) && s.name.starts_with("chat "))
+            };
+            (done("trusting") && done("wary")).then(|| spans.to_vec())
+        })
+        .await?;
+    let request = |service: &str| {
+        one(&spans, "the request", |s| {
+            s.is_from(service) && s.name == "SendMessage greeter"
+        })
+    };
+    let trusting_request = request("trusting")?;
+    ensure!(
+        trusting_request.trace_id == caller_trace
+            && trusting_request.parent_span_id.as_deref() == Some("00f067aa0ba902b7"),
+        "{trusting_request:?}"
+    );
+    let wary_request = request("wary")?;
+    ensure!(
+        wary_request.trace_id == own && wary_request.is_root(),
+        "{wary_request:?}"
+    );
+    let chat = |service: &str| {
+        one(&spans, "the model call", |s| {
+            s.is_from(service) && s.name.starts_with("chat ")
+        })
+    };
+    ensure!(
+        chat("trusting")?
+            .attribute("gen_ai.input.messages")
+            .is_none(),
+        "a prompt was recorded without capture_content"
+    );
+    let captured = chat("wary")?;
+    ensure!(
+        captured
+            .str_attribute("gen_ai.input.messages")
+            .is_some_and(|m| m.contains("hello"))
+            && captured.str_attribute("gen_ai.output.messages") == Some("hi"),
+        "{captured:?}"
+    );
+    Ok(())
+}
