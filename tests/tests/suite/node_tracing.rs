@@ -271,6 +271,16 @@ async fn one_trace_follows_a_delegation_across_two_nodes_a_model_and_an_mcp_serv
 
     // The CLI shows the task's trace id.
     let (code, out, err) = a
+        .client(&["tasks", "get", task.id.as_str(), "--node", a.url()])
+        .await?;
+    ensure!(
+        code == 0
+            && out
+                .lines()
+                .any(|line| line.starts_with("trace:") && line.ends_with(&trace)),
+        "{out}{err}"
+    );
+    let (code, out, err) = a
         .client(&["tasks", "tree", task.id.as_str(), "--node", a.url()])
         .await?;
     ensure!(
