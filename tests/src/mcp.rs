@@ -17,7 +17,8 @@
 //! | `slow_calls`    | `{"started": n, "cancelled": m}` of `slow` (`readOnlyHint: true`)   |
 //! | `crash`         | the stdio server writes [`CRASH_MESSAGE`] to stderr and exits 3       |
 //! | `pid`           | the server's process id                                              |
-//! | `trace_context` | the request's `_meta.traceparent` (`none` without one)               |
+//! | `trace_context` | `meta` and `header`: the request's `_meta.traceparent` and (over HTTP)  |
+//! |                 | its `traceparent` header, `none` without                             |
 //! | `environment`   | `{"cwd": ..., "env": {...}}` of the server process                   |
 //! | `spawn_child`   | starts `sleep 1000` in the server's process group; its pid           |
 //! | `add_tool`      | adds a tool `name` and sends `notifications/tools/list_changed`      |
@@ -279,15 +280,22 @@ impl TestServer {
         let args = request.arguments.unwrap_or_default();
         let text = |text: String| Ok(CallToolResult::success(vec![ContentBlock::text(text)]));
         match request.name.as_ref() {
-            // The SDK hands the request's `_meta` over in the context.
-            "trace_context" => text(
-                context
+            // The SDK hands the request's `_meta` over in the context, and over HTTP the
+            // request's head too.
+            "trace_context" => {
+                let meta = context
                     .meta
                     .get_traceparent()
                     .or_else(|| request.meta.as_ref().and_then(|m| m.get_traceparent()))
-                    .unwrap_or("none")
-                    .to_owned(),
-            ),
+                    .unwrap_or("none");
+                let header = context
+                    .extensions
+                    .get::<axum::http::request::Parts>()
+                    .and_then(|parts| parts.headers.get("traceparent"))
+                    .and_then(|value| value.to_str().ok())
+                    .unwrap_or("none");
+                text(format!("meta {meta}\nheader {header}"))
+            }
             "echo" => {
                 let word = string_arg(&args, "text")?;
                 let times = args.get("times").and_then(Value::as_u64).unwrap_or(1);

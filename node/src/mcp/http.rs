@@ -39,6 +39,33 @@ fn request_id(message: &ClientJsonRpcMessage) -> Option<RequestId> {
     }
 }
 
+/// The W3C trace context of a tool call (its `_meta`, see `client.rs`) also as HTTP headers,
+/// as proxies and servers that trace by headers read it. The SDK sends from a task of its
+/// own, so the message is where the caller's context is.
+fn with_trace_headers(
+    message: &ClientJsonRpcMessage,
+    mut headers: HashMap<HeaderName, HeaderValue>,
+) -> HashMap<HeaderName, HeaderValue> {
+    let ClientJsonRpcMessage::Request(request) = message else {
+        return headers;
+    };
+    let rmcp::model::ClientRequest::CallToolRequest(call) = &request.request else {
+        return headers;
+    };
+    let Some(meta) = &call.params.meta else {
+        return headers;
+    };
+    for (name, value) in [
+        ("traceparent", meta.get_traceparent()),
+        ("tracestate", meta.get_tracestate()),
+    ] {
+        if let Some(value) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+    headers
+}
+
 /// Places an id-less error answering the request `id` (see the module docs).
 fn place(id: Option<RequestId>, in_session: bool, response: PostResult) -> PostResult {
     match response? {
@@ -82,6 +109,7 @@ impl StreamableHttpClient for HttpClient {
     ) -> PostResult {
         let id = request_id(&message);
         let in_session = session_id.is_some();
+        let custom_headers = with_trace_headers(&message, custom_headers);
         let response = self
             .0
             .post_message(uri, message, session_id, auth_header, custom_headers)
@@ -100,6 +128,7 @@ impl StreamableHttpClient for HttpClient {
     ) -> PostResult {
         let id = request_id(&message);
         let in_session = session_id.is_some();
+        let custom_headers = with_trace_headers(&message, custom_headers);
         let response = self
             .0
             .post_message_with_max_sse_event_size(
@@ -125,6 +154,7 @@ impl StreamableHttpClient for HttpClient {
     ) -> PostResult {
         let id = request_id(&message);
         let in_session = session_id.is_some();
+        let custom_headers = with_trace_headers(&message, custom_headers);
         let response = self
             .0
             .post_message_with_response_limits(

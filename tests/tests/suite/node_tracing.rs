@@ -79,7 +79,7 @@ fn is_child(spans: &[Span], child: &Span, of: &Span) -> bool {
 async fn one_trace_follows_a_delegation_across_two_nodes_a_model_and_an_mcp_server()
 -> anyhow::Result<()> {
     let receiver = OtlpReceiver::start().await?;
-    let server = mew_tests::mcp::server_bin()?;
+    let mcp_server = mew_tests::mcp::TestMcpServer::start_http().await?;
 
     // B: a model role that calls the hermetic MCP server's trace_context tool.
     let model_b = ScriptedModel::start(vec![
@@ -90,9 +90,9 @@ async fn one_trace_follows_a_delegation_across_two_nodes_a_model_and_an_mcp_serv
     let mut b = MewNode::new()?;
     b.write_config(&format!(
         "{}permissions:\n  allow: [mcp__hermetic__trace_context]\n\
-         mcp_servers:\n  hermetic:\n    command: {}\n",
+         mcp_servers:\n  hermetic:\n    url: {}\n",
         scripted_model_config(&model_b),
-        server.display()
+        mcp_server.url()
     ))?;
     b.write_role(
         "worker.md",
@@ -264,9 +264,11 @@ async fn one_trace_follows_a_delegation_across_two_nodes_a_model_and_an_mcp_serv
         }
     }
     let answered = model_b.requests()[1].last_user_text();
+    let context = format!("00-{trace}-{}-01", mcp.span_id);
     ensure!(
-        answered.contains(&format!("00-{trace}-{}-01", mcp.span_id)),
-        "the MCP server saw {answered:?}, not the MCP span's context"
+        answered.contains(&format!("meta {context}"))
+            && answered.contains(&format!("header {context}")),
+        "the MCP server saw {answered:?}, not the MCP span's context in _meta and the header"
     );
 
     // The CLI shows the task's trace id.
