@@ -166,6 +166,8 @@ pub(crate) struct ModelResponse {
     /// Tokens used, as the service reported them; `None` when it reported none (some local
     /// servers send no usage), which is not the same as zero.
     pub(crate) usage: Option<Usage>,
+    /// The model that answered, as the service named it (`None`: it did not say).
+    pub(crate) model: Option<String>,
 }
 
 /// Progress while a model answers.

@@ -404,6 +404,8 @@ enum Event {
 struct StartMessage {
     #[serde(default)]
     usage: Option<WireUsage>,
+    #[serde(default)]
+    model: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -475,6 +477,7 @@ pub(crate) struct MessagesParser {
     usage: Usage,
     stop: Option<String>,
     started: bool,
+    model: Option<String>,
 }
 
 impl MessagesParser {
@@ -503,6 +506,7 @@ impl StreamParser for MessagesParser {
             Event::MessageStart { message } => {
                 self.started = true;
                 self.usage(message.usage.unwrap_or_default());
+                self.model = message.model.filter(|model| !model.is_empty());
             }
             Event::ContentBlockStart {
                 index,
@@ -611,6 +615,7 @@ impl StreamParser for MessagesParser {
             stop,
             // Every Messages answer reports its usage (in `message_start`).
             usage: Some(self.usage),
+            model: self.model,
         })
     }
 }
@@ -846,6 +851,7 @@ data: {\"type\":\"message_stop\"}\n\
                         cache_read: 2000,
                         cache_write: 100
                     }),
+                    model: Some("claude-sonnet-4-6".into()),
                 }
             );
             assert_eq!(

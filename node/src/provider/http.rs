@@ -228,6 +228,9 @@ fn record_outcome(span: &tracing::Span, outcome: &Result<ModelResponse, Provider
                 crate::conversation::StopReason::Other(other) => other.as_str(),
             };
             span.record("gen_ai.response.finish_reasons", reason);
+            if let Some(model) = &response.model {
+                span.record("gen_ai.response.model", model.as_str());
+            }
             if let Some(usage) = &response.usage {
                 span.record("gen_ai.usage.input_tokens", as_i64(usage.input));
                 span.record("gen_ai.usage.output_tokens", as_i64(usage.output));

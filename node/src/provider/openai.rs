@@ -468,6 +468,8 @@ fn error_class(code: &str) -> Option<ErrorClass> {
 #[derive(Debug, Deserialize)]
 struct Chunk {
     #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
     choices: Vec<Choice>,
     #[serde(default)]
     usage: Option<WireUsage>,
@@ -544,6 +546,7 @@ pub(crate) struct ChatParser {
     calls: Vec<CallSlot>,
     finish: Option<String>,
     usage: Option<Usage>,
+    model: Option<String>,
 }
 
 impl ChatParser {
@@ -609,6 +612,9 @@ impl StreamParser for ChatParser {
         })?;
         if let Some(error) = chunk.error {
             return Err(StreamError::Remote(api_error(error)));
+        }
+        if self.model.is_none() {
+            self.model = chunk.model.filter(|model| !model.is_empty());
         }
         for choice in chunk.choices {
             // One answer is asked for (`n` is not sent); other choices are not ours.
@@ -684,6 +690,7 @@ impl StreamParser for ChatParser {
             content,
             stop,
             usage: self.usage,
+            model: self.model,
         })
     }
 }
@@ -911,6 +918,7 @@ data: [DONE]
                         cache_read: 2048,
                         cache_write: 0
                     }),
+                    model: Some("gpt-4o".into()),
                 }
             );
             assert_eq!(

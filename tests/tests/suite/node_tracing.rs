@@ -225,7 +225,8 @@ async fn one_trace_follows_a_delegation_across_two_nodes_a_model_and_an_mcp_serv
                 && is_child(&spans, chat, b_turn)
                 && chat.str_attribute("gen_ai.operation.name") == Some("chat")
                 && chat.str_attribute("gen_ai.system") == Some("openai")
-                && chat.str_attribute("gen_ai.request.model") == Some(model_id.as_str()),
+                && chat.str_attribute("gen_ai.request.model") == Some(model_id.as_str())
+                && chat.str_attribute("gen_ai.response.model") == Some(model_id.as_str()),
             "{chat:?}"
         );
         ensure!(
