@@ -110,7 +110,8 @@ pub fn captures_content() -> bool {
 }
 
 /// The OpenTelemetry layer for the node's subscriber, or `None` when tracing is off. It takes
-/// the node's spans ([`TARGET`]) and the INFO events of the node's crates (as span events).
+/// the node's spans ([`TARGET`]) and the warnings and errors of the node's crates (as span
+/// events).
 pub fn layer<S>(
     config: &TelemetryConfig,
     node_name: &str,
@@ -145,11 +146,11 @@ where
     // the first provider.
     let _ = PROVIDER.set(provider);
     CAPTURE_CONTENT.store(config.capture_content, Ordering::Relaxed);
-    // The trace spans, and the node's log events inside them (as span events); not the
-    // spans made for log lines.
+    // The trace spans, and the node's warnings and errors inside them (as span events; the
+    // INFO lines would cost every span more than they tell); not the spans made for log lines.
     let events = Targets::new()
-        .with_target("mew_node", tracing::Level::INFO)
-        .with_target("mew_transport", tracing::Level::INFO);
+        .with_target("mew_node", tracing::Level::WARN)
+        .with_target("mew_transport", tracing::Level::WARN);
     let targets = tracing_subscriber::filter::filter_fn(move |meta| {
         if meta.is_span() {
             meta.target() == TARGET
@@ -166,6 +167,11 @@ where
             .with_target(false)
             .with_filter(targets),
     ))
+}
+
+/// Whether this process exports traces (`layer` found where to).
+pub fn enabled() -> bool {
+    PROVIDER.get().is_some()
 }
 
 /// Sends what the batch processor still holds, and stops it: the last thing a node does.

@@ -4,7 +4,6 @@
 use std::io::IsTerminal;
 
 use anyhow::Context as _;
-use tracing_subscriber::filter::{FilterExt as _, filter_fn};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
@@ -26,21 +25,22 @@ pub fn init_logging(
     node: bool,
     traces: Option<(&TelemetryConfig, &str)>,
 ) -> anyhow::Result<()> {
-    let filter = EnvFilter::builder()
-        .parse(level)
-        .with_context(|| format!("bad log level directive `{level}`"))?;
+    let otel = match traces {
+        Some((telemetry, name)) => crate::telemetry::layer(telemetry, name)?,
+        None => None,
+    };
     // The trace spans are for the exporter, not for log lines: a log line names the spans it
     // is written in, and these would drown it.
-    let filter = filter.and(filter_fn(|meta| {
-        !(meta.is_span() && meta.target() == crate::telemetry::TARGET)
-    }));
+    let directives = format!("{level},{}=off", crate::telemetry::TARGET);
+    let filter = EnvFilter::builder()
+        .parse(&directives)
+        .with_context(|| format!("bad log level directive `{level}`"))?;
     let fmt = tracing_subscriber::fmt::layer();
     let lines: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Text => fmt
             .with_writer(std::io::stderr)
             .with_ansi(std::io::stderr().is_terminal())
             .event_format(WithTraceIds::new(tracing_subscriber::fmt::format(), false))
-            .with_filter(filter)
             .boxed(),
         LogFormat::Json => {
             let json = fmt.json().event_format(WithTraceIds::new(
@@ -48,20 +48,22 @@ pub fn init_logging(
                 true,
             ));
             if node {
-                json.with_writer(std::io::stdout)
-                    .with_filter(filter)
-                    .boxed()
+                json.with_writer(std::io::stdout).boxed()
             } else {
-                json.with_writer(std::io::stderr)
-                    .with_filter(filter)
-                    .boxed()
+                json.with_writer(std::io::stderr).boxed()
             }
         }
     };
-    let otel = match traces {
-        Some((telemetry, name)) => crate::telemetry::layer(telemetry, name)?,
-        None => None,
+    // Without traces the filter is the subscriber's own: callsites it turns off cost nothing.
+    // With them it filters the log lines alone, and the exporter's layer has its own.
+    let Some(otel) = otel else {
+        return tracing_subscriber::registry()
+            .with(lines)
+            .with(filter)
+            .try_init()
+            .map_err(|error| anyhow::anyhow!("installing the log subscriber: {error}"));
     };
+    let lines = lines.with_filter(filter).boxed();
     tracing_subscriber::registry()
         .with(lines)
         .with(otel)

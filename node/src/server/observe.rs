@@ -37,7 +37,10 @@ pub(crate) async fn observe(
     next: Next,
 ) -> Response {
     let path = request.uri().path();
-    if QUIET.contains(&path) || path.ends_with(mew_cards::WELL_KNOWN_CARD_PATH) || path == "/agents"
+    if !telemetry::enabled()
+        || QUIET.contains(&path)
+        || path.ends_with(mew_cards::WELL_KNOWN_CARD_PATH)
+        || path == "/agents"
     {
         return next.run(request).await;
     }
