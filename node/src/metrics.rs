@@ -14,11 +14,13 @@
 //! those labels keeps at most [`MAX_NAMES`] distinct values, folding any more into `other`. No
 //! task id, context id or user text is ever a label.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LazyLock, Mutex, PoisonError};
+use std::sync::{LazyLock, Mutex, OnceLock, PoisonError};
 
 use mew_cards::TaskState;
+use opentelemetry::KeyValue;
+use opentelemetry::metrics as otel;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -99,80 +101,62 @@ fn metrics() -> Option<&'static Metrics> {
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Request and MCP call latencies, in seconds.
-fn short_buckets() -> Histogram {
-    Histogram::new([
-        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-    ])
-}
+const SHORT_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
 
 /// Model call latencies, in seconds.
-fn model_buckets() -> Histogram {
-    Histogram::new([
-        0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
-    ])
-}
+const MODEL_BUCKETS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
 
 /// Task durations, in seconds.
+const TASK_BUCKETS: &[f64] = &[
+    0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0,
+];
+
+fn short_buckets() -> Histogram {
+    Histogram::new(SHORT_BUCKETS.iter().copied())
+}
+
+fn model_buckets() -> Histogram {
+    Histogram::new(MODEL_BUCKETS.iter().copied())
+}
+
 fn task_buckets() -> Histogram {
-    Histogram::new([
-        0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0,
-    ])
+    Histogram::new(TASK_BUCKETS.iter().copied())
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    method: &'static str,
-    binding: &'static str,
-    status: &'static str,
+/// A label set: its Prometheus encoding, and the same labels as OpenTelemetry attributes.
+macro_rules! label_set {
+    ($name:ident { $($field:ident : $ty:ty),* $(,)? }) => {
+        #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+        struct $name {
+            $($field: $ty),*
+        }
+
+        impl $name {
+            fn attributes(&self) -> Vec<KeyValue> {
+                vec![$(KeyValue::new(attribute_key(stringify!($field)), self.$field.clone())),*]
+            }
+        }
+    };
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TaskLabels {
-    role: String,
-    state: &'static str,
+/// A field's name as a label's (`r#type` is `type`).
+fn attribute_key(field: &'static str) -> &'static str {
+    field.strip_prefix("r#").unwrap_or(field)
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ModelLabels {
-    provider: String,
-    model: String,
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TokenLabels {
-    provider: String,
-    model: String,
-    r#type: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ToolLabels {
-    tool: String,
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StateLabels {
-    state: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct McpCallLabels {
-    server: String,
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct HookLabels {
-    event: &'static str,
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    outcome: &'static str,
-}
+label_set!(RequestLabels { method: &'static str, binding: &'static str, status: &'static str });
+label_set!(TaskLabels { role: String, state: &'static str });
+label_set!(ModelLabels { provider: String, model: String, outcome: &'static str });
+label_set!(TokenLabels { provider: String, model: String, r#type: &'static str });
+label_set!(ToolLabels { tool: String, outcome: &'static str });
+label_set!(StateLabels { state: &'static str });
+label_set!(McpCallLabels { server: String, outcome: &'static str });
+label_set!(HookLabels { event: &'static str, outcome: &'static str });
+label_set!(OutcomeLabels { outcome: &'static str });
 
 /// The names one label has taken, at most [`MAX_NAMES`].
 #[derive(Default)]
@@ -223,117 +207,153 @@ struct Metrics {
     scrape: Mutex<HashSet<TaskLabels>>,
 }
 
+/// A metric family's name and help text: the same in `/metrics` and over OTLP.
+#[derive(Clone, Copy)]
+struct Describe {
+    name: &'static str,
+    help: &'static str,
+}
+
+const A2A_REQUESTS: Describe = Describe {
+    name: "mew_a2a_requests",
+    help: "A2A requests answered, by method, binding and A2A outcome (ok or the error)",
+};
+const A2A_REQUEST_DURATION: Describe = Describe {
+    name: "mew_a2a_request_duration",
+    help: "Time to answer an A2A request (a stream: to its response head), by method, binding \
+           and outcome",
+};
+const OPEN_STREAMS: Describe = Describe {
+    name: "mew_open_streams",
+    help: "SSE streams open now (streaming sends and subscriptions)",
+};
+const TASKS: Describe = Describe {
+    name: "mew_tasks",
+    help: "Tasks this node's task manager holds live now (running, queued, or asking for \
+             input and loaded), by role and state",
+};
+const TASKS_ENDED: Describe = Describe {
+    name: "mew_tasks_ended",
+    help: "Tasks this node brought to a final state, by role and final state",
+};
+const TASK_DURATION: Describe = Describe {
+    name: "mew_task_duration",
+    help: "Time from a task's creation to its final state, by role and final state",
+};
+const MODEL_CALLS: Describe = Describe {
+    name: "mew_model_calls",
+    help: "Model calls, by provider, model and outcome",
+};
+const MODEL_CALL_DURATION: Describe = Describe {
+    name: "mew_model_call_duration",
+    help: "Time of one model call, by provider, model and outcome",
+};
+const MODEL_TOKENS: Describe = Describe {
+    name: "mew_model_tokens",
+    help: "Tokens the providers reported, by provider, model and type (input, output, \
+             cache_read, cache_write)",
+};
+const TOOL_CALLS: Describe = Describe {
+    name: "mew_tool_calls",
+    help: "Tool calls of model-driven roles, by tool and outcome",
+};
+const MCP_SERVERS: Describe = Describe {
+    name: "mew_mcp_servers",
+    help: "Configured MCP servers, by state",
+};
+const MCP_CALL_DURATION: Describe = Describe {
+    name: "mew_mcp_call_duration",
+    help: "Time of one MCP tool call, by server and outcome",
+};
+const HOOK_RUNS: Describe = Describe {
+    name: "mew_hook_runs",
+    help: "Hook runs, by event and outcome",
+};
+const PUSH_OUTBOX_DEPTH: Describe = Describe {
+    name: "mew_push_outbox_depth",
+    help: "Push notifications waiting in the task store's outbox (counted up to 10000)",
+};
+const PUSH_DELIVERIES: Describe = Describe {
+    name: "mew_push_deliveries",
+    help: "Push delivery attempts, by outcome",
+};
+const LEASES_HELD: Describe = Describe {
+    name: "mew_leases_held",
+    help: "Task leases this replica holds now (shared store only)",
+};
+const LEASE_TAKEOVERS: Describe = Describe {
+    name: "mew_lease_takeovers",
+    help: "Tasks this replica took over on a shared store: left by a lost replica, or offered \
+             by a busy one",
+};
+
 impl Metrics {
     fn new() -> Self {
         let mut registry = Registry::default();
         let requests = Family::default();
-        registry.register(
-            "mew_a2a_requests",
-            "A2A requests answered, by method, binding and A2A outcome (ok or the error)",
-            requests.clone(),
-        );
+        registry.register(A2A_REQUESTS.name, A2A_REQUESTS.help, requests.clone());
         let request_seconds = Family::new_with_constructor(short_buckets as fn() -> Histogram);
         registry.register_with_unit(
-            "mew_a2a_request_duration",
-            "Time to answer an A2A request (a stream: to its response head), by method, binding \
-             and outcome",
+            A2A_REQUEST_DURATION.name,
+            A2A_REQUEST_DURATION.help,
             Unit::Seconds,
             request_seconds.clone(),
         );
         let open_streams = Gauge::default();
-        registry.register(
-            "mew_open_streams",
-            "SSE streams open now (streaming sends and subscriptions)",
-            open_streams.clone(),
-        );
+        registry.register(OPEN_STREAMS.name, OPEN_STREAMS.help, open_streams.clone());
         let tasks = Family::default();
-        registry.register(
-            "mew_tasks",
-            "Tasks this node's task manager holds live now (running, queued, or asking for \
-             input and loaded), by role and state",
-            tasks.clone(),
-        );
+        registry.register(TASKS.name, TASKS.help, tasks.clone());
         let tasks_ended = Family::default();
-        registry.register(
-            "mew_tasks_ended",
-            "Tasks this node brought to a final state, by role and final state",
-            tasks_ended.clone(),
-        );
+        registry.register(TASKS_ENDED.name, TASKS_ENDED.help, tasks_ended.clone());
         let task_seconds = Family::new_with_constructor(task_buckets as fn() -> Histogram);
         registry.register_with_unit(
-            "mew_task_duration",
-            "Time from a task's creation to its final state, by role and final state",
+            TASK_DURATION.name,
+            TASK_DURATION.help,
             Unit::Seconds,
             task_seconds.clone(),
         );
         let model_calls = Family::default();
-        registry.register(
-            "mew_model_calls",
-            "Model calls, by provider, model and outcome",
-            model_calls.clone(),
-        );
+        registry.register(MODEL_CALLS.name, MODEL_CALLS.help, model_calls.clone());
         let model_seconds = Family::new_with_constructor(model_buckets as fn() -> Histogram);
         registry.register_with_unit(
-            "mew_model_call_duration",
-            "Time of one model call, by provider, model and outcome",
+            MODEL_CALL_DURATION.name,
+            MODEL_CALL_DURATION.help,
             Unit::Seconds,
             model_seconds.clone(),
         );
         let model_tokens = Family::default();
-        registry.register(
-            "mew_model_tokens",
-            "Tokens the providers reported, by provider, model and type (input, output, \
-             cache_read, cache_write)",
-            model_tokens.clone(),
-        );
+        registry.register(MODEL_TOKENS.name, MODEL_TOKENS.help, model_tokens.clone());
         let tool_calls = Family::default();
-        registry.register(
-            "mew_tool_calls",
-            "Tool calls of model-driven roles, by tool and outcome",
-            tool_calls.clone(),
-        );
+        registry.register(TOOL_CALLS.name, TOOL_CALLS.help, tool_calls.clone());
         let mcp_servers = Family::default();
-        registry.register(
-            "mew_mcp_servers",
-            "Configured MCP servers, by state",
-            mcp_servers.clone(),
-        );
+        registry.register(MCP_SERVERS.name, MCP_SERVERS.help, mcp_servers.clone());
         let mcp_seconds = Family::new_with_constructor(short_buckets as fn() -> Histogram);
         registry.register_with_unit(
-            "mew_mcp_call_duration",
-            "Time of one MCP tool call, by server and outcome",
+            MCP_CALL_DURATION.name,
+            MCP_CALL_DURATION.help,
             Unit::Seconds,
             mcp_seconds.clone(),
         );
         let hook_runs = Family::default();
-        registry.register(
-            "mew_hook_runs",
-            "Hook runs, by event and outcome",
-            hook_runs.clone(),
-        );
+        registry.register(HOOK_RUNS.name, HOOK_RUNS.help, hook_runs.clone());
         let push_outbox = Gauge::default();
         registry.register(
-            "mew_push_outbox_depth",
-            "Push notifications waiting in the task store's outbox (counted up to 10000)",
+            PUSH_OUTBOX_DEPTH.name,
+            PUSH_OUTBOX_DEPTH.help,
             push_outbox.clone(),
         );
         let push_deliveries = Family::default();
         registry.register(
-            "mew_push_deliveries",
-            "Push delivery attempts, by outcome",
+            PUSH_DELIVERIES.name,
+            PUSH_DELIVERIES.help,
             push_deliveries.clone(),
         );
         let leases_held = Gauge::default();
-        registry.register(
-            "mew_leases_held",
-            "Task leases this replica holds now (shared store only)",
-            leases_held.clone(),
-        );
+        registry.register(LEASES_HELD.name, LEASES_HELD.help, leases_held.clone());
         let takeovers = Counter::default();
         registry.register(
-            "mew_lease_takeovers",
-            "Tasks this replica took over on a shared store: left by a lost replica, or offered \
-             by a busy one",
+            LEASE_TAKEOVERS.name,
+            LEASE_TAKEOVERS.help,
             takeovers.clone(),
         );
         Self {
@@ -365,40 +385,102 @@ impl Metrics {
     }
 }
 
-/// The JSON-RPC method names of the A2A operations: any other value is counted as `other`.
-const METHODS: &[&str] = &[
-    "SendMessage",
-    "SendStreamingMessage",
-    "GetTask",
-    "ListTasks",
-    "CancelTask",
-    "SubscribeToTask",
-    "CreateTaskPushNotificationConfig",
-    "GetTaskPushNotificationConfig",
-    "ListTaskPushNotificationConfigs",
-    "DeleteTaskPushNotificationConfig",
-    "GetExtendedAgentCard",
-];
+/// The same families as OpenTelemetry instruments, when metrics are exported over OTLP too
+/// ([`export`]): recorded beside the registry, with the same names, labels and buckets.
+struct Otel {
+    requests: otel::Counter<u64>,
+    request_seconds: otel::Histogram<f64>,
+    open_streams: otel::UpDownCounter<i64>,
+    tasks: otel::Gauge<i64>,
+    tasks_ended: otel::Counter<u64>,
+    task_seconds: otel::Histogram<f64>,
+    model_calls: otel::Counter<u64>,
+    model_seconds: otel::Histogram<f64>,
+    model_tokens: otel::Counter<u64>,
+    tool_calls: otel::Counter<u64>,
+    mcp_servers: otel::Gauge<i64>,
+    mcp_seconds: otel::Histogram<f64>,
+    hook_runs: otel::Counter<u64>,
+    push_outbox: otel::Gauge<i64>,
+    push_deliveries: otel::Counter<u64>,
+    leases_held: otel::Gauge<i64>,
+    takeovers: otel::Counter<u64>,
+}
 
-/// One A2A request answered: its method (`None` or an unknown one: `other`), binding
-/// (`jsonrpc` or `rest`), outcome (`ok` or the A2A error's name) and time to answer.
+impl Otel {
+    fn new(meter: &otel::Meter) -> Self {
+        let counter = |d: Describe| meter.u64_counter(d.name).with_description(d.help).build();
+        let gauge = |d: Describe| meter.i64_gauge(d.name).with_description(d.help).build();
+        let seconds = |d: Describe, buckets: &[f64]| {
+            meter
+                .f64_histogram(d.name)
+                .with_description(d.help)
+                .with_unit("s")
+                .with_boundaries(buckets.to_vec())
+                .build()
+        };
+        Self {
+            requests: counter(A2A_REQUESTS),
+            request_seconds: seconds(A2A_REQUEST_DURATION, SHORT_BUCKETS),
+            open_streams: meter
+                .i64_up_down_counter(OPEN_STREAMS.name)
+                .with_description(OPEN_STREAMS.help)
+                .build(),
+            tasks: gauge(TASKS),
+            tasks_ended: counter(TASKS_ENDED),
+            task_seconds: seconds(TASK_DURATION, TASK_BUCKETS),
+            model_calls: counter(MODEL_CALLS),
+            model_seconds: seconds(MODEL_CALL_DURATION, MODEL_BUCKETS),
+            model_tokens: counter(MODEL_TOKENS),
+            tool_calls: counter(TOOL_CALLS),
+            mcp_servers: gauge(MCP_SERVERS),
+            mcp_seconds: seconds(MCP_CALL_DURATION, SHORT_BUCKETS),
+            hook_runs: counter(HOOK_RUNS),
+            push_outbox: gauge(PUSH_OUTBOX_DEPTH),
+            push_deliveries: counter(PUSH_DELIVERIES),
+            leases_held: gauge(LEASES_HELD),
+            takeovers: counter(LEASE_TAKEOVERS),
+        }
+    }
+}
+
+static OTEL: OnceLock<Otel> = OnceLock::new();
+
+/// Records every metric through `meter` as well, from now on (recording must be on): the
+/// telemetry exports it over OTLP. The gauges read from the node are recorded by
+/// [`observe`], which the caller runs as often as the meter exports.
+pub(crate) fn export(meter: &otel::Meter) {
+    if enabled() {
+        let _ = OTEL.set(Otel::new(meter));
+    }
+}
+
+fn otel() -> Option<&'static Otel> {
+    OTEL.get()
+}
+
+/// One A2A request answered: its method (as the transport names the operations it knows;
+/// `None`: `other`), binding (`jsonrpc` or `rest`), outcome (`ok` or the A2A error's name)
+/// and time to answer.
 pub(crate) fn a2a_request(
-    method: Option<&str>,
+    method: Option<&'static str>,
     binding: &'static str,
     status: &'static str,
     seconds: f64,
 ) {
     let Some(m) = metrics() else { return };
-    let method = method
-        .and_then(|name| METHODS.iter().copied().find(|known| *known == name))
-        .unwrap_or(OTHER);
     let labels = RequestLabels {
-        method,
+        method: method.unwrap_or(OTHER),
         binding,
         status,
     };
     m.requests.get_or_create(&labels).inc();
     m.request_seconds.get_or_create(&labels).observe(seconds);
+    if let Some(o) = otel() {
+        let attributes = labels.attributes();
+        o.requests.add(1, &attributes);
+        o.request_seconds.record(seconds, &attributes);
+    }
 }
 
 /// An open SSE stream: counted in `mew_open_streams` until dropped.
@@ -410,6 +492,9 @@ pub(crate) fn open_stream() -> OpenStream {
     match metrics() {
         Some(m) => {
             m.open_streams.inc();
+            if let Some(o) = otel() {
+                o.open_streams.add(1, &[]);
+            }
             OpenStream(true)
         }
         None => OpenStream(false),
@@ -420,6 +505,9 @@ impl Drop for OpenStream {
     fn drop(&mut self) {
         if self.0 {
             METRICS.open_streams.dec();
+            if let Some(o) = otel() {
+                o.open_streams.add(-1, &[]);
+            }
         }
     }
 }
@@ -446,10 +534,14 @@ pub(crate) fn task_ended(role: &str, state: TaskState, seconds: f64) {
         role: m.roles.label(role),
         state: state_label(state),
     };
+    let seconds = seconds.max(0.0);
     m.tasks_ended.get_or_create(&labels).inc();
-    m.task_seconds
-        .get_or_create(&labels)
-        .observe(seconds.max(0.0));
+    m.task_seconds.get_or_create(&labels).observe(seconds);
+    if let Some(o) = otel() {
+        let attributes = labels.attributes();
+        o.tasks_ended.add(1, &attributes);
+        o.task_seconds.record(seconds, &attributes);
+    }
 }
 
 /// Tokens one model call used, as its provider reported them.
@@ -479,6 +571,11 @@ pub(crate) fn model_call(
     };
     m.model_calls.get_or_create(&labels).inc();
     m.model_seconds.get_or_create(&labels).observe(seconds);
+    if let Some(o) = otel() {
+        let attributes = labels.attributes();
+        o.model_calls.add(1, &attributes);
+        o.model_seconds.record(seconds, &attributes);
+    }
     let Some(tokens) = tokens else { return };
     for (kind, count) in [
         ("input", tokens.input),
@@ -492,6 +589,9 @@ pub(crate) fn model_call(
             r#type: kind,
         };
         m.model_tokens.get_or_create(&labels).inc_by(count);
+        if let Some(o) = otel() {
+            o.model_tokens.add(count, &labels.attributes());
+        }
     }
 }
 
@@ -504,6 +604,9 @@ pub(crate) fn tool_call(tool: Option<&str>, outcome: &'static str) {
         outcome,
     };
     m.tool_calls.get_or_create(&labels).inc();
+    if let Some(o) = otel() {
+        o.tool_calls.add(1, &labels.attributes());
+    }
 }
 
 /// One MCP tool call to `server`: its outcome and its time.
@@ -514,29 +617,39 @@ pub(crate) fn mcp_call(server: &str, outcome: &'static str, seconds: f64) {
         outcome,
     };
     m.mcp_seconds.get_or_create(&labels).observe(seconds);
+    if let Some(o) = otel() {
+        o.mcp_seconds.record(seconds, &labels.attributes());
+    }
 }
 
 /// One hook run for `event` (its name in hook files): `ok`, `blocked` or `error`.
 pub(crate) fn hook_run(event: &'static str, outcome: &'static str) {
     let Some(m) = metrics() else { return };
-    m.hook_runs
-        .get_or_create(&HookLabels { event, outcome })
-        .inc();
+    let labels = HookLabels { event, outcome };
+    m.hook_runs.get_or_create(&labels).inc();
+    if let Some(o) = otel() {
+        o.hook_runs.add(1, &labels.attributes());
+    }
 }
 
 /// One push delivery attempt: `delivered`, `failed` (to be retried), `dropped` (after its last
 /// attempt) or `refused` (never deliverable).
 pub(crate) fn push_delivery(outcome: &'static str) {
     let Some(m) = metrics() else { return };
-    m.push_deliveries
-        .get_or_create(&OutcomeLabels { outcome })
-        .inc();
+    let labels = OutcomeLabels { outcome };
+    m.push_deliveries.get_or_create(&labels).inc();
+    if let Some(o) = otel() {
+        o.push_deliveries.add(1, &labels.attributes());
+    }
 }
 
 /// Tasks this replica took over from lost replicas.
 pub(crate) fn takeovers(count: u64) {
     let Some(m) = metrics() else { return };
     m.takeovers.inc_by(count);
+    if let Some(o) = otel() {
+        o.takeovers.add(count, &[]);
+    }
 }
 
 /// What a scrape reads from the node right then: each value was read with a bounded cost.
@@ -556,35 +669,63 @@ pub(crate) struct Snapshot {
 pub(crate) const MCP_STATES: &[&str] =
     &["connecting", "connected", "failed", "restarting", "stopped"];
 
-/// The exposition of every metric with `snapshot`'s gauges: OpenMetrics text when
-/// `open_metrics`, else the Prometheus text format 0.0.4. `None` while recording is off.
-pub(crate) fn render(snapshot: &Snapshot, open_metrics: bool) -> Option<String> {
-    let m = metrics()?;
+/// Sets the gauges read from the node to `snapshot`'s values, in the registry and (when
+/// metrics are exported over OTLP) as OpenTelemetry gauges.
+pub(crate) fn observe(snapshot: &Snapshot) {
+    let Some(m) = metrics() else { return };
     let mut seen = m.scrape.lock().unwrap_or_else(PoisonError::into_inner);
-    for labels in seen.iter() {
-        m.tasks.get_or_create(labels).set(0);
-    }
+    set_gauges(m, &mut seen, snapshot);
+}
+
+/// What [`observe`] does, with the scrape lock held.
+fn set_gauges(m: &Metrics, seen: &mut HashSet<TaskLabels>, snapshot: &Snapshot) {
+    let mut tasks: HashMap<TaskLabels, i64> = seen.iter().map(|l| (l.clone(), 0)).collect();
     for (role, state, count) in &snapshot.tasks {
         let labels = TaskLabels {
             role: m.roles.label(role),
             state: state_label(*state),
         };
-        m.tasks.get_or_create(&labels).inc_by(*count);
-        seen.insert(labels);
+        *tasks.entry(labels).or_default() += *count;
     }
-    for state in MCP_STATES {
+    let mcp_servers = MCP_STATES.iter().map(|state| {
         let count = snapshot
             .mcp_servers
             .iter()
             .filter(|(s, _)| s == state)
             .map(|(_, n)| n)
             .sum();
-        m.mcp_servers
-            .get_or_create(&StateLabels { state })
-            .set(count);
+        (StateLabels { state }, count)
+    });
+    let push_outbox = snapshot.push_outbox.unwrap_or(0);
+    let leases_held = snapshot.leases_held.unwrap_or(0);
+    let otel = otel();
+    for (labels, count) in &tasks {
+        m.tasks.get_or_create(labels).set(*count);
+        if let Some(o) = otel {
+            o.tasks.record(*count, &labels.attributes());
+        }
     }
-    m.push_outbox.set(snapshot.push_outbox.unwrap_or(0));
-    m.leases_held.set(snapshot.leases_held.unwrap_or(0));
+    for (labels, count) in mcp_servers {
+        m.mcp_servers.get_or_create(&labels).set(count);
+        if let Some(o) = otel {
+            o.mcp_servers.record(count, &labels.attributes());
+        }
+    }
+    m.push_outbox.set(push_outbox);
+    m.leases_held.set(leases_held);
+    if let Some(o) = otel {
+        o.push_outbox.record(push_outbox, &[]);
+        o.leases_held.record(leases_held, &[]);
+    }
+    seen.extend(tasks.into_keys());
+}
+
+/// The exposition of every metric with `snapshot`'s gauges: OpenMetrics text when
+/// `open_metrics`, else the Prometheus text format 0.0.4. `None` while recording is off.
+pub(crate) fn render(snapshot: &Snapshot, open_metrics: bool) -> Option<String> {
+    let m = metrics()?;
+    let mut seen = m.scrape.lock().unwrap_or_else(PoisonError::into_inner);
+    set_gauges(m, &mut seen, snapshot);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &m.registry).ok()?;
     drop(seen);
@@ -692,7 +833,7 @@ mod tests {
     fn recorded_values_are_in_both_expositions() {
         enable();
         a2a_request(Some("GetTask"), "jsonrpc", "ok", 0.02);
-        a2a_request(Some("NoSuchMethod"), "rest", "MethodNotFoundError", 0.001);
+        a2a_request(None, "rest", "MethodNotFoundError", 0.001);
         task_ended("metrics-unit-role", TaskState::Completed, 1.5);
         model_call(
             "metrics-unit-provider",

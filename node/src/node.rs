@@ -1032,6 +1032,24 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     // The whole HTTP surface is made again when role or skill files change, and swapped in at
     // once: a request is served by one version of it from start to end.
     let app = Arc::new(RwLock::new(runtime.router(&surface)));
+    let mut gauges = None;
+    if config.metrics.enabled
+        && let Some((meter, every)) = crate::telemetry::meter(&config.telemetry, &config.node.name)?
+    {
+        crate::metrics::export(&meter);
+        // The gauges read from the node (live tasks, MCP servers, the outbox, leases), read
+        // as often as the meter exports them; the counters and histograms are recorded as
+        // things happen.
+        let snapshot = runtime.metrics_snapshot();
+        gauges = Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                crate::metrics::observe(&snapshot().await);
+            }
+        }));
+    }
     let catalog = runtime.catalog();
     let published: Vec<&Arc<RoleDefinition>> = catalog.published().collect();
     let problems = catalog.problems();
@@ -1218,6 +1236,9 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     // New clients run in-process from now on (once the lock is let go).
     let _ = std::fs::remove_file(&node_file);
     drop(app);
+    if let Some(gauges) = gauges {
+        gauges.abort();
+    }
     runtime.shutdown().await;
     // The spans of the last requests, before the process ends.
     let _ = tokio::task::spawn_blocking(crate::telemetry::flush).await;

@@ -1,6 +1,6 @@
-//! OpenTelemetry traces: the exporter, set up the standard way (`OTEL_*`) or from the
-//! `telemetry:` section; the W3C trace context read from requests and sent with every call;
-//! and the trace and span ids on log lines.
+//! OpenTelemetry traces and the OTLP export of metrics: the exporters, set up the standard way
+//! (`OTEL_*`) or from the `telemetry:` section; the W3C trace context read from requests and
+//! sent with every call; and the trace and span ids on log lines.
 //!
 //! The node's spans are `tracing` spans of target [`TARGET`], made with [`span!`]. No log
 //! layer shows them, so with tracing off nobody is interested in them and each costs one
@@ -12,10 +12,15 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use http::HeaderMap;
+use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanContext, TraceContextExt, TracerProvider as _};
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use serde::Serialize;
@@ -52,6 +57,10 @@ pub struct TelemetryConfig {
     /// Whether model calls' spans carry the prompt and the completion (off: only sizes,
     /// models, tokens and finish reasons).
     pub capture_content: bool,
+    /// Whether the node's metrics are exported over OTLP too, to the same collector (beside
+    /// `/metrics`), as OpenTelemetry SDKs do by default (`OTEL_METRICS_EXPORTER=none` turns
+    /// it off as well).
+    pub metrics: bool,
 }
 
 impl Default for TelemetryConfig {
@@ -61,6 +70,7 @@ impl Default for TelemetryConfig {
             service_name: None,
             inbound: Inbound::All,
             capture_content: false,
+            metrics: true,
         }
     }
 }
@@ -82,24 +92,82 @@ impl TelemetryConfig {
     /// Where spans go: the configured endpoint, or the standard variables (`None`: tracing is
     /// off, as it is when `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`).
     fn exports_to(&self) -> Option<String> {
+        self.signal_endpoint(Signal::Traces)
+    }
+
+    /// Where metrics go, the same way (`telemetry.metrics: false` or
+    /// `OTEL_METRICS_EXPORTER=none`: nowhere but `/metrics`).
+    fn exports_metrics_to(&self) -> Option<String> {
+        self.metrics
+            .then(|| self.signal_endpoint(Signal::Metrics))
+            .flatten()
+    }
+
+    /// The OTLP/HTTP URL of one signal, as the OpenTelemetry specification resolves it: the
+    /// signal's own variable is the whole URL, the general one a base the signal's path is
+    /// added to; the configured endpoint is such a base too, and comes first.
+    fn signal_endpoint(&self, signal: Signal) -> Option<String> {
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let (exporter, own, path) = match signal {
+            Signal::Traces => (
+                "OTEL_TRACES_EXPORTER",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "/v1/traces",
+            ),
+            Signal::Metrics => (
+                "OTEL_METRICS_EXPORTER",
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "/v1/metrics",
+            ),
+        };
         if env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
-            || env("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"))
+            || env(exporter).is_some_and(|v| v.eq_ignore_ascii_case("none"))
         {
             return None;
         }
+        let under = |base: &str| format!("{}{path}", base.trim_end_matches('/'));
         if let Some(endpoint) = &self.endpoint {
-            return Some(format!("{}/v1/traces", endpoint.trim_end_matches('/')));
+            return Some(under(endpoint));
         }
-        env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| {
-            env("OTEL_EXPORTER_OTLP_ENDPOINT")
-                .map(|base| format!("{}/v1/traces", base.trim_end_matches('/')))
-        })
+        env(own).or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT").map(|base| under(&base)))
+    }
+
+    /// The resource of the node's spans and metrics: `service.name` from `OTEL_SERVICE_NAME`
+    /// (read by the SDK), else the configured one, else the node's name.
+    fn resource(&self, node_name: &str) -> opentelemetry_sdk::Resource {
+        let mut resource = opentelemetry_sdk::Resource::builder();
+        if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+            resource = resource.with_service_name(
+                self.service_name
+                    .clone()
+                    .unwrap_or_else(|| node_name.to_owned()),
+            );
+        }
+        resource.build()
+    }
+}
+
+/// The OTLP signals the node exports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    Traces,
+    Metrics,
+}
+
+impl Signal {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Traces => "traces",
+            Self::Metrics => "metrics",
+        }
     }
 }
 
 /// The tracer provider of the process, once tracing is on: flushed when the node stops.
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+
+/// The meter provider of the process, once metrics are exported: flushed when the node stops.
+static METER_PROVIDER: OnceLock<SdkMeterProvider> = OnceLock::new();
 
 /// Whether model calls' spans carry their content (`telemetry.capture_content`).
 static CAPTURE_CONTENT: AtomicBool = AtomicBool::new(false);
@@ -128,18 +196,9 @@ where
         .with_endpoint(endpoint.clone())
         .build()
         .map_err(|e| anyhow::anyhow!("cannot export traces to {endpoint}: {e}"))?;
-    let mut resource = opentelemetry_sdk::Resource::builder();
-    if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
-        resource = resource.with_service_name(
-            config
-                .service_name
-                .clone()
-                .unwrap_or_else(|| node_name.to_owned()),
-        );
-    }
     let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(Warned::new(exporter, endpoint))
-        .with_resource(resource.build())
+        .with_batch_exporter(Warned::new(exporter, Signal::Traces, endpoint))
+        .with_resource(config.resource(node_name))
         .build();
     let tracer = provider.tracer("mew");
     // A second call (tests start one node per process; a process has one subscriber) keeps
@@ -174,55 +233,104 @@ pub fn enabled() -> bool {
     PROVIDER.get().is_some()
 }
 
-/// Sends what the batch processor still holds, and stops it: the last thing a node does.
+/// The meter the node's metrics are exported through over OTLP, and how often they are
+/// (`OTEL_METRIC_EXPORT_INTERVAL`, 60 s unless set); `None` when the telemetry exports no
+/// metrics. The periodic reader exports from its own thread, as the batch processor does.
+pub fn meter(
+    config: &TelemetryConfig,
+    node_name: &str,
+) -> anyhow::Result<Option<(Meter, Duration)>> {
+    let Some(endpoint) = config.exports_metrics_to() else {
+        return Ok(None);
+    };
+    if let Some(provider) = METER_PROVIDER.get() {
+        return Ok(Some((provider.meter("mew"), metric_interval())));
+    }
+    use opentelemetry_otlp::WithExportConfig as _;
+    let exporter = opentelemetry_otlp::MetricExporter::builder()
+        .with_http()
+        .with_endpoint(endpoint.clone())
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot export metrics to {endpoint}: {e}"))?;
+    let interval = metric_interval();
+    let reader = PeriodicReader::builder(Warned::new(exporter, Signal::Metrics, endpoint))
+        .with_interval(interval)
+        .build();
+    let provider = SdkMeterProvider::builder()
+        .with_reader(reader)
+        .with_resource(config.resource(node_name))
+        .build();
+    let meter = provider.meter("mew");
+    let _ = METER_PROVIDER.set(provider);
+    Ok(Some((meter, interval)))
+}
+
+/// `OTEL_METRIC_EXPORT_INTERVAL` (milliseconds), as the SDK reads it: 60 s when unset or not
+/// a positive number.
+fn metric_interval() -> Duration {
+    std::env::var("OTEL_METRIC_EXPORT_INTERVAL")
+        .ok()
+        .and_then(|ms| ms.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map_or(Duration::from_secs(60), Duration::from_millis)
+}
+
+/// Sends what the batch processor and the metric reader still hold, and stops them: the last
+/// thing a node does.
 pub fn flush() {
     if let Some(provider) = PROVIDER.get() {
         let _ = provider.shutdown();
     }
+    if let Some(provider) = METER_PROVIDER.get() {
+        let _ = provider.shutdown();
+    }
 }
 
-/// The OTLP exporter, saying once that the collector refuses or cannot be reached (and once
+/// An OTLP exporter, saying once that the collector refuses or cannot be reached (and once
 /// when it answers again), instead of once per batch or never.
 #[derive(Debug)]
 struct Warned<E> {
     inner: E,
+    signal: Signal,
     endpoint: String,
     failing: AtomicBool,
 }
 
 impl<E> Warned<E> {
-    fn new(inner: E, endpoint: String) -> Self {
+    fn new(inner: E, signal: Signal, endpoint: String) -> Self {
         Self {
             inner,
+            signal,
             endpoint,
             failing: AtomicBool::new(false),
+        }
+    }
+
+    /// Says what an export's outcome changed: the first failure, or the first success after.
+    fn observe(&self, result: &opentelemetry_sdk::error::OTelSdkResult) {
+        let signal = self.signal.name();
+        match result {
+            Err(e) if !self.failing.swap(true, Ordering::Relaxed) => tracing::warn!(
+                endpoint = %self.endpoint,
+                error = %e,
+                "cannot export {signal}; they are dropped until the collector answers"
+            ),
+            Ok(()) if self.failing.swap(false, Ordering::Relaxed) => {
+                tracing::info!(endpoint = %self.endpoint, "exporting {signal} again");
+            }
+            _ => {}
         }
     }
 }
 
 impl<E: SpanExporter> SpanExporter for Warned<E> {
     async fn export(&self, batch: Vec<SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
-        let count = batch.len();
         let result = self.inner.export(batch).await;
-        match &result {
-            Err(e) if !self.failing.swap(true, Ordering::Relaxed) => tracing::warn!(
-                endpoint = %self.endpoint,
-                error = %e,
-                dropped = count,
-                "cannot export traces; spans are dropped until the collector answers"
-            ),
-            Ok(()) if self.failing.swap(false, Ordering::Relaxed) => {
-                tracing::info!(endpoint = %self.endpoint, "exporting traces again");
-            }
-            _ => {}
-        }
+        self.observe(&result);
         result
     }
 
-    fn shutdown_with_timeout(
-        &self,
-        timeout: std::time::Duration,
-    ) -> opentelemetry_sdk::error::OTelSdkResult {
+    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
         self.inner.shutdown_with_timeout(timeout)
     }
 
@@ -232,6 +340,26 @@ impl<E: SpanExporter> SpanExporter for Warned<E> {
 
     fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
         self.inner.set_resource(resource);
+    }
+}
+
+impl<E: PushMetricExporter> PushMetricExporter for Warned<E> {
+    async fn export(&self, metrics: &ResourceMetrics) -> opentelemetry_sdk::error::OTelSdkResult {
+        let result = self.inner.export(metrics).await;
+        self.observe(&result);
+        result
+    }
+
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self) -> Temporality {
+        self.inner.temporality()
     }
 }
 

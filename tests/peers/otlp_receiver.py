@@ -1,8 +1,8 @@
-"""OTLP/HTTP trace receiver for tests, decoding with the official protobuf definitions.
+"""OTLP/HTTP trace and metrics receiver for tests, decoding with the official protobuf definitions.
 
 Binds a loopback port and prints exactly one line ``READY <base_url>`` to stdout
 once it accepts connections; ``<base_url>`` is what OTEL_EXPORTER_OTLP_ENDPOINT
-takes (exporters append ``/v1/traces``).
+takes (exporters append ``/v1/traces`` and ``/v1/metrics``).
 
 Endpoints:
   POST /v1/traces   an ExportTraceServiceRequest, ``application/x-protobuf`` or
@@ -11,11 +11,14 @@ Endpoints:
                     with an empty ExportTraceServiceResponse in the request's
                     encoding; an undecodable body gets 400 with a google.rpc.Status,
                     an unknown content type or encoding 415.
+  POST /v1/metrics  an ExportMetricsServiceRequest, encoded and answered the same way.
   GET /spans        every span kept, oldest first, as a JSON array of flat records
                     (``?trace_id=HEX`` keeps one trace); see ``flatten_span``.
   DELETE /spans     forgets every span (the counters stay).
-  GET /stats        counters: exports received, accepted, refused, gzip-encoded,
-                    and spans kept.
+  GET /metrics      every metric data point kept, oldest first, as a JSON array of
+                    flat records (``?name=NAME`` keeps one metric); see ``flatten_point``.
+  GET /stats        counters: trace exports received, accepted, refused, any gzip-encoded,
+                    spans kept, metric exports received and data points kept.
 
 Switches for tests of a bad collector: ``--fail-with STATUS`` answers every export
 with STATUS (and keeps nothing); ``--delay-ms N`` waits N ms before answering each
@@ -40,11 +43,17 @@ from urllib.parse import parse_qs, urlsplit
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, status_pb2
+from google.protobuf.message import Message
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality, Metric
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 PROTOBUF = 'application/x-protobuf'
@@ -133,6 +142,64 @@ def flatten(request: ExportTraceServiceRequest) -> list[dict[str, Any]]:
     return out
 
 
+def number(point: Any) -> int | float | None:
+    """The value of a NumberDataPoint: an int or a double."""
+    match point.WhichOneof('value'):
+        case 'as_int':
+            return point.as_int
+        case 'as_double':
+            return point.as_double
+        case _:
+            return None
+
+
+def flatten_point(metric: Metric, point: Any, kind: str, resource: dict[str, Any], scope: str) -> dict[str, Any]:
+    """One data point as a flat record: its metric's name, unit, kind and its values."""
+    record = {
+        'name': metric.name,
+        'description': metric.description,
+        'unit': metric.unit,
+        'kind': kind,
+        'attributes': attributes(point.attributes),
+        'start_time_unix_nano': point.start_time_unix_nano,
+        'time_unix_nano': point.time_unix_nano,
+        'service': resource.get('service.name'),
+        'resource': resource,
+        'scope': scope,
+    }
+    if kind == 'histogram':
+        record.update(
+            count=point.count,
+            sum=point.sum if point.HasField('sum') else None,
+            bucket_counts=list(point.bucket_counts),
+            explicit_bounds=list(point.explicit_bounds),
+        )
+    else:
+        record['value'] = number(point)
+    if kind in ('sum', 'histogram'):
+        data = metric.sum if kind == 'sum' else metric.histogram
+        record['temporality'] = AggregationTemporality.Name(data.aggregation_temporality)
+        if kind == 'sum':
+            record['monotonic'] = data.is_monotonic
+    return record
+
+
+def flatten_metrics(request: ExportMetricsServiceRequest) -> list[dict[str, Any]]:
+    """Every data point of an export (gauges, sums and histograms), with its resource and scope."""
+    out = []
+    for resource_metrics in request.resource_metrics:
+        resource = attributes(resource_metrics.resource.attributes)
+        for scope_metrics in resource_metrics.scope_metrics:
+            scope = scope_metrics.scope.name
+            for metric in scope_metrics.metrics:
+                kind = metric.WhichOneof('data')
+                if kind not in ('gauge', 'sum', 'histogram'):
+                    continue
+                points = getattr(metric, kind).data_points
+                out.extend(flatten_point(metric, p, kind, resource, scope) for p in points)
+    return out
+
+
 def hex_ids_to_base64(node: Any) -> Any:
     """Rewrites OTLP/JSON's hex ids into the base64 that ProtoJSON parsing expects."""
     if isinstance(node, list):
@@ -150,8 +217,8 @@ def hex_ids_to_base64(node: Any) -> Any:
     return out
 
 
-def decode(body: bytes, content_type: str, encoding: str) -> ExportTraceServiceRequest:
-    """The export in `body`, decompressed and parsed."""
+def decode(body: bytes, content_type: str, encoding: str, request: Message) -> Message:
+    """The export in `body`, decompressed and parsed into `request`."""
     match encoding:
         case '' | 'identity':
             pass
@@ -162,7 +229,6 @@ def decode(body: bytes, content_type: str, encoding: str) -> ExportTraceServiceR
                 raise BadRequest(f'bad gzip body: {e}') from e
         case _:
             raise Unsupported(f'unsupported Content-Encoding {encoding!r}')
-    request = ExportTraceServiceRequest()
     if content_type == PROTOBUF:
         try:
             request.ParseFromString(body)
@@ -184,7 +250,8 @@ class Store:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.spans: list[dict[str, Any]] = []
-        self.stats = {'exports': 0, 'accepted': 0, 'refused': 0, 'gzip': 0}
+        self.points: list[dict[str, Any]] = []
+        self.stats = {'exports': 0, 'accepted': 0, 'refused': 0, 'gzip': 0, 'metric_exports': 0}
 
     def count(self, key: str) -> None:
         """Adds one to a counter."""
@@ -197,6 +264,16 @@ class Store:
             self.spans.extend(spans)
             self.stats['accepted'] += 1
 
+    def add_points(self, points: list[dict[str, Any]]) -> None:
+        """Keeps the data points of one accepted metrics export."""
+        with self.lock:
+            self.points.extend(points)
+
+    def metric_points(self, name: str | None) -> list[dict[str, Any]]:
+        """The data points kept, optionally of one metric."""
+        with self.lock:
+            return [p for p in self.points if name is None or p['name'] == name]
+
     def snapshot(self, trace_id: str | None) -> list[dict[str, Any]]:
         """The spans kept, optionally of one trace."""
         with self.lock:
@@ -205,7 +282,7 @@ class Store:
     def counters(self) -> dict[str, int]:
         """The counters and the number of spans kept."""
         with self.lock:
-            return {**self.stats, 'spans': len(self.spans)}
+            return {**self.stats, 'spans': len(self.spans), 'points': len(self.points)}
 
     def clear(self) -> None:
         """Forgets every span."""
@@ -254,12 +331,14 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length)
 
     def do_POST(self) -> None:
-        """POST /v1/traces."""
-        if urlsplit(self.path).path != '/v1/traces':
+        """POST /v1/traces, POST /v1/metrics."""
+        path = urlsplit(self.path).path
+        if path not in ('/v1/traces', '/v1/metrics'):
             self.reply_json(HTTPStatus.NOT_FOUND, {'error': f'no such endpoint: POST {self.path}'})
             return
+        traces = path == '/v1/traces'
         store = self.server.store
-        store.count('exports')
+        store.count('exports' if traces else 'metric_exports')
         content_type = self.headers.get('Content-Type', '').split(';')[0].strip().lower()
         encoding = self.headers.get('Content-Encoding', '').strip().lower()
         if encoding == 'gzip':
@@ -267,32 +346,40 @@ class Handler(BaseHTTPRequestHandler):
         try:
             body = self.read_body()
         except (ValueError, BadRequest) as e:
-            self.refuse(HTTPStatus.BAD_REQUEST, code_pb2.INVALID_ARGUMENT, str(e), content_type)
+            self.refuse(HTTPStatus.BAD_REQUEST, code_pb2.INVALID_ARGUMENT, str(e), content_type, traces)
             self.close_connection = True
             return
         if self.server.delay_s:
             time.sleep(self.server.delay_s)
         if self.server.fail_with:
-            self.refuse(self.server.fail_with, code_pb2.UNAVAILABLE, 'failing on purpose', content_type)
+            self.refuse(self.server.fail_with, code_pb2.UNAVAILABLE, 'failing on purpose', content_type, traces)
             return
         try:
-            request = decode(body, content_type, encoding)
+            request = decode(
+                body, content_type, encoding, ExportTraceServiceRequest() if traces else ExportMetricsServiceRequest()
+            )
         except BadRequest as e:
-            self.refuse(HTTPStatus.BAD_REQUEST, code_pb2.INVALID_ARGUMENT, str(e), content_type)
+            self.refuse(HTTPStatus.BAD_REQUEST, code_pb2.INVALID_ARGUMENT, str(e), content_type, traces)
             return
         except Unsupported as e:
-            self.refuse(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, code_pb2.INVALID_ARGUMENT, str(e), content_type)
+            self.refuse(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, code_pb2.INVALID_ARGUMENT, str(e), content_type, traces)
             return
-        store.add(flatten(request))
-        response = ExportTraceServiceResponse()
+        if traces:
+            store.add(flatten(request))
+            response: Message = ExportTraceServiceResponse()
+        else:
+            store.add_points(flatten_metrics(request))
+            response = ExportMetricsServiceResponse()
         if content_type == JSON:
             self.reply(HTTPStatus.OK, json_format.MessageToJson(response).encode(), JSON)
         else:
             self.reply(HTTPStatus.OK, response.SerializeToString(), PROTOBUF)
 
-    def refuse(self, status: int, code: int, message: str, content_type: str) -> None:
-        """A refused export: a google.rpc.Status, as the OTLP/HTTP spec says."""
-        self.server.store.count('refused')
+    def refuse(self, status: int, code: int, message: str, content_type: str, traces: bool) -> None:
+        """A refused export: a google.rpc.Status, as the OTLP/HTTP spec says (a trace export's
+        refusal is counted)."""
+        if traces:
+            self.server.store.count('refused')
         body = status_pb2.Status(code=code, message=message)
         if content_type == JSON:
             self.reply(status, json_format.MessageToJson(body).encode(), JSON)
@@ -300,11 +387,14 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(status, body.SerializeToString(), PROTOBUF)
 
     def do_GET(self) -> None:
-        """GET /spans, GET /stats."""
+        """GET /spans, GET /metrics, GET /stats."""
         url = urlsplit(self.path)
         if url.path == '/spans':
             trace_id = parse_qs(url.query).get('trace_id', [None])[0]
             self.reply_json(HTTPStatus.OK, self.server.store.snapshot(trace_id and trace_id.lower()))
+        elif url.path == '/metrics':
+            name = parse_qs(url.query).get('name', [None])[0]
+            self.reply_json(HTTPStatus.OK, self.server.store.metric_points(name))
         elif url.path == '/stats':
             self.reply_json(HTTPStatus.OK, self.server.store.counters())
         else:

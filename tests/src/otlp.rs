@@ -86,6 +86,11 @@ impl OtlpReceiver {
         self.get_json(&format!("/spans?trace_id={trace_id}")).await
     }
 
+    /// The metric data points received so far named `name`, oldest export first.
+    pub async fn metric_points(&self, name: &str) -> anyhow::Result<Vec<MetricPoint>> {
+        self.get_json(&format!("/metrics?name={name}")).await
+    }
+
     /// What the receiver has counted.
     pub async fn stats(&self) -> anyhow::Result<ReceiverStats> {
         self.get_json("/stats").await
@@ -176,6 +181,61 @@ pub struct ReceiverStats {
     pub gzip: u64,
     /// Spans kept now.
     pub spans: u64,
+    /// Metrics exports received (POST /v1/metrics), answered or not.
+    pub metric_exports: u64,
+    /// Metric data points kept now.
+    pub points: u64,
+}
+
+/// One metric data point as the receiver keeps it, with its metric's name, unit and kind.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct MetricPoint {
+    /// The metric's name.
+    pub name: String,
+    /// The metric's description.
+    pub description: String,
+    /// The metric's unit (UCUM: `s`, `1`, or empty).
+    pub unit: String,
+    /// `gauge`, `sum` or `histogram`.
+    pub kind: String,
+    /// The point's attributes.
+    pub attributes: Map<String, Value>,
+    /// Unix time in nanoseconds of the point.
+    pub time_unix_nano: u64,
+    /// A gauge's or sum's value.
+    #[serde(default)]
+    pub value: Option<f64>,
+    /// A sum's or histogram's `AGGREGATION_TEMPORALITY_...`.
+    #[serde(default)]
+    pub temporality: Option<String>,
+    /// Whether a sum only grows.
+    #[serde(default)]
+    pub monotonic: Option<bool>,
+    /// A histogram's count of values.
+    #[serde(default)]
+    pub count: Option<u64>,
+    /// A histogram's sum of values.
+    #[serde(default)]
+    pub sum: Option<f64>,
+    /// A histogram's count in each bucket (one more than its bounds).
+    #[serde(default)]
+    pub bucket_counts: Vec<u64>,
+    /// A histogram's bucket bounds.
+    #[serde(default)]
+    pub explicit_bounds: Vec<f64>,
+    /// The resource's `service.name`.
+    pub service: Option<String>,
+    /// The instrumentation scope's name.
+    pub scope: String,
+}
+
+impl MetricPoint {
+    /// Whether the point's attributes include every one of `labels`.
+    pub fn has(&self, labels: &[(&str, &str)]) -> bool {
+        labels
+            .iter()
+            .all(|(key, value)| self.attributes.get(*key).and_then(Value::as_str) == Some(*value))
+    }
 }
 
 /// One span as the receiver keeps it: ids in lowercase hex, enums by their proto names.

@@ -1,8 +1,9 @@
 //! `/metrics` on a real node: after command and model tasks (a tool call, a hook, both
 //! bindings, a failed request) its exposition passes `promtool check metrics` and holds the
 //! counts the tasks make; a running task and its stream show in the gauges until canceled; a
-//! real Prometheus scrapes it and answers the same counts through its query API; and the
-//! `metrics:` section's access rules hold.
+//! real Prometheus scrapes it and answers the same counts through its query API; the same
+//! metrics reach an OTLP receiver (decoded with the official protobuf definitions) when the
+//! telemetry names a collector; and the `metrics:` section's access rules hold.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -15,6 +16,7 @@ use mew_cards::{
 };
 use mew_tests::model::{ScriptedModel, Step, Usage};
 use mew_tests::node::{MewNode, command_role, poll_until, scripted_model_config, send_text};
+use mew_tests::otlp::{MetricPoint, OtlpReceiver};
 use mew_tests::process::command;
 use mew_transport::{AgentTransport, Binding, CallContext};
 use serde_json::{Value, json};
@@ -377,6 +379,139 @@ async fn metrics_count_what_the_node_did_pass_promtool_and_are_scraped_by_promet
         .await?;
         ensure!(value == want, "{expr} = {value}, not {want}");
     }
+    Ok(())
+}
+
+/// The latest point of the metric `name` the receiver holds with `labels`, if any.
+async fn latest(
+    receiver: &OtlpReceiver,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> anyhow::Result<Option<MetricPoint>> {
+    let points = receiver.metric_points(name).await?;
+    Ok(points
+        .into_iter()
+        .filter(|point| point.has(labels))
+        .max_by_key(|point| point.time_unix_nano))
+}
+
+#[tokio::test]
+async fn metrics_are_exported_over_otlp_as_well_when_a_collector_is_named() -> anyhow::Result<()> {
+    let receiver = OtlpReceiver::start().await?;
+    let mut node = MewNode::new()?;
+    node.write_role("shout.md", &command_role("shout", "echo hi"))?;
+    node.write_role("sleeper.md", &command_role("sleeper", "sleep 600"))?;
+    node.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint());
+    node.set_env("OTEL_SERVICE_NAME", "mew-metrics");
+    node.set_env("OTEL_METRIC_EXPORT_INTERVAL", "200");
+    // Metrics go out though traces do not: each signal has its own switch.
+    node.set_env("OTEL_TRACES_EXPORTER", "none");
+    node.launch().await?;
+    for _ in 0..3 {
+        let task = send_text(&node, "shout", "hi").await?;
+        ensure!(task.status.state == TaskState::Completed, "{task:?}");
+    }
+    let mut stream = jsonrpc_sleeper(&node)
+        .await?
+        .send_streaming_message(
+            &CallContext::default(),
+            SendMessageRequest::new(Message::user_text("sleep")),
+        )
+        .await?;
+    let first = stream.next().await.context("the stream ended at once")??;
+    let StreamResponse::Task(sleeping) = first else {
+        bail!("the stream began with {first:?}");
+    };
+
+    let shout_done = [("role", "shout"), ("state", "completed")];
+    let ended = poll_until("three ended tasks over OTLP", WAIT, || async {
+        let point = latest(&receiver, "mew_tasks_ended", &shout_done).await?;
+        Ok(point.filter(|p| p.value == Some(3.0)))
+    })
+    .await?;
+    ensure!(
+        ended.kind == "sum"
+            && ended.monotonic == Some(true)
+            && ended.temporality.as_deref() == Some("AGGREGATION_TEMPORALITY_CUMULATIVE")
+            && ended.service.as_deref() == Some("mew-metrics")
+            && ended
+                .description
+                .starts_with("Tasks this node brought to a final state"),
+        "{ended:?}"
+    );
+    let duration = latest(&receiver, "mew_task_duration", &shout_done)
+        .await?
+        .context("no task duration over OTLP")?;
+    ensure!(
+        duration.kind == "histogram"
+            && duration.unit == "s"
+            && duration.count == Some(3)
+            && duration.explicit_bounds.first() == Some(&0.1)
+            && duration.bucket_counts.len() == duration.explicit_bounds.len() + 1
+            && duration.bucket_counts.iter().sum::<u64>() == 3,
+        "{duration:?}"
+    );
+    let requests = latest(
+        &receiver,
+        "mew_a2a_requests",
+        &[
+            ("method", "SendMessage"),
+            ("binding", "jsonrpc"),
+            ("status", "ok"),
+        ],
+    )
+    .await?
+    .context("no A2A requests over OTLP")?;
+    ensure!(requests.value == Some(3.0), "{requests:?}");
+    // The gauges read from the node: the sleeping task and its stream.
+    let sleeping_now = [("role", "sleeper"), ("state", "working")];
+    poll_until(
+        "a working task and an open stream over OTLP",
+        WAIT,
+        || async {
+            let tasks = latest(&receiver, "mew_tasks", &sleeping_now).await?;
+            let streams = latest(&receiver, "mew_open_streams", &[]).await?;
+            Ok((tasks.and_then(|p| p.value) == Some(1.0)
+                && streams.and_then(|p| p.value) == Some(1.0))
+            .then_some(()))
+        },
+    )
+    .await?;
+
+    jsonrpc_sleeper(&node)
+        .await?
+        .cancel_task(
+            &CallContext::default(),
+            CancelTaskRequest {
+                id: sleeping.id.clone(),
+                ..CancelTaskRequest::default()
+            },
+        )
+        .await?;
+    while let Some(event) = stream.next().await {
+        event?;
+    }
+    drop(stream);
+    poll_until(
+        "no working task and no open stream over OTLP",
+        WAIT,
+        || async {
+            let tasks = latest(&receiver, "mew_tasks", &sleeping_now).await?;
+            let streams = latest(&receiver, "mew_open_streams", &[]).await?;
+            Ok((tasks.and_then(|p| p.value) == Some(0.0)
+                && streams.and_then(|p| p.value) == Some(0.0))
+            .then_some(()))
+        },
+    )
+    .await?;
+    // `/metrics` says the same.
+    let (_, _, text) = scrape(&node, &[]).await?;
+    ensure!(
+        sample(&text, "mew_tasks_ended_total", &shout_done) == Some(3.0),
+        "{text}"
+    );
+    let stats = receiver.stats().await?;
+    ensure!(stats.exports == 0, "traces were exported: {stats:?}");
     Ok(())
 }
 
