@@ -70,6 +70,10 @@ pub struct MewMetadata {
     /// ([`ASK_PERMISSION`]: a permission only the user may give).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ask: Option<String>,
+    /// On the status message of a permission question ([`ASK_PERMISSION`]): the tool call
+    /// it asks about, in full, so that a user interface can show it before the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission: Option<PermissionAsk>,
     /// On a WORKING status update: a tool call of the task starting or ending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<ToolNote>,
@@ -108,6 +112,7 @@ impl MewMetadata {
                 .collect(),
             usage: field(mew, "usage"),
             ask: field(mew, "ask"),
+            permission: field(mew, "permission"),
             tool: field(mew, "tool"),
             child: field(mew, "child"),
             warning: field(mew, "warning"),
@@ -293,6 +298,17 @@ impl Usage {
             .unreported_model_calls
             .saturating_add(other.unreported_model_calls);
     }
+}
+
+/// The tool call a permission question asks about (`mew.permission` of its status message).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionAsk {
+    /// The tool's name.
+    pub tool: String,
+    /// The call's arguments, as the model gave them.
+    #[serde(default)]
+    pub input: Value,
 }
 
 /// A tool call of a task starting or ending (`mew.tool` of a progress note).

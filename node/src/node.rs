@@ -647,10 +647,16 @@ impl Runtime {
                 })
             })
         };
+        let dashboard = crate::server::ui::router(crate::server::ui::Dashboard {
+            auth: surface.authenticator.clone(),
+            secure: self.config.tls.server().is_some(),
+            store: self.store.clone(),
+            manager: self.manager.clone(),
+            overview: self.overview(status.clone()),
+        });
         let app = crate::server::app(
             front,
             &published_roles,
-            status,
             &self.identity.jwks(),
             &surface.options,
             crate::server::Guards {
@@ -660,7 +666,11 @@ impl Runtime {
                     front_role: self.config.node.default_role.clone(),
                 },
             },
-            surface.ready.clone(),
+            crate::server::NodeRoutes {
+                status,
+                ready: surface.ready.clone(),
+                dashboard,
+            },
         )
         // Authenticated by the turn's token, not by the node's `auth:`.
         .merge(crate::server::callback::router(self.delegations.clone()));
@@ -673,6 +683,43 @@ impl Runtime {
             surface.authenticator.clone(),
             self.metrics_snapshot(),
         ))
+    }
+
+    /// What the dashboard's overview shows: `/status`, and the parts that change while the node
+    /// runs (MCP servers) or that `/status` leaves out (skills, hooks).
+    fn overview(&self, status: crate::server::StatusSource) -> crate::server::StatusSource {
+        let (mcp, skills, hooks) = (self.mcp.clone(), self.skills.clone(), self.hooks.clone());
+        Arc::new(move || {
+            let (mcp, skills, hooks, status) =
+                (mcp.clone(), skills.clone(), hooks.clone(), status.clone());
+            Box::pin(async move {
+                let mut overview = status().await;
+                overview["mcp"] = json!(mcp.status());
+                overview["skills"] = skills
+                    .list()
+                    .iter()
+                    .map(|skill| {
+                        json!({
+                            "name": skill.name(),
+                            "description": skill.meta.description,
+                            "path": skill.path(),
+                        })
+                    })
+                    .collect();
+                overview["hooks"] = hooks
+                    .rules()
+                    .map(|rule| {
+                        json!({
+                            "name": rule.name,
+                            "event": rule.event.as_str(),
+                            "file": rule.source.path,
+                            "scope": format!("{:?}", rule.source.scope).to_lowercase(),
+                        })
+                    })
+                    .collect();
+                overview
+            })
+        })
     }
 
     /// What each scrape of `/metrics` reads from the node, each part with a bounded cost: the

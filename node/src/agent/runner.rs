@@ -767,6 +767,7 @@ impl Executor for ModelExecutor {
                         pending.question
                     )
                 };
+                let (call_name, call_input) = (pending.name.clone(), pending.input.clone());
                 state.pending = Some(pending);
                 sink.save_private(serde_json::to_value(&state).unwrap_or(Value::Null))
                     .await
@@ -777,6 +778,10 @@ impl Executor for ModelExecutor {
                 ask.metadata = Some(
                     mew::MewMetadata {
                         ask: Some(mew::ASK_PERMISSION.to_owned()),
+                        permission: Some(mew::PermissionAsk {
+                            tool: call_name,
+                            input: call_input,
+                        }),
                         ..mew::MewMetadata::default()
                     }
                     .to_metadata(),

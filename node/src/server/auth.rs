@@ -65,6 +65,8 @@ pub(crate) struct Authenticator {
     /// The roles served under `/agents/{role}`; any other path under `/agents/` reaches the
     /// front agent (as a tenant). Replaced when role files change.
     served_roles: std::sync::RwLock<Vec<String>>,
+    /// The dashboard's sessions: browsers that signed in with one of the credentials above.
+    sessions: super::session::Sessions,
 }
 
 /// JWT verification: the keys and one validation per accepted algorithm (jsonwebtoken wants
@@ -158,6 +160,11 @@ impl Authenticator {
             },
             default_role: default_role.to_owned(),
             served_roles: std::sync::RwLock::new(served_roles.to_vec()),
+            sessions: super::session::Sessions::new(
+                env(super::session::SECRET_ENV)
+                    .filter(|s| !s.is_empty())
+                    .as_deref(),
+            )?,
         }))
     }
 
@@ -320,6 +327,26 @@ impl Authenticator {
     }
 
     /// The principal of API key `key`, compared in constant time.
+    /// The principal a credential typed into the dashboard's sign-in names: an API key or a
+    /// JWT, checked as in a request's headers.
+    pub(crate) async fn sign_in(&self, credential: &str) -> Result<String, &'static str> {
+        let credential = credential.trim();
+        if credential.is_empty() {
+            return Err("credentials are required");
+        }
+        if let Some(principal) = self.api_key(credential) {
+            return Ok(principal);
+        }
+        let bearer = HeaderValue::from_str(&format!("Bearer {credential}"))
+            .map_err(|_| "the credential is not an API key or a token of this node")?;
+        self.bearer(&bearer).await
+    }
+
+    /// The dashboard's sessions.
+    pub(crate) fn sessions(&self) -> &super::session::Sessions {
+        &self.sessions
+    }
+
     fn api_key(&self, key: &str) -> Option<String> {
         let mut found = None;
         for (value, principal) in &self.keys {
@@ -595,23 +622,34 @@ fn role_of<'p>(path: &'p str, default_role: &'p str, served: &[String]) -> Optio
     match (segments.next(), segments.next()) {
         (Some("agents"), Some(role)) if served.iter().any(|name| name == role) => Some(role),
         (Some("agents" | "healthz" | "readyz" | "status"), None | Some("")) => None,
+        // The dashboard's own API reaches tasks through the role rules of the operations
+        // the browser calls; its node-wide views answer with the caller's own tasks.
+        (Some("ui"), _) => None,
         _ => Some(default_role),
     }
 }
 
 /// Whether `path` is served without credentials: the public cards (the node's and each
-/// role's), the node's JWKS, the list of role cards, and the health and readiness probes.
+/// role's), the node's JWKS, the list of role cards, the health and readiness probes, the
+/// dashboard's page and files, and its sign-in (`/ui/session`).
 fn is_public(method: &Method, path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if segments == ["ui", "session"] {
+        return true;
+    }
     if method != Method::GET && method != Method::HEAD {
         return false;
     }
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    matches!(
-        segments.as_slice(),
-        ["healthz" | "readyz" | "agents"]
-            | [".well-known", "agent-card.json" | "jwks.json"]
-            | ["agents", _, ".well-known", "agent-card.json"]
-    )
+    match segments.as_slice() {
+        ["ui", "api", ..] => false,
+        ["ui"] | ["ui", _] => true,
+        segments => matches!(
+            segments,
+            ["healthz" | "readyz" | "agents"]
+                | [".well-known", "agent-card.json" | "jwks.json"]
+                | ["agents", _, ".well-known", "agent-card.json"]
+        ),
+    }
 }
 
 /// Whether `path` is a JSON-RPC endpoint (the node's root or a role's).
@@ -628,6 +666,36 @@ pub(crate) async fn require(
     next: Next,
 ) -> Response {
     if is_public(request.method(), request.uri().path()) {
+        return next.run(request).await;
+    }
+    // A browser of the dashboard: its session cookie, when the request carries no other
+    // credential (one that does is judged by that credential alone, as any client).
+    let headers = request.headers();
+    if !headers.contains_key(API_KEY_HEADER)
+        && !headers.contains_key(header::AUTHORIZATION)
+        && let Some(session) = auth.sessions.of(headers)
+    {
+        let jsonrpc = is_jsonrpc(request.method(), request.uri().path());
+        let session = match session {
+            Ok(session) => session,
+            Err(reason) => return refuse(jsonrpc, Refusal::Unauthenticated(reason)),
+        };
+        let safe = matches!(*request.method(), Method::GET | Method::HEAD);
+        if !safe && !super::session::csrf_matches(headers, &session) {
+            return refuse(
+                jsonrpc,
+                Refusal::Forbidden(format!(
+                    "a request of a dashboard session must repeat its CSRF token in {}",
+                    super::session::CSRF_HEADER
+                )),
+            );
+        }
+        if let Err(refusal) = auth.check_access(request.uri().path(), &session.principal) {
+            return refuse(jsonrpc, refusal);
+        }
+        request
+            .extensions_mut()
+            .insert(Principal(session.principal));
         return next.run(request).await;
     }
     match auth.admit(request.uri().path(), request.headers()).await {

@@ -7,7 +7,9 @@ pub(crate) mod callback;
 pub(crate) mod listen;
 pub(crate) mod metrics;
 pub(crate) mod observe;
+pub(crate) mod session;
 pub(crate) mod tls;
+pub(crate) mod ui;
 
 use std::sync::Arc;
 
@@ -26,12 +28,6 @@ pub(crate) struct PublishedRole {
     pub(crate) card: AgentCard,
 }
 
-/// Builds the node's router.
-///
-/// `status` is what `GET /status` reports (roles loaded, problems found);
-/// it is computed once, at start. With `auth`, every request but the public
-/// cards and the probes must authenticate. `jwks` is the node's key set, served at
-/// [`crate::identity::JWKS_PATH`] for verifiers of its signed cards.
 /// Whether the node should get traffic: `Err` with the reason when not (it is stopping, or its
 /// task store does not answer). `/readyz` answers 503 then; `/healthz` (liveness) does not ask.
 pub(crate) type Readiness =
@@ -49,15 +45,33 @@ pub(crate) struct Guards {
     pub(crate) observe: observe::Observe,
 }
 
+/// The node's own routes beside the agents': what `/status` and `/readyz` report, and the
+/// dashboard (`/ui`).
+pub(crate) struct NodeRoutes {
+    pub(crate) status: StatusSource,
+    pub(crate) ready: Readiness,
+    pub(crate) dashboard: Router,
+}
+
+/// Builds the node's router.
+///
+/// `node.status` is what `GET /status` reports (roles loaded, problems found). With
+/// `guards.auth`, every request but the public cards, the probes and the dashboard's page
+/// must authenticate. `jwks` is the node's key set, served at [`crate::identity::JWKS_PATH`]
+/// for verifiers of its signed cards.
 pub(crate) fn app(
     front: Arc<dyn AgentTransport>,
     roles: &[PublishedRole],
-    status: StatusSource,
     jwks: &jsonwebtoken::jwk::JwkSet,
     options: &ServerOptions,
     guards: Guards,
-    ready: Readiness,
+    node: NodeRoutes,
 ) -> Router {
+    let NodeRoutes {
+        status,
+        ready,
+        dashboard,
+    } = node;
     let cards: Vec<&AgentCard> = roles.iter().map(|r| &r.card).collect();
     let agents = json_body(&json!({ "agents": cards }));
     let mut app = Router::new()
@@ -100,6 +114,7 @@ pub(crate) fn app(
     }
     // Every answer of the node is an A2A error when it is not a success, 405s included.
     let app = app
+        .merge(dashboard)
         .merge(router_with(front, options.clone()))
         .method_not_allowed_fallback(mew_transport::method_not_allowed)
         .layer(axum::middleware::from_fn(metrics::measure))
@@ -107,10 +122,12 @@ pub(crate) fn app(
             guards.observe,
             observe::observe,
         ));
-    match guards.auth {
+    let app = match guards.auth {
         Some(auth) => app.layer(axum::middleware::from_fn_with_state(auth, auth::require)),
         None => app,
-    }
+    };
+    // Before authentication: a browser at the root is sent to the dashboard, which signs in.
+    app.layer(axum::middleware::from_fn(ui::browser_root))
 }
 
 /// Serves `/agents/R/` as `/agents/R` (and any path with one trailing slash
