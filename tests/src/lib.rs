@@ -1,5 +1,7 @@
-//! Shared support for the end-to-end tests: reference agents, peers and process helpers.
+//! Shared support for the end-to-end tests: reference agents, peers, a headless browser and
+//! process helpers.
 
+pub mod browser;
 pub mod example;
 pub mod mcp;
 pub mod model;

@@ -2,6 +2,7 @@
 
 mod agent_skills;
 mod backends;
+mod browser;
 mod conformance;
 mod deploy;
 mod deploy_files;
