@@ -653,6 +653,8 @@ impl Runtime {
             store: self.store.clone(),
             manager: self.manager.clone(),
             overview: self.overview(status.clone()),
+            peers: self.peers.clone(),
+            node_url: self.config.node.public_url.clone(),
         });
         let app = crate::server::app(
             front,

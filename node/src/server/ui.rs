@@ -32,8 +32,10 @@ use serde_json::{Value, json};
 
 use super::StatusSource;
 use super::auth::Authenticator;
+use crate::peers::Peers;
 use crate::tasks::manager::{Scope, TaskManager};
 use crate::tasks::store::{Cursor, StoredTask, TaskQuery, TaskStore};
+use crate::tree::{Place, TreeNode, Walk, build_tree};
 
 /// Where the dashboard is served.
 pub(crate) const PATH: &str = "/ui";
@@ -44,6 +46,8 @@ const FEED_INTERVAL: Duration = Duration::from_millis(500);
 /// The most changes one read of the feed takes; more than that since the last read, and the
 /// browser is told to read its list again (`reset`).
 const FEED_BATCH: usize = 100;
+/// How deep a delegation tree is followed.
+const TREE_DEPTH: u32 = 8;
 /// The most events of a task's log one request returns.
 const LOG_PAGE: usize = 500;
 /// The longest text of a status message a feed entry carries.
@@ -106,6 +110,10 @@ pub(crate) struct Dashboard {
     pub(crate) manager: Arc<TaskManager>,
     /// The node's parts as the overview shows them.
     pub(crate) overview: StatusSource,
+    /// The node's peers: a delegation tree's tasks on them are fetched with their credentials.
+    pub(crate) peers: Arc<Peers>,
+    /// The node's own base URL (`node.public_url`), where its children by role name run.
+    pub(crate) node_url: String,
 }
 
 /// The dashboard's routes: the page and its files, the session, and its API under
@@ -127,6 +135,7 @@ pub(crate) fn router(dashboard: Dashboard) -> Router {
         .route("/ui/api/node", get(overview))
         .route("/ui/api/events", get(feed))
         .route("/ui/api/tasks/{id}/events", get(task_log))
+        .route("/ui/api/tasks/{id}/tree", get(task_tree))
         .with_state(dashboard)
 }
 
@@ -349,6 +358,99 @@ async fn task_log(
     }
 }
 
+/// `GET /ui/api/tasks/{id}/tree`: the task and every task it delegated to, on this node and
+/// on peers (fetched with the peer's credentials), with usage rolled up. Only a task the
+/// caller may read is a root; the tasks below it are those its node-written links name.
+async fn task_tree(
+    State(dashboard): State<Dashboard>,
+    principal: Option<Extension<Principal>>,
+    Path(id): Path<String>,
+) -> Response {
+    let scope = Scope {
+        role: None,
+        owner: owner(principal),
+    };
+    if let Err(e) = dashboard
+        .manager
+        .get(&TaskId::from(id.as_str()), &scope)
+        .await
+    {
+        return error(StatusCode::NOT_FOUND, e.to_string());
+    }
+    let node = dashboard.node_url.trim_end_matches('/').to_owned();
+    let walk = Walk {
+        max_depth: TREE_DEPTH,
+        peers: dashboard
+            .peers
+            .list()
+            .into_iter()
+            .map(|peer| (peer.name, peer.url))
+            .collect(),
+    };
+    let (manager, peers, here) = (&dashboard.manager, &dashboard.peers, node.as_str());
+    let root = build_tree(
+        &id,
+        here,
+        here,
+        &walk,
+        |place: Place, id: String| async move {
+            if place.node.trim_end_matches('/') == here {
+                let everyone = Scope {
+                    role: None,
+                    owner: None,
+                };
+                return manager
+                    .get(&TaskId::from(id.as_str()), &everyone)
+                    .await
+                    .map(|stored| stored.task)
+                    .map_err(|e| e.to_string());
+            }
+            let agent = peers.resolve_url(&place.url).await?;
+            let request = mew_cards::GetTaskRequest {
+                id: TaskId::from(id.as_str()),
+                history_length: Some(0),
+                ..mew_cards::GetTaskRequest::default()
+            };
+            use mew_transport::AgentTransport as _;
+            agent
+                .get_task(&mew_transport::CallContext::anonymous(), request)
+                .await
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    api(StatusCode::OK, tree_json(&root, here))
+}
+
+/// A tree node as the page shows it; `here` is this node's base URL (its tasks are `local`,
+/// and the page links them).
+fn tree_json(node: &TreeNode, here: &str) -> Value {
+    let task = node.task.as_ref();
+    json!({
+        "taskId": node.task_id,
+        "agent": node.agent,
+        "node": node.node,
+        "local": node.node.trim_end_matches('/') == here,
+        "role": node.role,
+        "description": node.link.as_ref().map(|link| link.description.clone()),
+        "state": task.map(|t| t.status.state),
+        "text": task
+            .and_then(|t| t.status.message.as_ref())
+            .map(|m| m.text().chars().take(SUMMARY_CHARS).collect::<String>()),
+        "error": node.error,
+        "repeated": node.repeated,
+        "own": node.own,
+        "total": node.total,
+        "tasks": node.tasks,
+        "missing": node.missing,
+        "children": node
+            .children
+            .iter()
+            .map(|child| tree_json(child, here))
+            .collect::<Vec<_>>(),
+    })
+}
+
 #[derive(Deserialize, Default)]
 struct FeedQuery {
     /// Where to start when the browser has no `Last-Event-ID` yet: an event id it was given.
@@ -517,6 +619,33 @@ mod tests {
         assert!(!after(&position, &position));
         for bad in ["", "12", "x:task", "12:"] {
             assert!(parse_position(bad).is_none(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_script_never_turns_text_into_markup_or_code() {
+        let script = std::str::from_utf8(include_bytes!("ui/app.js")).unwrap_or_default();
+        assert!(script.len() > 1000, "app.js is not there");
+        for (number, line) in script.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") || code.starts_with('*') || code.starts_with("/*") {
+                continue;
+            }
+            for sink in [
+                "innerHTML",
+                "outerHTML",
+                "insertAdjacentHTML",
+                "document.write",
+                "eval(",
+                "new Function",
+                "javascript:",
+            ] {
+                assert!(
+                    !code.contains(sink),
+                    "app.js line {}: {sink} in {line:?}",
+                    number + 1
+                );
+            }
         }
     }
 

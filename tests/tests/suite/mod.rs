@@ -4,6 +4,7 @@ mod agent_skills;
 mod backends;
 mod browser;
 mod conformance;
+mod dashboard;
 mod deploy;
 mod deploy_files;
 mod error_kinds;

@@ -59,6 +59,15 @@ function badge(state) {
   return h('span', { class: `state ${stateName(state)}`, 'data-state': stateName(state) }, stateName(state).replace('_', ' '));
 }
 
+/** A two-column list of labels and values: each one its own cell. */
+function grid(attrs, ...pairs) {
+  const el = h('div', attrs);
+  for (let i = 0; i + 1 < pairs.length; i += 2) {
+    el.append(h('span', { class: 'key' }, pairs[i]), h('span', { class: 'value' }, pairs[i + 1]));
+  }
+  return el;
+}
+
 function when(timestamp) {
   if (!timestamp) return '';
   const date = new Date(timestamp);
@@ -339,7 +348,8 @@ async function tasksView() {
       h('td', { class: 'muted' }, when(summary.timestamp)),
       h('td', {}, summary.role || ''),
       h('td', {}, badge(summary.state)),
-      h('td', { class: 'mono' }, h('a', { href: `#/task/${encodeURIComponent(summary.id)}` }, summary.id.slice(0, 13))),
+      // A task id's tail: its head is a time (UUIDv7), alike for tasks made together.
+      h('td', { class: 'mono' }, h('a', { href: `#/task/${encodeURIComponent(summary.id)}`, title: summary.id }, `…${summary.id.slice(-12)}`)),
       h('td', { class: 'text' }, summary.text || ''),
       h('td', { class: 'muted' }, usageText(summary.usage)),
     );
@@ -479,8 +489,7 @@ async function taskView(id) {
     const trace = traceIdOf(task);
     header.replaceChildren(
       h('h1', {}, 'Task ', h('span', { class: 'mono' }, task.id), ' ', badge(task.status.state)),
-      h(
-        'div',
+      grid(
         { class: 'grid card' },
         'role', roleOf(task) || '—',
         'context', h('span', { class: 'mono', id: 'task-context' }, task.contextId),
@@ -493,30 +502,57 @@ async function taskView(id) {
     renderActions();
     artifacts.replaceChildren(...(task.artifacts || []).map(artifactView));
     history.replaceChildren(...(task.history || []).map(messageView));
-    renderChildren(mew.children || []);
+    loadTree().catch((error) => children.replaceChildren(h('p', { class: 'error' }, error.message)));
   };
 
-  const renderChildren = (links) => {
-    if (!links.length) {
+  // The delegation tree, across nodes, from the node (which asks peers with their
+  // credentials); read again whenever the task moves.
+  const renderTree = (root) => {
+    if (!root.children || !root.children.length) {
       children.replaceChildren(h('p', { class: 'muted' }, 'No delegations.'));
       return;
     }
-    children.replaceChildren(
+    const item = (node) =>
       h(
-        'ul',
-        {},
-        links.map((child) => {
-          const local = /^[a-z0-9][a-z0-9-]*$/.test(child.agent || '');
-          return h(
-            'li',
-            { 'data-child': child.taskId },
-            local ? h('a', { href: `#/task/${encodeURIComponent(child.taskId)}` }, child.taskId) : h('span', { class: 'mono' }, child.taskId),
-            ` → ${child.agent}`,
-            child.description ? h('span', { class: 'muted' }, ` ${child.description}`) : null,
-          );
-        }),
-      ),
+        'li',
+        { 'data-child': node.taskId, 'data-state': stateName(node.state) },
+        node.local ? h('a', { href: `#/task/${encodeURIComponent(node.taskId)}`, title: node.taskId }, `…${node.taskId.slice(-12)}`) : h('span', { class: 'mono', title: node.taskId }, `…${node.taskId.slice(-12)}`),
+        ' ',
+        h('strong', { class: 'child-role' }, node.role || node.agent),
+        node.local ? '' : h('span', { class: 'muted' }, ` on ${node.node}`),
+        ' ',
+        node.state ? badge(node.state) : null,
+        node.description ? h('span', { class: 'muted' }, ` ${node.description}`) : null,
+        node.own ? h('span', { class: 'muted' }, ` · ${usageText(node.own)}`) : null,
+        node.error ? h('span', { class: 'error' }, ` ${node.error}`) : null,
+        node.children && node.children.length ? h('ul', {}, node.children.map(item)) : null,
+      );
+    children.replaceChildren(
+      h('p', { id: 'tree-total' }, `${root.tasks} task${root.tasks === 1 ? '' : 's'} in all: ${usageText(root.total) || 'no model use'}${root.missing ? ` (${root.missing} not reachable)` : ''}`),
+      h('ul', {}, root.children.map(item)),
     );
+  };
+  // One read at a time: a change during a read asks for one more after it.
+  let treeBusy = false;
+  let treeAgain = false;
+  const loadTree = async () => {
+    if (!(mewOf(task.metadata).children || []).length) {
+      renderTree({});
+      return;
+    }
+    if (treeBusy) {
+      treeAgain = true;
+      return;
+    }
+    treeBusy = true;
+    try {
+      do {
+        treeAgain = false;
+        renderTree(await call('GET', `/ui/api/tasks/${encodeURIComponent(task.id)}/tree`));
+      } while (treeAgain);
+    } finally {
+      treeBusy = false;
+    }
   };
 
   const reply = async (parts) => {
@@ -539,7 +575,7 @@ async function taskView(id) {
       const ask = mewOf(message.metadata).permission || null;
       const box = h('div', { class: 'card ask', id: 'ask' }, h('strong', {}, permission ? 'Permission asked' : 'The task asks'), h('p', { id: 'ask-text' }, textOf(message)));
       if (ask) {
-        box.append(h('div', { class: 'grid' }, 'tool', h('span', { class: 'mono', id: 'ask-tool' }, ask.tool), 'arguments', h('pre', { id: 'ask-input' }, JSON.stringify(ask.input, null, 2))));
+        box.append(grid({ class: 'grid' }, 'tool', h('span', { class: 'mono', id: 'ask-tool' }, ask.tool), 'arguments', h('pre', { id: 'ask-input' }, JSON.stringify(ask.input, null, 2))));
       }
       if (permission) {
         box.append(h('div', { class: 'row' }, h('button', { class: 'primary', id: 'allow', onclick: () => reply([{ data: { approved: true } }]).catch((e) => alert(e.message)) }, 'Allow'), h('button', { class: 'danger', id: 'deny', onclick: () => reply([{ data: { approved: false } }]).catch((e) => alert(e.message)) }, 'Deny')));
@@ -577,7 +613,8 @@ async function taskView(id) {
   let stream = null;
   const watch = () => {
     if (stream || FINAL.has(task.status.state) || task.status.state === 'TASK_STATE_INPUT_REQUIRED') return;
-    stream = new EventSource(`/tasks/${encodeURIComponent(task.id)}:subscribe`);
+    // EventSource sends no headers: the protocol version goes in the query, as A2A allows.
+    stream = new EventSource(`/tasks/${encodeURIComponent(task.id)}:subscribe?A2A-Version=1.0`);
     stream.onmessage = (event) => {
       let item;
       try {
@@ -605,18 +642,23 @@ async function taskView(id) {
       }
     };
     stream.onerror = () => {
-      // The stream ends when the task stops running; read what it came to.
+      // The stream ends when the task stops running: read what it came to (a moment later,
+      // so that a node that refuses the stream is not asked again and again at once).
       stream.close();
       stream = null;
-      refresh().catch(() => {});
+      setTimeout(() => closed || refresh().catch(() => {}), 1000);
     };
   };
-  app.cleanup.push(() => stream && stream.close());
+  let closed = false;
+  app.cleanup.push(() => {
+    closed = true;
+    if (stream) stream.close();
+  });
   listen((summary) => {
     if (summary && summary.id === task.id && summary.state !== task.status.state) refresh().catch(() => {});
   });
 
-  show(header, actions, h('h2', {}, 'Artifacts'), artifacts, h('h2', {}, 'Timeline'), timeline, h('h2', {}, 'Delegations'), children, h('h2', {}, 'Messages'), history);
+  show(header, actions, h('h2', {}, 'Artifacts'), artifacts, h('h2', {}, 'Delegations'), children, h('h2', {}, 'Timeline'), timeline, h('h2', {}, 'Messages'), history);
   renderHead();
   await loadLog();
   watch();
@@ -668,7 +710,7 @@ async function rolesView() {
         ' ',
         h('span', { class: 'muted' }, card.version || ''),
         h('p', {}, card.description || ''),
-        h('div', { class: 'grid' },
+        grid({ class: 'grid' },
           'interfaces', h('span', {}, (card.supportedInterfaces || []).map((i) => `${i.protocolBinding} ${i.url}`).join(' · ')),
           'skills', h('span', {}, (card.skills || []).map((s) => s.name).join(', ') || '—'),
           'streaming', card.capabilities && card.capabilities.streaming ? 'yes' : 'no',
@@ -686,9 +728,9 @@ async function nodeView() {
   const peers = Array.isArray(node.peers) ? node.peers : [];
   show(
     h('h1', {}, node.name || 'Node'),
-    h('div', { class: 'grid card' }, 'url', node.url || '', 'roles', (node.roles || []).join(', ')),
+    grid({ class: 'grid card' }, 'url', node.url || '', 'roles', (node.roles || []).join(', ')),
     h('h2', {}, 'Peers'),
-    table('peers', ['Name', 'URL', 'Reachable', 'Roles', 'Last error'], peers.map((p) => [p.name, p.url || p.base_url || '', p.reachable === false || p.error ? h('span', { class: 'error' }, 'no') : 'yes', (p.roles || []).map((r) => r.name || r).join(', '), p.error || p.last_error || ''])),
+    table('peers', ['Name', 'URL', 'State', 'Roles', 'Last error'], peers.map((p) => [p.name, p.url, p.state === 'ok' ? 'reachable' : h('span', { class: 'error' }, p.state), (p.roles || []).map((r) => r.name).join(', '), p.error || ''])),
     h('h2', {}, 'MCP servers'),
     table('mcp', ['Name', 'Transport', 'State', 'Tools', 'Restarts', 'Last error'], (node.mcp || []).map((s) => [s.name, s.transport, s.state, String(s.tools), String(s.restarts), s.last_error || ''])),
     h('h2', {}, 'Skills'),
