@@ -652,7 +652,13 @@ impl Runtime {
             secure: self.config.tls.server().is_some(),
             store: self.store.clone(),
             manager: self.manager.clone(),
-            overview: self.overview(status.clone()),
+            overview: self.overview(
+                status.clone(),
+                published_roles
+                    .iter()
+                    .map(|role| role.card.clone())
+                    .collect(),
+            ),
             peers: self.peers.clone(),
             node_url: self.config.node.public_url.clone(),
         });
@@ -689,13 +695,33 @@ impl Runtime {
 
     /// What the dashboard's overview shows: `/status`, and the parts that change while the node
     /// runs (MCP servers) or that `/status` leaves out (skills, hooks).
-    fn overview(&self, status: crate::server::StatusSource) -> crate::server::StatusSource {
+    ///
+    /// Each of `cards` is checked against the node's own key set, as `mew card verify` would
+    /// check it: what the dashboard shows beside each role.
+    fn overview(
+        &self,
+        status: crate::server::StatusSource,
+        cards: Vec<AgentCard>,
+    ) -> crate::server::StatusSource {
         let (mcp, skills, hooks) = (self.mcp.clone(), self.skills.clone(), self.hooks.clone());
+        let (jwks, cards) = (self.identity.jwks(), Arc::new(cards));
         Arc::new(move || {
             let (mcp, skills, hooks, status) =
                 (mcp.clone(), skills.clone(), hooks.clone(), status.clone());
+            let (jwks, cards) = (jwks.clone(), cards.clone());
             Box::pin(async move {
                 let mut overview = status().await;
+                let mut verifier =
+                    crate::identity::signing::Verifier::new(Some(jwks), reqwest::Client::new());
+                let mut checks = serde_json::Map::new();
+                for card in cards.iter() {
+                    let report = match verifier.verify(card, "").await {
+                        Ok(reports) => json!(reports),
+                        Err(e) => json!([{ "ok": false, "error": e.to_string() }]),
+                    };
+                    checks.insert(card.name.clone(), report);
+                }
+                overview["signatures"] = serde_json::Value::Object(checks);
                 overview["mcp"] = json!(mcp.status());
                 overview["skills"] = skills
                     .list()

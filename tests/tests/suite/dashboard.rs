@@ -160,6 +160,21 @@ async fn a_running_task_moves_on_screen_and_its_streamed_artifact_grows() -> any
             text == "completed"
         })
         .await?;
+
+    // The role's card, its signature checked against the node's key; the node's parts.
+    browser.goto(&format!("{}/ui#/roles", node.url())).await?;
+    browser
+        .wait_for_text(
+            "[data-role=\"slow\"] .signature[data-verified=\"yes\"]",
+            "the card's signature, verified",
+            |text| text.starts_with("verified with the node's key"),
+        )
+        .await?;
+    browser.screenshot(shot(&shots, "roles")).await?;
+    browser.goto(&format!("{}/ui#/node", node.url())).await?;
+    browser.wait_for("#mcp", "the MCP servers").await?;
+    browser.wait_for("#hooks", "the hooks").await?;
+    browser.screenshot(shot(&shots, "node")).await?;
     Ok(())
 }
 
@@ -687,5 +702,124 @@ async fn a_delegation_across_nodes_shows_as_a_live_tree_with_usage_rolled_up() -
     browser.screenshot(shot(&shots, "tree-done")).await?;
     model_a.assert_done();
     model_b.assert_done();
+    Ok(())
+}
+
+/// One event of an SSE stream: its `event:`, `id:` and `data:` fields.
+#[derive(Debug, Default, Clone)]
+struct SseEvent {
+    event: String,
+    id: String,
+    data: String,
+}
+
+/// Reads the dashboard's feed from `url`, from `last_id` on when given.
+struct Feed {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl Feed {
+    async fn open(url: &str, last_id: Option<&str>) -> anyhow::Result<Self> {
+        let mut request = reqwest::Client::new().get(format!("{url}/ui/api/events"));
+        if let Some(id) = last_id {
+            request = request.header("Last-Event-ID", id);
+        }
+        let response = request.send().await?;
+        ensure!(
+            response.status().is_success(),
+            "the feed answered {}",
+            response.status()
+        );
+        Ok(Self {
+            response,
+            buffer: String::new(),
+        })
+    }
+
+    /// The next event of kind `task` (waiting at most a minute for it).
+    async fn next_task(&mut self) -> anyhow::Result<SseEvent> {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                while let Some(end) = self.buffer.find("\n\n") {
+                    let block: String = self.buffer.drain(..end + 2).collect();
+                    let mut event = SseEvent::default();
+                    for line in block.lines() {
+                        if let Some((field, value)) = line.split_once(':') {
+                            let value = value.strip_prefix(' ').unwrap_or(value);
+                            match field {
+                                "event" => event.event = value.to_owned(),
+                                "id" => event.id = value.to_owned(),
+                                "data" => event.data.push_str(value),
+                                _ => {}
+                            }
+                        }
+                    }
+                    if event.event == "task" {
+                        return Ok(event);
+                    }
+                }
+                let chunk = self.response.chunk().await?.context("the feed ended")?;
+                self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+            }
+        })
+        .await
+        .context("no task event within a minute")?
+    }
+
+    /// The next `task` event about the task `id`.
+    async fn next_about(&mut self, id: &str) -> anyhow::Result<SseEvent> {
+        loop {
+            let event = self.next_task().await?;
+            let summary: Value = serde_json::from_str(&event.data)?;
+            if summary["id"] == id {
+                return Ok(event);
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_feed_spans_the_replicas_of_a_cluster_and_resumes_after_a_dropped_connection()
+-> anyhow::Result<()> {
+    let url = mew_tests::postgres::database().await?;
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let mut node = MewNode::new()?;
+        node.write_config("store:\n  lease: 2s\n")?;
+        script_role(&node, "note", "cat\n")?;
+        node.set_env("MEW_STORE_URL", &url);
+        replicas.push(node);
+    }
+    futures_util::future::try_join_all(replicas.iter_mut().map(MewNode::launch)).await?;
+    let (one, two) = (&replicas[0], &replicas[1]);
+
+    // A task sent to the second replica shows in the first one's feed.
+    let mut feed = Feed::open(one.url(), None).await?;
+    let first = start_task(two, "note", "first", None).await?;
+    let seen = feed.next_about(&first).await?;
+    let summary: Value = serde_json::from_str(&seen.data)?;
+    ensure!(
+        summary["role"] == "note" && !seen.id.is_empty(),
+        "the feed said {seen:?}"
+    );
+    // Wait for its last change, so that the position is after everything it did.
+    let mut last = seen;
+    while serde_json::from_str::<Value>(&last.data)?["state"] != "TASK_STATE_COMPLETED" {
+        last = feed.next_about(&first).await?;
+    }
+    drop(feed);
+
+    // While nobody listens, another task; a browser that reconnects with the last id it had
+    // gets that one, and nothing from before.
+    let second = start_task(two, "note", "second", None).await?;
+    let mut resumed = Feed::open(one.url(), Some(&last.id)).await?;
+    let next = resumed.next_task().await?;
+    let summary: Value = serde_json::from_str(&next.data)?;
+    ensure!(
+        summary["id"] == second.as_str(),
+        "after {} the feed resumed with {next:?}",
+        last.id
+    );
     Ok(())
 }

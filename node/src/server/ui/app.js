@@ -700,6 +700,16 @@ async function sendView(role) {
 async function rolesView() {
   const { agents } = await call('GET', '/agents');
   app.roles = agents || [];
+  const node = await call('GET', '/ui/api/node');
+  const checks = node.signatures || {};
+  const signed = (card) => {
+    const reports = checks[card.name] || [];
+    if (!reports.length) return 'not signed';
+    const bad = reports.filter((r) => !r.ok);
+    return bad.length
+      ? h('span', { class: 'error signature', 'data-verified': 'no' }, `does not verify: ${bad.map((r) => r.error).join('; ')}`)
+      : h('span', { class: 'signature', 'data-verified': 'yes' }, `verified with the node's key ${reports.map((r) => r.kid).join(', ')}`);
+  };
   show(
     h('h1', {}, 'Roles'),
     app.roles.map((card) =>
@@ -714,7 +724,7 @@ async function rolesView() {
           'interfaces', h('span', {}, (card.supportedInterfaces || []).map((i) => `${i.protocolBinding} ${i.url}`).join(' · ')),
           'skills', h('span', {}, (card.skills || []).map((s) => s.name).join(', ') || '—'),
           'streaming', card.capabilities && card.capabilities.streaming ? 'yes' : 'no',
-          'signed', (card.signatures || []).length ? h('span', { class: 'signed' }, `yes (${card.signatures.length} signature${card.signatures.length > 1 ? 's' : ''})`) : 'no',
+          'signature', signed(card),
         ),
         h('p', {}, h('a', { href: `#/send/${encodeURIComponent(card.name)}` }, 'Send a message'), ' · ', h('a', { href: `#/tasks?role=${encodeURIComponent(card.name)}` }, 'Tasks'), ' · ', link(`${base(card.name)}/.well-known/agent-card.json`, 'card')),
       ),
@@ -737,7 +747,7 @@ async function nodeView() {
     table('skills', ['Name', 'Description', 'Path'], (node.skills || []).map((s) => [s.name, s.description, h('span', { class: 'mono' }, s.path)])),
     h('h2', {}, 'Hooks'),
     table('hooks', ['Name', 'Event', 'Scope', 'File'], (node.hooks || []).map((r) => [r.name, r.event, r.scope, h('span', { class: 'mono' }, r.file)])),
-    (node.hook_problems || []).length ? h('div', { class: 'card' }, h('strong', {}, 'Hooks not run'), h('ul', {}, node.hook_problems.map((p) => h('li', {}, typeof p === 'string' ? p : JSON.stringify(p))))) : null,
+    (node.hook_problems || []).length ? h('div', { class: 'card' }, h('strong', {}, 'Hooks not run'), h('ul', { id: 'hook-problems' }, node.hook_problems.map((p) => h('li', {}, typeof p === 'string' ? p : `${p.path}${p.rule ? ` (${p.rule})` : ''}: ${p.message}`)))) : null,
     h('h2', {}, 'Replicas'),
     table('replicas', ['Id', 'Address', 'Alive', 'Running', 'Heartbeat'], (Array.isArray(node.replicas) ? node.replicas : []).map((r) => [r.id, r.address, r.alive ? 'yes' : 'no', String(r.running), when(r.heartbeat)])),
     (node.problems || []).length ? h('div', { class: 'card' }, h('strong', {}, 'Problems'), h('ul', {}, node.problems.map((p) => h('li', {}, typeof p === 'string' ? p : JSON.stringify(p))))) : null,
