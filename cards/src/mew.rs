@@ -309,6 +309,9 @@ pub struct PermissionAsk {
     /// The call's arguments, as the model gave them.
     #[serde(default)]
     pub input: Value,
+    /// What asked: the permission rule, the mode's default, or the hook.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub rule: String,
 }
 
 /// A tool call of a task starting or ending (`mew.tool` of a progress note).

@@ -47,6 +47,9 @@ pub(crate) struct PendingCall {
     pub(crate) input: Value,
     /// The question put to the user.
     pub(crate) question: String,
+    /// What asked it: the permission rule, the mode's default, or a hook.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub(crate) why: String,
     /// Set when the question is a delegated task's (this id): the call already ran, and the
     /// user's reply goes to that task instead of deciding whether the call runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -74,7 +77,7 @@ pub(crate) enum Resume {
     /// The user approved (or refused) the pending call; the remaining calls of
     /// that model answer follow.
     Approval {
-        pending: PendingCall,
+        pending: Box<PendingCall>,
         approved: bool,
         reason: String,
     },
@@ -112,7 +115,7 @@ fn tool_span(id: &str, name: &str, verdict: &Verdict) -> tracing::Span {
     let (decision, category) = match verdict {
         Verdict::Run(category) => ("allow", category.name()),
         Verdict::Refuse(_) => ("deny", ""),
-        Verdict::Ask(_) => ("ask", ""),
+        Verdict::Ask(..) => ("ask", ""),
     };
     crate::telemetry::span!(
         "execute_tool",
@@ -141,8 +144,9 @@ enum Verdict {
     Run(Category),
     /// Not run: this error result goes back to the model.
     Refuse(ToolOutput),
-    /// Needs the user's approval first.
-    Ask(String),
+    /// Needs the user's approval first: the question, and what asked it (a rule, the mode,
+    /// a hook).
+    Ask(String, String),
 }
 
 fn result_block(id: &str, output: ToolOutput) -> Block {
@@ -177,6 +181,7 @@ impl Agent {
             reason,
         } = resume
         {
+            let pending = *pending;
             let calls = self.pending_calls(session, &pending.id);
             let output = if let Some(task) = &pending.relay {
                 match self.tools.get(&pending.name) {
@@ -476,7 +481,7 @@ impl Agent {
             } else {
                 index + 1
             };
-            if let Verdict::Ask(question) = &decisions[index] {
+            if let Verdict::Ask(question, why) = &decisions[index] {
                 let (id, name, input) = &calls[index];
                 self.notify("permission_prompt", question).await;
                 return Ok(Some(Outcome::NeedsApproval(PendingCall {
@@ -484,6 +489,7 @@ impl Agent {
                     name: name.clone(),
                     input: input.clone(),
                     question: question.clone(),
+                    why: why.clone(),
                     relay: None,
                     hooks: said(&calls[index..], &pre[index..]),
                 })));
@@ -503,7 +509,7 @@ impl Agent {
                                 output
                             }
                             Verdict::Refuse(output) => output.clone(),
-                            Verdict::Ask(question) => ToolOutput::error(question.clone()),
+                            Verdict::Ask(question, _) => ToolOutput::error(question.clone()),
                         };
                         let outcome = if output.relay.is_some() {
                             "asked"
@@ -538,6 +544,7 @@ impl Agent {
                             name: name.clone(),
                             input: input.clone(),
                             question,
+                            why: format!("a delegated task of {name} asks"),
                             relay: Some(task),
                             hooks: vec![(id.clone(), pre.clone())],
                         });
@@ -664,10 +671,13 @@ impl Agent {
                     } else {
                         format!(": {}", permission.reason)
                     };
-                    Verdict::Ask(format!(
-                        "Allow this {name} call {input}? The hook {} asks for approval{why}.",
-                        permission.hook
-                    ))
+                    Verdict::Ask(
+                        format!(
+                            "Allow this {name} call {input}? The hook {} asks for approval{why}.",
+                            permission.hook
+                        ),
+                        format!("the hook {} asks for approval{why}", permission.hook),
+                    )
                 }
                 _ => Verdict::Run(tool.category()),
             },
@@ -675,7 +685,18 @@ impl Agent {
                 Some(permission) if permission.decision == PermissionDecision::Allow => {
                     Verdict::Run(tool.category())
                 }
-                _ => Verdict::Ask(question),
+                _ => {
+                    let why = match self.permissions.ask_rule(name, input) {
+                        Some(rule) => format!("the permission rule `{rule}` asks"),
+                        None => format!(
+                            "the {} mode asks before {} tools run, and no allow rule covers \
+                             this call",
+                            self.settings.mode.as_str(),
+                            tool.category().name()
+                        ),
+                    };
+                    Verdict::Ask(question, why)
+                }
             },
         }
     }

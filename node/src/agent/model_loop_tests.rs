@@ -878,7 +878,7 @@ async fn each_call_meets_its_pre_tool_use_hooks_once_across_an_approval() {
     let pending: super::model_loop::PendingCall =
         serde_json::from_value(serde_json::to_value(&pending).unwrap()).unwrap();
     let resume = Resume::Approval {
-        pending,
+        pending: Box::new(pending),
         approved: true,
         reason: String::new(),
     };

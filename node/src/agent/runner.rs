@@ -307,7 +307,10 @@ impl Observer for Reporter {
     }
 
     fn tool_finished(&self, id: &str, name: &str, output: &ToolOutput) {
-        let detail = json!({ "isError": output.is_error });
+        let detail = json!({
+            "isError": output.is_error,
+            "output": note_text(&output.text_content()),
+        });
         let _ = self.queue.send(Report::Tool {
             phase: "finished",
             id: id.to_owned(),
@@ -318,6 +321,21 @@ impl Observer for Reporter {
 
     fn checkpoint<'a>(&'a self, session: &'a Session) -> futures_util::future::BoxFuture<'a, ()> {
         Box::pin(self.checkpoints.save(session))
+    }
+}
+
+/// The most characters of a tool's result a progress note carries.
+const NOTE_OUTPUT_CHARS: usize = 2000;
+
+/// A tool's result as a progress note shows it: its start, and how much was left out.
+fn note_text(text: &str) -> String {
+    let mut chars = text.chars();
+    let head: String = chars.by_ref().take(NOTE_OUTPUT_CHARS).collect();
+    let rest = chars.count();
+    if rest == 0 {
+        head
+    } else {
+        format!("{head}… ({rest} more characters)")
     }
 }
 
@@ -670,7 +688,7 @@ impl Executor for ModelExecutor {
                 // again unless it is read-only.
                 checkpoints.save(&state.session).await;
                 Resume::Approval {
-                    pending,
+                    pending: Box::new(pending),
                     approved,
                     reason: turn.message.text(),
                 }
@@ -767,7 +785,11 @@ impl Executor for ModelExecutor {
                         pending.question
                     )
                 };
-                let (call_name, call_input) = (pending.name.clone(), pending.input.clone());
+                let asked = mew::PermissionAsk {
+                    tool: pending.name.clone(),
+                    input: pending.input.clone(),
+                    rule: pending.why.clone(),
+                };
                 state.pending = Some(pending);
                 sink.save_private(serde_json::to_value(&state).unwrap_or(Value::Null))
                     .await
@@ -778,10 +800,7 @@ impl Executor for ModelExecutor {
                 ask.metadata = Some(
                     mew::MewMetadata {
                         ask: Some(mew::ASK_PERMISSION.to_owned()),
-                        permission: Some(mew::PermissionAsk {
-                            tool: call_name,
-                            input: call_input,
-                        }),
+                        permission: Some(asked),
                         ..mew::MewMetadata::default()
                     }
                     .to_metadata(),

@@ -188,6 +188,16 @@ impl PermissionPolicy {
         }
     }
 
+    /// The ask rule that matches a call, if one does (what a question names as its cause;
+    /// without one, the mode's default asked).
+    pub(crate) fn ask_rule(&self, tool: &str, input: &Value) -> Option<String> {
+        let call = Call::new(canonical_tool(tool), input, &self.dirs);
+        self.ask
+            .iter()
+            .find(|rule| rule.matches(&call, &self.dirs))
+            .map(ToString::to_string)
+    }
+
     /// Whether allow rules approve the call. A command is approved by a tool-wide rule
     /// (`bash`), or piece by piece: every simple command in it matched by some allow rule, and
     /// no substitutions.

@@ -326,7 +326,6 @@ impl Authenticator {
         }
     }
 
-    /// The principal of API key `key`, compared in constant time.
     /// The principal a credential typed into the dashboard's sign-in names: an API key or a
     /// JWT, checked as in a request's headers.
     pub(crate) async fn sign_in(&self, credential: &str) -> Result<String, &'static str> {
@@ -347,6 +346,7 @@ impl Authenticator {
         &self.sessions
     }
 
+    /// The principal of API key `key`, compared in constant time.
     fn api_key(&self, key: &str) -> Option<String> {
         let mut found = None;
         for (value, principal) in &self.keys {
@@ -847,7 +847,7 @@ mod tests {
     }
 
     #[test]
-    fn only_cards_and_probes_are_public() {
+    fn only_cards_probes_and_the_dashboards_page_are_public() {
         for path in [
             "/.well-known/agent-card.json",
             "/agents/coder/.well-known/agent-card.json",
@@ -855,9 +855,15 @@ mod tests {
             "/healthz",
             "/readyz",
             "/agents",
+            "/ui",
+            "/ui/app.js",
+            "/ui/session",
         ] {
             assert!(is_public(&Method::GET, path), "{path}");
         }
+        // The dashboard's sign-in takes credentials; its API wants them.
+        assert!(is_public(&Method::POST, "/ui/session"));
+        assert!(!is_public(&Method::POST, "/ui"));
         for path in [
             "/",
             "/tasks",
@@ -871,6 +877,9 @@ mod tests {
             "/agents/coder/.well-known/jwks.json",
             "/extendedAgentCard",
             "/agents/coder/extendedAgentCard",
+            "/ui/api/events",
+            "/ui/api/node",
+            "/ui/api/tasks/abc/tree",
         ] {
             assert!(!is_public(&Method::GET, path), "{path}");
         }

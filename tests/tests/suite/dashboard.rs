@@ -246,6 +246,15 @@ async fn a_permission_question_shows_the_call_allow_runs_it_and_deny_tells_the_m
         input.contains("echo done > allowed.txt"),
         "the ask shows {input:?}"
     );
+    let rule = browser
+        .wait_for("#ask-rule", "what asked")
+        .await?
+        .text()
+        .await?;
+    ensure!(
+        rule == "the default mode asks before exec tools run, and no allow rule covers this call",
+        "the ask says it was asked by {rule:?}"
+    );
     ensure!(
         !node.project_dir().join("allowed.txt").exists(),
         "the command ran before it was allowed"

@@ -460,6 +460,7 @@ function logLine(entry) {
       badge(status.state),
       ' ',
       tool ? h('span', { class: 'mono tool' }, `${tool.phase || ''} ${tool.name || ''} `, tool.detail && tool.detail.input !== undefined ? JSON.stringify(tool.detail.input) : '', tool.detail && tool.detail.isError ? ' (error)' : '') : null,
+      tool && tool.detail && typeof tool.detail.output === 'string' && tool.detail.output ? h('pre', { class: 'tool-output' }, tool.detail.output) : null,
       mew.child ? h('span', {}, `child ${mew.child.taskId || ''}: ${stateName(mew.child.state)} `) : null,
       mew.warning ? h('span', { class: 'error' }, mew.warning) : null,
       text ? h('span', {}, ` ${text.slice(0, 400)}`) : null,
@@ -575,7 +576,7 @@ async function taskView(id) {
       const ask = mewOf(message.metadata).permission || null;
       const box = h('div', { class: 'card ask', id: 'ask' }, h('strong', {}, permission ? 'Permission asked' : 'The task asks'), h('p', { id: 'ask-text' }, textOf(message)));
       if (ask) {
-        box.append(grid({ class: 'grid' }, 'tool', h('span', { class: 'mono', id: 'ask-tool' }, ask.tool), 'arguments', h('pre', { id: 'ask-input' }, JSON.stringify(ask.input, null, 2))));
+        box.append(grid({ class: 'grid' }, 'tool', h('span', { class: 'mono', id: 'ask-tool' }, ask.tool), 'arguments', h('pre', { id: 'ask-input' }, JSON.stringify(ask.input, null, 2)), 'asked by', h('span', { id: 'ask-rule' }, ask.rule || '—')));
       }
       if (permission) {
         box.append(h('div', { class: 'row' }, h('button', { class: 'primary', id: 'allow', onclick: () => reply([{ data: { approved: true } }]).catch((e) => alert(e.message)) }, 'Allow'), h('button', { class: 'danger', id: 'deny', onclick: () => reply([{ data: { approved: false } }]).catch((e) => alert(e.message)) }, 'Deny')));
