@@ -679,7 +679,15 @@ async fn a_webhook_gets_each_event_once_in_order_when_the_replica_running_the_ta
     std::fs::write(&gate, "")?;
 
     // The other replica finishes it, and the webhook has every logged event, once, in order.
-    let delivered = receiver.wait_for_final("/replicas").await?;
+    let delivered = match receiver.wait_for_final("/replicas").await {
+        Ok(delivered) => delivered,
+        // What the survivor did (took the task over, ran it, pushed), for a failure to show.
+        Err(e) => bail!(
+            "{e:#}\nlogged: {:?}\nthe surviving replica's log:\n{}",
+            logged().await?.iter().map(state_of).collect::<Vec<_>>(),
+            replicas[1].log()
+        ),
+    };
     let pushed: Vec<StreamResponse> = delivered.into_iter().map(|(_, e)| e).collect();
     let logged = logged().await?;
     ensure!(pushed == logged, "pushed {pushed:#?}\nlogged {logged:#?}");
