@@ -1060,7 +1060,9 @@ impl TaskStore for PostgresStore {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let now_ms = i64::try_from(Timestamp::now().unix_nanos() / 1_000_000).unwrap_or(i64::MAX);
         // The due heads are claimed by this replica for a while, so that one replica delivers
-        // each; the heads not due yet come along unclaimed, to say when to look again.
+        // each; the others come along unclaimed, to say when to look again: a head not due
+        // yet at its `next_at`, a head another replica holds when its claim ends (that replica
+        // may be gone: then this one delivers it once the claim has lapsed).
         let rows = self
             .client()
             .await?
@@ -1075,11 +1077,15 @@ impl TaskStore for PostgresStore {
                          WHERE seq IN (SELECT seq FROM heads) AND next_at <= $3
                            AND (locked_until IS NULL OR locked_until < now() OR locked_by = $2)
                          RETURNING seq)
-                     SELECT o.seq, o.task_id, o.config_id, o.body, o.attempts, o.next_at, c.config
+                     SELECT o.seq, o.task_id, o.config_id, o.body, o.attempts,
+                         CASE WHEN o.seq IN (SELECT seq FROM claimed) THEN o.next_at
+                              ELSE GREATEST(o.next_at, $3 + 1,
+                                  (extract(epoch FROM o.locked_until) * 1000)::bigint + 1)
+                         END,
+                         c.config
                      FROM push_outbox o
                      LEFT JOIN push_configs c ON c.task_id = o.task_id AND c.id = o.config_id
                      WHERE o.seq IN (SELECT seq FROM heads)
-                       AND (o.seq IN (SELECT seq FROM claimed) OR o.next_at > $3)
                      ORDER BY o.seq"
                 ),
                 &[&limit, &self.replica.id, &now_ms],
@@ -1586,6 +1592,51 @@ mod tests {
             )
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_push_another_replica_holds_says_when_to_look_again_and_is_taken_once_it_lapses() {
+        use crate::tasks::store_tests::{event, for_config, hook};
+        let url = postgres_database().await;
+        let a = PostgresStore::open(&url, None, replica("a")).await.unwrap();
+        let b = PostgresStore::open(&url, None, replica("b")).await.unwrap();
+        let task = stored("p1", "c", "r", TaskState::Working, T0);
+        a.create(
+            &task,
+            &[hook("p1", "h")],
+            &[for_config(event("p1", 0), "h")],
+        )
+        .await
+        .unwrap();
+        let now = || i64::try_from(Timestamp::now().unix_nanos() / 1_000_000).unwrap();
+        let held = a.push_heads(10).await.unwrap();
+        assert_eq!(held.len(), 1);
+        assert!(held[0].next_at <= now(), "a claims a due head: {held:?}");
+        // b sees the head a holds, not due before a's claim ends: b waits for it instead of
+        // sleeping as if the outbox were empty (a may have died holding it).
+        let waiting = b.push_heads(10).await.unwrap();
+        assert_eq!(waiting.len(), 1, "{waiting:?}");
+        assert_eq!(waiting[0].seq, held[0].seq);
+        assert!(
+            waiting[0].next_at > now() + 20_000,
+            "due at {} while a holds it",
+            waiting[0].next_at
+        );
+        // Once the claim has lapsed, b takes the head.
+        b.client()
+            .await
+            .unwrap()
+            .execute(
+                "UPDATE push_outbox SET locked_until = now() - interval '1 second'",
+                &[],
+            )
+            .await
+            .unwrap();
+        let taken = b.push_heads(10).await.unwrap();
+        assert_eq!(taken.len(), 1);
+        assert!(taken[0].next_at <= now(), "{taken:?}");
+        // And now a waits for b.
+        assert!(a.push_heads(10).await.unwrap()[0].next_at > now());
     }
 
     #[tokio::test]

@@ -662,6 +662,18 @@ async fn a_webhook_gets_each_event_once_in_order_when_the_replica_running_the_ta
             .map(|row| Ok(serde_json::from_str(row.get::<_, &str>(0))?))
             .collect()
     };
+    // Delivered and marked so (the outbox empty): a notification the receiver has but the
+    // dying replica had not yet marked would be delivered again by the survivor, at least
+    // once being all a crash between the two allows.
+    let waiting = async || -> anyhow::Result<i64> {
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM push_outbox WHERE task_id = $1",
+                &[&task.id.as_str()],
+            )
+            .await?;
+        Ok(row.get(0))
+    };
     poll_until(
         "the first replica's events are delivered",
         DELIVERY_WAIT,
@@ -671,7 +683,8 @@ async fn a_webhook_gets_each_event_once_in_order_when_the_replica_running_the_ta
             let started = logged
                 .iter()
                 .any(|e| state_of(e) == Some(TaskState::Working));
-            Ok((started && pushed.len() == logged.len()).then_some(()))
+            let done = started && pushed.len() == logged.len() && waiting().await? == 0;
+            Ok(done.then_some(()))
         },
     )
     .await?;
