@@ -80,6 +80,9 @@ pub struct MewMetadata {
     /// On a WORKING status update: a status update of one of the task's children.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child: Option<ChildNote>,
+    /// On a WORKING status update: a hook that ran for the task, and what it came to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook: Option<HookNote>,
     /// On a WORKING status update: something the user should know about the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
@@ -115,6 +118,7 @@ impl MewMetadata {
             permission: field(mew, "permission"),
             tool: field(mew, "tool"),
             child: field(mew, "child"),
+            hook: field(mew, "hook"),
             warning: field(mew, "warning"),
         }
     }
@@ -298,6 +302,21 @@ impl Usage {
             .unreported_model_calls
             .saturating_add(other.unreported_model_calls);
     }
+}
+
+/// A hook that ran for a task (`mew.hook` of a progress note).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookNote {
+    /// The event, as hook files name it (`PreToolUse`, `Stop`, ...).
+    pub event: String,
+    /// The hook's name.
+    pub name: String,
+    /// `ok`, `blocked` or `error`.
+    pub outcome: String,
+    /// Why it blocked, or how it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// The tool call a permission question asks about (`mew.permission` of its status message).

@@ -369,6 +369,7 @@ fn run_hooks(dir: &std::path::Path, rules: Value) -> Arc<crate::hooks::RunHooks>
     Arc::new(crate::hooks::RunHooks {
         dispatcher: Arc::new(dispatcher),
         ctx: crate::hooks::HookContext::new("context-1", dir).unwrap(),
+        report: None,
     })
 }
 

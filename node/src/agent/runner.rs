@@ -272,6 +272,7 @@ fn conversation_of(history: &[Message]) -> Vec<ChatMessage> {
 enum Report {
     Text(String),
     Warning(String),
+    Hook(mew::HookNote),
     Tool {
         phase: &'static str,
         id: String,
@@ -390,6 +391,10 @@ async fn forward(
                 Report::Text(delta) => text.push_str(&delta),
                 Report::Warning(warning) => notes.push(mew::MewMetadata {
                     warning: Some(warning),
+                    ..mew::MewMetadata::default()
+                }),
+                Report::Hook(hook) => notes.push(mew::MewMetadata {
+                    hook: Some(hook),
                     ..mew::MewMetadata::default()
                 }),
                 Report::Tool {
@@ -538,6 +543,20 @@ impl Executor for ModelExecutor {
             PermissionMode::Default => self.permissions.default_mode(),
             mode => mode,
         };
+        // The loop's reports, and those of its hooks (through a weak handle: the forwarder
+        // ends when the loop's reporter is gone, whatever holds the hooks).
+        let (queue, reports) = mpsc::unbounded_channel();
+        let hook_reports = queue.downgrade();
+        let report_hook: crate::hooks::ReportHookRun = Arc::new(move |run| {
+            if let Some(queue) = hook_reports.upgrade() {
+                let _ = queue.send(Report::Hook(mew::HookNote {
+                    event: run.event.to_owned(),
+                    name: run.hook.clone(),
+                    outcome: run.outcome.to_owned(),
+                    reason: run.reason.clone(),
+                }));
+            }
+        });
         let agent = Agent {
             provider,
             tools,
@@ -573,6 +592,7 @@ impl Executor for ModelExecutor {
                         Some(Arc::new(crate::hooks::RunHooks {
                             dispatcher: dispatcher.clone(),
                             ctx,
+                            report: Some(report_hook.clone()),
                         }))
                     }),
                 }
@@ -717,7 +737,6 @@ impl Executor for ModelExecutor {
             }
         };
 
-        let (queue, reports) = mpsc::unbounded_channel();
         let forwarder = tokio::spawn(forward(reports, sink.clone()));
         let outcome = agent
             .run(

@@ -239,6 +239,23 @@ impl HookDispatcher {
                 span.record("otel.status_code", "error");
             }
             crate::metrics::hook_run(event.as_str(), reply_outcome(&reply));
+            outcome.runs.push(output::HookRun {
+                hook: rule.name.clone(),
+                event: event.as_str(),
+                outcome: reply_outcome(&reply),
+                reason: reply
+                    .error
+                    .clone()
+                    .or_else(|| reply.block.clone())
+                    .or_else(|| reply.stop.clone())
+                    .or_else(|| {
+                        reply
+                            .permission
+                            .as_ref()
+                            .filter(|(decision, _)| *decision == output::PermissionDecision::Deny)
+                            .map(|(_, reason)| reason.clone())
+                    }),
+            });
             if let Some(error) = &reply.error {
                 tracing::warn!(hook = %rule.name, %event, "hook failed: {error}");
             }

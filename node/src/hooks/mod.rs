@@ -43,12 +43,23 @@ pub(crate) use self::{
 pub(crate) struct RunHooks {
     pub(crate) dispatcher: std::sync::Arc<HookDispatcher>,
     pub(crate) ctx: HookContext,
+    /// Told of each hook that ran (the task's progress notes), when set.
+    pub(crate) report: Option<ReportHookRun>,
 }
+
+/// What a run does with each hook that ran for it.
+pub(crate) type ReportHookRun = std::sync::Arc<dyn Fn(&output::HookRun) + Send + Sync>;
 
 impl RunHooks {
     /// Dispatches `payload` when some rule listens to its event; an empty outcome otherwise.
     pub(crate) async fn dispatch(&self, payload: Payload) -> HookOutcome {
-        self.dispatcher.dispatch(payload, &self.ctx).await
+        let outcome = self.dispatcher.dispatch(payload, &self.ctx).await;
+        if let Some(report) = &self.report {
+            for run in &outcome.runs {
+                report(run);
+            }
+        }
+        outcome
     }
 }
 

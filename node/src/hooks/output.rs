@@ -100,6 +100,19 @@ pub(crate) struct HookOutput {
     pub(crate) text: String,
 }
 
+/// One hook that ran for an event, and what it came to: what a task's progress notes show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HookRun {
+    /// The rule's name.
+    pub(crate) hook: String,
+    /// The event's name in hook files.
+    pub(crate) event: &'static str,
+    /// `ok`, `blocked` or `error`.
+    pub(crate) outcome: &'static str,
+    /// Why it blocked, or how it failed.
+    pub(crate) reason: Option<String>,
+}
+
 /// The merged result of dispatching one event. See the [module docs](self). It is kept
 /// with a task waiting for approval, for the tool calls whose hooks have run (serialized).
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
@@ -121,6 +134,10 @@ pub(crate) struct HookOutcome {
     pub(crate) errors: Vec<String>,
     /// Hook output for the user's log, unless the hook suppressed it.
     pub(crate) outputs: Vec<HookOutput>,
+    /// Each hook that ran, in order (not kept with a task waiting for approval: its runs
+    /// were reported when they happened).
+    #[serde(skip)]
+    pub(crate) runs: Vec<HookRun>,
 }
 
 impl HookOutcome {

@@ -156,9 +156,38 @@ async fn exit_2_blocks_a_matching_tool_call_and_ends_the_dispatch() {
         .await;
     assert_eq!(outcome.refusal(), Some(("no-rm", "rm -rf is not allowed")));
     assert!(!marker.exists(), "no rule runs after a block");
+    // What ran, as a task's progress notes tell it.
+    let runs: Vec<_> = outcome
+        .runs
+        .iter()
+        .map(|run| {
+            (
+                run.hook.as_str(),
+                run.event,
+                run.outcome,
+                run.reason.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        [(
+            "no-rm",
+            "PreToolUse",
+            "blocked",
+            Some("rm -rf is not allowed")
+        )]
+    );
 
     let outcome = dispatcher.dispatch(bash_call("ls"), &ctx(dir.path())).await;
-    assert_eq!(outcome, HookOutcome::default());
+    let ran: Vec<_> = outcome
+        .runs
+        .iter()
+        .map(|run| (run.hook.as_str(), run.outcome))
+        .collect();
+    // `no-rm`'s condition does not hold for `ls`: it does not run.
+    assert_eq!(ran, [("after", "ok")]);
+    assert_eq!(without_runs(outcome), HookOutcome::default());
     assert!(marker.exists(), "the second rule runs when nothing blocks");
 }
 
@@ -628,7 +657,7 @@ exit 0
     assert_eq!(hook, ".claude/settings.json#PreToolUse[0][0]");
 
     let outcome = dispatcher.dispatch(bash_call("ls -la"), &ctx).await;
-    assert_eq!(outcome, HookOutcome::default());
+    assert_eq!(without_runs(outcome), HookOutcome::default());
 
     // The `Bash` matcher does not select write_file (the script would fail on its name).
     let write = Payload::pre_tool_use(
@@ -946,4 +975,10 @@ async fn subagent_failures_are_hook_errors() {
         .await;
     assert_eq!(outcome.errors, ["hook `reviewer`: timed out after 100ms"]);
     assert_eq!(outcome.blocked, None);
+}
+
+/// `outcome` without its record of the hooks that ran: what they decided, alone.
+fn without_runs(mut outcome: HookOutcome) -> HookOutcome {
+    outcome.runs.clear();
+    outcome
 }

@@ -832,3 +832,58 @@ async fn the_feed_spans_the_replicas_of_a_cluster_and_resumes_after_a_dropped_co
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_task_shows_the_hooks_that_ran_for_it_and_a_blocked_calls_result() -> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("call_1", "bash", json!({"command": "rm -rf build"})),
+        Step::text("The hook refused it.").expect_tool_results(["call_1"]),
+    ])?;
+    let node = MewNode::new()?;
+    node.write_config(&scripted_model_config(&model))?;
+    node.write_role(
+        "writer.md",
+        "---\nname: writer\ndescription: Writes files.\ntools: [bash]\n---\nYou write files.\n",
+    )?;
+    let hooks = node.home_dir().join(".mew/hooks.yaml");
+    std::fs::create_dir_all(hooks.parent().context("no parent")?)?;
+    std::fs::write(
+        &hooks,
+        "hooks:\n  - name: no-rm\n    event: PreToolUse\n    action:\n      type: shell\n      \
+         command: 'cat >/dev/null; echo \"rm is not allowed here\" >&2; exit 2'\n",
+    )?;
+    let mut node = node;
+    node.launch().await?;
+    let id = start_task(&node, "writer", "clean up", None).await?;
+    let shots = screenshot_dir("dashboard_hooks")?;
+    let browser = Browser::start().await?;
+
+    browser
+        .goto(&format!("{}/ui#/task/{id}", node.url()))
+        .await?;
+    browser
+        .wait_for_text("#task-head .state", "the task completed", |text| {
+            text == "completed"
+        })
+        .await?;
+    browser
+        .wait_for_text(
+            "#timeline li[data-kind=\"hook\"][data-outcome=\"blocked\"]",
+            "the hook's block in the timeline",
+            |text| {
+                text.contains("hook no-rm (PreToolUse): blocked")
+                    && text.contains("rm is not allowed here")
+            },
+        )
+        .await?;
+    browser
+        .wait_for_text(
+            "#timeline .tool-output",
+            "the blocked call's result",
+            |text| text.contains("[hook no-rm] rm is not allowed here"),
+        )
+        .await?;
+    browser.screenshot(shot(&shots, "hooks")).await?;
+    model.assert_done();
+    Ok(())
+}

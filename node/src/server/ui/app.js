@@ -453,6 +453,16 @@ function logLine(entry) {
     const mew = mewOf(event.statusUpdate.metadata);
     const text = textOf(status.message);
     const tool = mew.tool;
+    if (mew.hook) {
+      const hook = mew.hook;
+      return h(
+        'li',
+        { 'data-kind': 'hook', 'data-outcome': hook.outcome },
+        h('span', { class: 'when' }, when(status.timestamp)),
+        h('span', { class: hook.outcome === 'ok' ? 'muted' : 'error' }, `hook ${hook.name} (${hook.event}): ${hook.outcome}`),
+        hook.reason ? ` ${hook.reason}` : '',
+      );
+    }
     return h(
       'li',
       { 'data-kind': tool ? 'tool' : 'status' },
