@@ -704,15 +704,19 @@ impl Runtime {
         cards: Vec<AgentCard>,
     ) -> crate::server::StatusSource {
         let (mcp, skills, hooks) = (self.mcp.clone(), self.skills.clone(), self.hooks.clone());
-        let (jwks, cards) = (self.identity.jwks(), Arc::new(cards));
+        // The key set is given: the verifier's client never fetches one, so one serves all.
+        let (jwks, cards, client) = (
+            self.identity.jwks(),
+            Arc::new(cards),
+            reqwest::Client::new(),
+        );
         Arc::new(move || {
             let (mcp, skills, hooks, status) =
                 (mcp.clone(), skills.clone(), hooks.clone(), status.clone());
-            let (jwks, cards) = (jwks.clone(), cards.clone());
+            let (jwks, cards, client) = (jwks.clone(), cards.clone(), client.clone());
             Box::pin(async move {
                 let mut overview = status().await;
-                let mut verifier =
-                    crate::identity::signing::Verifier::new(Some(jwks), reqwest::Client::new());
+                let mut verifier = crate::identity::signing::Verifier::new(Some(jwks), client);
                 let mut checks = serde_json::Map::new();
                 for card in cards.iter() {
                     let report = match verifier.verify(card, "").await {

@@ -178,15 +178,15 @@ async fn a_running_task_moves_on_screen_and_its_streamed_artifact_grows() -> any
     Ok(())
 }
 
-/// A node with the model role `writer` (bash allowed only with approval) over `model`.
-async fn writer_node(model: &ScriptedModel) -> anyhow::Result<MewNode> {
-    let mut node = MewNode::new()?;
+/// A node, not launched yet, with the model role `writer` (bash allowed only with approval)
+/// over `model`.
+fn writer_node(model: &ScriptedModel) -> anyhow::Result<MewNode> {
+    let node = MewNode::new()?;
     node.write_config(&scripted_model_config(model))?;
     node.write_role(
         "writer.md",
         "---\nname: writer\ndescription: Writes files.\ntools: [bash]\n---\nYou write files.\n",
     )?;
-    node.launch().await?;
     Ok(node)
 }
 
@@ -229,7 +229,8 @@ async fn a_permission_question_shows_the_call_allow_runs_it_and_deny_tells_the_m
         Step::tool_call("call_2", "bash", json!({"command": "echo no > denied.txt"})),
         Step::text("I was not allowed.").expect_tool_results(["call_2"]),
     ])?;
-    let node = writer_node(&model).await?;
+    let mut node = writer_node(&model)?;
+    node.launch().await?;
     let shots = screenshot_dir("dashboard_permission")?;
     let browser = Browser::start().await?;
 
@@ -839,12 +840,7 @@ async fn a_task_shows_the_hooks_that_ran_for_it_and_a_blocked_calls_result() -> 
         Step::tool_call("call_1", "bash", json!({"command": "rm -rf build"})),
         Step::text("The hook refused it.").expect_tool_results(["call_1"]),
     ])?;
-    let node = MewNode::new()?;
-    node.write_config(&scripted_model_config(&model))?;
-    node.write_role(
-        "writer.md",
-        "---\nname: writer\ndescription: Writes files.\ntools: [bash]\n---\nYou write files.\n",
-    )?;
+    let mut node = writer_node(&model)?;
     let hooks = node.home_dir().join(".mew/hooks.yaml");
     std::fs::create_dir_all(hooks.parent().context("no parent")?)?;
     std::fs::write(
@@ -852,7 +848,6 @@ async fn a_task_shows_the_hooks_that_ran_for_it_and_a_blocked_calls_result() -> 
         "hooks:\n  - name: no-rm\n    event: PreToolUse\n    action:\n      type: shell\n      \
          command: 'cat >/dev/null; echo \"rm is not allowed here\" >&2; exit 2'\n",
     )?;
-    let mut node = node;
     node.launch().await?;
     let id = start_task(&node, "writer", "clean up", None).await?;
     let shots = screenshot_dir("dashboard_hooks")?;

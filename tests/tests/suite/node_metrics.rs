@@ -12,13 +12,13 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use futures_util::StreamExt;
 use mew_cards::{
-    CancelTaskRequest, GetTaskRequest, Message, SendMessageRequest, StreamResponse, TaskState,
+    CancelTaskRequest, GetTaskRequest, Message, SendMessageRequest, StreamResponse, Task, TaskState,
 };
 use mew_tests::model::{ScriptedModel, Step, Usage};
 use mew_tests::node::{MewNode, command_role, poll_until, scripted_model_config, send_text};
 use mew_tests::otlp::{MetricPoint, OtlpReceiver};
 use mew_tests::process::command;
-use mew_transport::{AgentTransport, Binding, CallContext};
+use mew_transport::{AgentTransport, Binding, CallContext, EventStream};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
@@ -305,17 +305,7 @@ async fn metrics_count_what_the_node_did_pass_promtool_and_are_scraped_by_promet
     expect("mew_mcp_servers", &[("state", "connected")], 0.0)?;
 
     // A task that runs, watched by a stream: a live task and an open stream, until canceled.
-    let mut stream = jsonrpc_sleeper(&node)
-        .await?
-        .send_streaming_message(
-            &CallContext::default(),
-            SendMessageRequest::new(Message::user_text("sleep")),
-        )
-        .await?;
-    let first = stream.next().await.context("the stream ended at once")??;
-    let StreamResponse::Task(sleeping) = first else {
-        bail!("the stream began with {first:?}");
-    };
+    let (sleeping, stream) = start_sleeping(&node).await?;
     let gauges = |want_tasks: f64, want_streams: f64| {
         let node = &node;
         async move {
@@ -333,20 +323,7 @@ async fn metrics_count_what_the_node_did_pass_promtool_and_are_scraped_by_promet
         gauges(1.0, 1.0)
     })
     .await?;
-    jsonrpc_sleeper(&node)
-        .await?
-        .cancel_task(
-            &CallContext::default(),
-            CancelTaskRequest {
-                id: sleeping.id.clone(),
-                ..CancelTaskRequest::default()
-            },
-        )
-        .await?;
-    while let Some(event) = stream.next().await {
-        event?;
-    }
-    drop(stream);
+    cancel_and_drain(&node, &sleeping, stream).await?;
     poll_until("no live task and no open stream", WAIT, || gauges(0.0, 0.0)).await?;
 
     // A real Prometheus scrapes the node (it asks for OpenMetrics) and counts the same.
@@ -411,17 +388,7 @@ async fn metrics_are_exported_over_otlp_as_well_when_a_collector_is_named() -> a
         let task = send_text(&node, "shout", "hi").await?;
         ensure!(task.status.state == TaskState::Completed, "{task:?}");
     }
-    let mut stream = jsonrpc_sleeper(&node)
-        .await?
-        .send_streaming_message(
-            &CallContext::default(),
-            SendMessageRequest::new(Message::user_text("sleep")),
-        )
-        .await?;
-    let first = stream.next().await.context("the stream ended at once")??;
-    let StreamResponse::Task(sleeping) = first else {
-        bail!("the stream began with {first:?}");
-    };
+    let (sleeping, stream) = start_sleeping(&node).await?;
 
     let shout_done = [("role", "shout"), ("state", "completed")];
     let ended = poll_until("three ended tasks over OTLP", WAIT, || async {
@@ -463,46 +430,26 @@ async fn metrics_are_exported_over_otlp_as_well_when_a_collector_is_named() -> a
     .await?
     .context("no A2A requests over OTLP")?;
     ensure!(requests.value == Some(3.0), "{requests:?}");
-    // The gauges read from the node: the sleeping task and its stream.
-    let sleeping_now = [("role", "sleeper"), ("state", "working")];
-    poll_until(
-        "a working task and an open stream over OTLP",
-        WAIT,
-        || async {
-            let tasks = latest(&receiver, "mew_tasks", &sleeping_now).await?;
-            let streams = latest(&receiver, "mew_open_streams", &[]).await?;
-            Ok((tasks.and_then(|p| p.value) == Some(1.0)
-                && streams.and_then(|p| p.value) == Some(1.0))
+    // The gauges read from the node: the sleeping task and its stream, until canceled.
+    let gauges = |want: f64| {
+        let receiver = &receiver;
+        async move {
+            let sleeping = [("role", "sleeper"), ("state", "working")];
+            let tasks = latest(receiver, "mew_tasks", &sleeping).await?;
+            let streams = latest(receiver, "mew_open_streams", &[]).await?;
+            Ok((tasks.and_then(|p| p.value) == Some(want)
+                && streams.and_then(|p| p.value) == Some(want))
             .then_some(()))
-        },
-    )
+        }
+    };
+    poll_until("a working task and an open stream over OTLP", WAIT, || {
+        gauges(1.0)
+    })
     .await?;
-
-    jsonrpc_sleeper(&node)
-        .await?
-        .cancel_task(
-            &CallContext::default(),
-            CancelTaskRequest {
-                id: sleeping.id.clone(),
-                ..CancelTaskRequest::default()
-            },
-        )
-        .await?;
-    while let Some(event) = stream.next().await {
-        event?;
-    }
-    drop(stream);
-    poll_until(
-        "no working task and no open stream over OTLP",
-        WAIT,
-        || async {
-            let tasks = latest(&receiver, "mew_tasks", &sleeping_now).await?;
-            let streams = latest(&receiver, "mew_open_streams", &[]).await?;
-            Ok((tasks.and_then(|p| p.value) == Some(0.0)
-                && streams.and_then(|p| p.value) == Some(0.0))
-            .then_some(()))
-        },
-    )
+    cancel_and_drain(&node, &sleeping, stream).await?;
+    poll_until("no working task and no open stream over OTLP", WAIT, || {
+        gauges(0.0)
+    })
     .await?;
     // `/metrics` says the same.
     let (_, _, text) = scrape(&node, &[]).await?;
@@ -517,6 +464,44 @@ async fn metrics_are_exported_over_otlp_as_well_when_a_collector_is_named() -> a
 
 async fn jsonrpc_sleeper(node: &MewNode) -> anyhow::Result<mew_transport::RemoteAgent> {
     node.agent("/agents/sleeper", Binding::JsonRpc).await
+}
+
+/// Starts a `sleeper` task with a streaming send: the task, and its open stream.
+async fn start_sleeping(node: &MewNode) -> anyhow::Result<(Task, EventStream)> {
+    let mut stream = jsonrpc_sleeper(node)
+        .await?
+        .send_streaming_message(
+            &CallContext::default(),
+            SendMessageRequest::new(Message::user_text("sleep")),
+        )
+        .await?;
+    let first = stream.next().await.context("the stream ended at once")??;
+    let StreamResponse::Task(sleeping) = first else {
+        bail!("the stream began with {first:?}");
+    };
+    Ok((sleeping, stream))
+}
+
+/// Cancels `task` and reads its stream to the end, which closes it.
+async fn cancel_and_drain(
+    node: &MewNode,
+    task: &Task,
+    mut stream: EventStream,
+) -> anyhow::Result<()> {
+    jsonrpc_sleeper(node)
+        .await?
+        .cancel_task(
+            &CallContext::default(),
+            CancelTaskRequest {
+                id: task.id.clone(),
+                ..CancelTaskRequest::default()
+            },
+        )
+        .await?;
+    while let Some(event) = stream.next().await {
+        event?;
+    }
+    Ok(())
 }
 
 const AUTH: &str = "auth:\n  api_keys:\n    - name: scraper\n      key_env: TEST_SCRAPER_KEY\n";
