@@ -86,6 +86,11 @@ pub struct MewMetadata {
     /// On a WORKING status update: something the user should know about the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// On the status message of a task whose turn has not started (SUBMITTED, or WORKING for
+    /// a continuation): it waits for a slot, and for which limit. A blocking send returns the
+    /// task there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<WaitNote>,
 }
 
 /// The `ask` of a question only the user may answer: a permission.
@@ -120,6 +125,7 @@ impl MewMetadata {
             child: field(mew, "child"),
             hook: field(mew, "hook"),
             warning: field(mew, "warning"),
+            waiting: field(mew, "waiting"),
         }
     }
 
@@ -302,6 +308,18 @@ impl Usage {
             .unreported_model_calls
             .saturating_add(other.unreported_model_calls);
     }
+}
+
+/// Why a task waits to start (`mew.waiting` of its status update).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitNote {
+    /// `role`: its role runs as many tasks as it may; `node`: the node does.
+    pub limit: String,
+    /// Tasks running under that limit when it was said.
+    pub running: u32,
+    /// The limit.
+    pub max: u32,
 }
 
 /// A hook that ran for a task (`mew.hook` of a progress note).

@@ -21,13 +21,14 @@ const MAX_NAME_LEN: usize = 32;
 const MAX_MODEL_LEN: usize = 128;
 
 /// Frontmatter keys this parser reads; every other key goes to `RoleDefinition::extra`.
-const KNOWN_KEYS: [&str; 18] = [
+const KNOWN_KEYS: [&str; 19] = [
     "name",
     "description",
     "tools",
     "disallowedTools",
     "model",
     "maxTurns",
+    "maxRunning",
     "permissionMode",
     "background",
     "tags",
@@ -60,6 +61,9 @@ pub struct RoleDefinition {
     pub model: ModelChoice,
     /// Turn limit; 0 means [`DEFAULT_MAX_TURNS`].
     pub max_turns: u32,
+    /// Tasks of this role running at once on a node (Mew); 0 means the node's
+    /// `limits.max_running_per_role`. Never more than the node's own limit.
+    pub max_running: u32,
     /// Permission mode the role runs in.
     pub permission_mode: PermissionMode,
     /// Whether the role runs in the background.
@@ -478,7 +482,8 @@ fn parse(
         tools: string_list(get("tools"), "tools")?,
         disallowed_tools: string_list(get("disallowedTools"), "disallowedTools")?,
         model: model(get("model"), warnings),
-        max_turns: max_turns(get("maxTurns"), warnings),
+        max_turns: count(get("maxTurns"), "maxTurns", warnings),
+        max_running: count(get("maxRunning"), "maxRunning", warnings),
         permission_mode: permission_mode(get("permissionMode"), warnings),
         background: bool_field(get("background"), "background", false)?,
         tags: string_list(get("tags"), "tags")?,
@@ -673,22 +678,28 @@ fn model(value: Option<&Value>, warnings: &mut Vec<String>) -> ModelChoice {
     }
 }
 
-/// `maxTurns`: an integer; negatives become 0, anything else is 0 with a warning.
-fn max_turns(value: Option<&Value>, warnings: &mut Vec<String>) -> u32 {
+/// `maxTurns`, `maxRunning`: a whole number, where 0 stands for the default; anything else
+/// is 0 with a warning.
+fn count(value: Option<&Value>, key: &str, warnings: &mut Vec<String>) -> u32 {
     let Some(value) = value else {
         return 0;
     };
     if let Some(n) = value.as_u64() {
         return u32::try_from(n).unwrap_or(u32::MAX);
     }
+    let default = if key == "maxTurns" {
+        format!("the default ({DEFAULT_MAX_TURNS})")
+    } else {
+        "the default".to_owned()
+    };
     if value.as_i64().is_some() {
         warnings.push(format!(
-            "maxTurns {} is negative; using the default ({DEFAULT_MAX_TURNS})",
+            "{key} {} is negative; using {default}",
             describe(value)
         ));
     } else {
         warnings.push(format!(
-            "maxTurns must be an integer, got {}; using the default ({DEFAULT_MAX_TURNS})",
+            "{key} must be an integer, got {}; using {default}",
             describe(value)
         ));
     }

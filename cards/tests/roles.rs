@@ -467,6 +467,29 @@ fn non_integer_max_turns_warns_and_is_zero() {
     }
 }
 
+// --- maxRunning ---
+
+#[test]
+fn max_running_is_a_count_of_tasks_with_zero_for_the_nodes_default() {
+    let parsed = parse_fields("maxRunning: 4\n");
+    assert_eq!(parsed.definition.max_running, 4);
+    assert!(parsed.warnings.is_empty());
+    assert!(!parsed.definition.extra.contains_key("maxRunning"));
+    assert_eq!(parse_fields("").definition.max_running, 0);
+    let negative = parse_fields("maxRunning: -1\n");
+    assert_eq!(negative.definition.max_running, 0);
+    assert_eq!(
+        negative.warnings[0].message,
+        "maxRunning -1 is negative; using the default"
+    );
+    let text = parse_fields("maxRunning: many\n");
+    assert_eq!(text.definition.max_running, 0);
+    assert_eq!(
+        text.warnings[0].message,
+        "maxRunning must be an integer, got \"many\"; using the default"
+    );
+}
+
 // --- permissionMode ---
 
 #[test]

@@ -243,7 +243,9 @@ impl Runtime {
         let env = Arc::new(env);
         let limits = Limits {
             max_running: config.limits.max_running_tasks,
+            max_running_per_role: config.limits.max_running_per_role,
             max_queued: config.limits.max_queued_tasks,
+            queue_notice: config.limits.queue_notice,
             task_timeout: config.limits.task_timeout,
             event_buffer: config.limits.event_buffer,
             list_history: config.limits.list_history,

@@ -197,8 +197,16 @@ pub struct LogConfig {
 pub struct LimitsConfig {
     /// Tasks running at once (at least 1); more wait in `SUBMITTED`, in order.
     pub max_running_tasks: usize,
+    /// Tasks of one role running at once (at least 1, at most `max_running_tasks`), unless
+    /// the role's own `maxRunning` says otherwise: what one role's backlog leaves to the
+    /// others.
+    pub max_running_per_role: usize,
     /// Tasks waiting to run; beyond this, new tasks are rejected.
     pub max_queued_tasks: usize,
+    /// How long a task waits for a slot before it says why in its status message (and a
+    /// blocking send returns it, still `SUBMITTED`); `None` (configured as 0) for never.
+    #[serde(serialize_with = "duration::serialize_optional")]
+    pub queue_notice: Option<Duration>,
     /// The limit on one task turn; `None` (configured as 0) for no limit.
     #[serde(serialize_with = "duration::serialize_optional")]
     pub task_timeout: Option<Duration>,

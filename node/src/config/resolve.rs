@@ -99,7 +99,12 @@ impl LoadedConfig {
             },
             limits: LimitsConfig {
                 max_running_tasks: limits.max_running_tasks.get(),
+                max_running_per_role: per_role_limit(
+                    limits.max_running_per_role,
+                    limits.max_running_tasks.get(),
+                ),
                 max_queued_tasks: limits.max_queued_tasks,
+                queue_notice: Some(limits.queue_notice).filter(|after| !after.is_zero()),
                 task_timeout: Some(limits.task_timeout).filter(|timeout| !timeout.is_zero()),
                 event_buffer: limits.event_buffer.get(),
                 max_body_bytes: limits.max_body_bytes.get(),
@@ -190,5 +195,15 @@ impl LoadedConfig {
         } else {
             project.join(expanded)
         })
+    }
+}
+
+/// `limits.max_running_per_role`: as configured (never above the node's limit), or, when 0,
+/// three quarters of the node's limit, so that one role's backlog leaves room for others.
+fn per_role_limit(configured: usize, node: usize) -> usize {
+    if configured == 0 {
+        (node - node / 4).max(1)
+    } else {
+        configured.min(node)
     }
 }

@@ -105,7 +105,12 @@ impl Default for LogSettings {
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct LimitsSettings {
     pub(crate) max_running_tasks: NonZeroUsize,
+    /// Zero means three quarters of `max_running_tasks` (at least one).
+    pub(crate) max_running_per_role: usize,
     pub(crate) max_queued_tasks: usize,
+    /// Zero means never.
+    #[serde(with = "duration")]
+    pub(crate) queue_notice: Duration,
     /// Zero means no timeout.
     #[serde(with = "duration")]
     pub(crate) task_timeout: Duration,
@@ -129,7 +134,9 @@ impl Default for LimitsSettings {
     fn default() -> Self {
         Self {
             max_running_tasks: nonzero(16),
+            max_running_per_role: 0,
             max_queued_tasks: 1024,
+            queue_notice: Duration::from_secs(10),
             task_timeout: Duration::from_secs(30 * 60),
             event_buffer: nonzero(256),
             max_body_bytes: nonzero(10 * 1024 * 1024),

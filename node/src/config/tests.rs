@@ -88,7 +88,9 @@ fn defaults_without_any_file() {
     assert_eq!(config.log.level, "info");
     assert_eq!(config.log.format, LogFormat::Text);
     assert_eq!(config.limits.max_running_tasks, 16);
+    assert_eq!(config.limits.max_running_per_role, 12);
     assert_eq!(config.limits.max_queued_tasks, 1024);
+    assert_eq!(config.limits.queue_notice, Some(Duration::from_secs(10)));
     assert_eq!(config.limits.task_timeout, Some(Duration::from_secs(1800)));
     assert_eq!(config.limits.event_buffer, 256);
     assert_eq!(config.limits.max_body_bytes, 10_485_760);
@@ -286,6 +288,30 @@ fn durations_are_strings_or_integers_of_seconds() {
         error.contains("bad value for limits.task_timeout"),
         "{error}"
     );
+}
+
+#[test]
+fn a_roles_share_of_the_nodes_slots_is_three_quarters_unless_set_and_never_more_than_all() {
+    let dirs = Dirs::new();
+    for (text, per_role) in [
+        ("limits:\n  max_running_tasks: 1\n", 1),
+        ("limits:\n  max_running_tasks: 2\n", 2),
+        ("limits:\n  max_running_tasks: 40\n", 30),
+        (
+            "limits:\n  max_running_tasks: 8\n  max_running_per_role: 3\n",
+            3,
+        ),
+        (
+            "limits:\n  max_running_tasks: 8\n  max_running_per_role: 50\n",
+            8,
+        ),
+    ] {
+        dirs.project_file(text);
+        let limits = resolve(&dirs.sources()).limits;
+        assert_eq!(limits.max_running_per_role, per_role, "{text}");
+    }
+    dirs.project_file("limits:\n  queue_notice: 0\n");
+    assert_eq!(resolve(&dirs.sources()).limits.queue_notice, None);
 }
 
 #[test]

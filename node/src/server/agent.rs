@@ -299,6 +299,33 @@ impl Forker for RoleAgent {
     }
 }
 
+/// `stream` up to and with the first status update whose message says the task waits for a
+/// slot (`mew.waiting`): a blocking send returns the task there, still SUBMITTED, with a status
+/// message saying why, rather than holding its caller without a word. The task runs later;
+/// the caller follows it with GetTask or SubscribeToTask.
+fn until_it_waits(stream: EventStream) -> EventStream {
+    use futures_util::StreamExt;
+    // Unfolded rather than scanned: the stream ends without waiting for another event.
+    EventStream::new(futures_util::stream::unfold(
+        (stream, false),
+        |(mut stream, done)| async move {
+            if done {
+                return None;
+            }
+            let event = stream.next().await?;
+            let waits = match &event {
+                Ok(mew_cards::StreamResponse::StatusUpdate(update)) => update
+                    .status
+                    .message
+                    .as_ref()
+                    .is_some_and(|m| MewMetadata::read(m.metadata.as_ref()).waiting.is_some()),
+                _ => false,
+            };
+            Some((event, (stream, waits)))
+        },
+    ))
+}
+
 #[async_trait]
 impl AgentTransport for RoleAgent {
     async fn card(&self) -> Result<AgentCard, Error> {
@@ -333,7 +360,7 @@ impl AgentTransport for RoleAgent {
         let response = if return_immediately {
             SendMessageResponse::Task(task)
         } else {
-            collect_send(stream, false).await?
+            collect_send(until_it_waits(stream), false).await?
         };
         Ok(match response {
             SendMessageResponse::Task(mut task) => {

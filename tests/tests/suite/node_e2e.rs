@@ -14,7 +14,7 @@ use mew_cards::{
     SendMessageConfiguration, SendMessageRequest, SendMessageResponse, StreamResponse,
     SubscribeToTaskRequest, Task, TaskId, TaskState, join_text,
 };
-use mew_tests::node::{MewNode, command_role, poll_until, status_text};
+use mew_tests::node::{MewNode, command_role, echo_role, poll_until, status_text};
 use mew_tests::python::run_driver;
 use mew_transport::{AgentTransport, Binding, CallContext, Error, EventStream};
 use serde_json::json;
@@ -943,6 +943,78 @@ async fn max_running_tasks_keeps_the_next_task_submitted() -> anyhow::Result<()>
     ensure!(cancel(&agent, &second.id).await?.status.state == TaskState::Canceled);
     let after = send_text(&agent, "echo free again").await?;
     ensure!(artifact_text(&after) == "free again", "{after:?}");
+    Ok(())
+}
+
+/// What a status update's task says under `mew.waiting`: the limit it waits for.
+fn waits_for(task: &Task) -> Option<String> {
+    let note = mew_cards::mew::MewMetadata::read(task.status.message.as_ref()?.metadata.as_ref());
+    note.waiting.map(|w| w.limit)
+}
+
+#[tokio::test]
+async fn one_roles_long_tasks_leave_room_for_the_other_roles() -> anyhow::Result<()> {
+    // Role slow may run 2 tasks at once, on a node of 3.
+    let slow =
+        echo_role("slow")?.replacen("input: message\n", "input: message\nmaxRunning: 2\n", 1);
+    let quick = echo_role("quick")?;
+    let node = MewNode::start_with_config(
+        "limits:\n  max_running_tasks: 3\n  queue_notice: 1s\n",
+        &[("slow.md", &slow), ("quick.md", &quick)],
+    )
+    .await?;
+    let slow = node.agent("/agents/slow", Binding::JsonRpc).await?;
+    let quick = node.agent("/agents/quick", Binding::HttpJson).await?;
+    let mut long = Vec::new();
+    for _ in 0..5 {
+        long.push(start(&slow, "wait").await?);
+    }
+    for task in &long[..2] {
+        wait_for_state(&slow, &task.id, TaskState::Working).await?;
+    }
+    // Slow's backlog leaves the node's third slot to the other role.
+    let answered = send_text(&quick, "echo still served").await?;
+    ensure!(
+        answered.status.state == TaskState::Completed && artifact_text(&answered) == "still served",
+        "{answered:?}"
+    );
+    // A blocking send to the full role returns once its task says why it waits.
+    let waiting = send_text(&slow, "echo later").await?;
+    ensure!(
+        waiting.status.state == TaskState::Submitted
+            && waits_for(&waiting).as_deref() == Some("role")
+            && status_text(&waiting).contains("role slow runs 2 of its 2 tasks at once"),
+        "{waiting:?}"
+    );
+    let queued = poll_until("the first queued task says why it waits", WAIT, || async {
+        let task = get(&slow, &long[2].id).await?;
+        Ok(waits_for(&task).is_some().then_some(task))
+    })
+    .await?;
+    ensure!(queued.status.state == TaskState::Submitted, "{queued:?}");
+
+    // With the node full, a blocking send to the other role says so.
+    let holder = start(&quick, "wait").await?;
+    wait_for_state(&quick, &holder.id, TaskState::Working).await?;
+    let blocked = send_text(&quick, "echo after the holder").await?;
+    ensure!(
+        blocked.status.state == TaskState::Submitted
+            && waits_for(&blocked).as_deref() == Some("node")
+            && status_text(&blocked).contains("the node runs 3 of its 3 tasks at once"),
+        "{blocked:?}"
+    );
+    // The holder's slot goes to quick's waiting task, not to slow's older backlog (slow is
+    // at its own limit).
+    cancel(&quick, &holder.id).await?;
+    let done = wait_for_state(&quick, &blocked.id, TaskState::Completed).await?;
+    ensure!(artifact_text(&done) == "after the holder", "{done:?}");
+    // A slot of slow's goes to its first queued task.
+    cancel(&slow, &long[0].id).await?;
+    wait_for_state(&slow, &long[2].id, TaskState::Working).await?;
+    ensure!(get(&slow, &long[3].id).await?.status.state == TaskState::Submitted);
+    for task in long.iter().skip(1).chain([&waiting]) {
+        cancel(&slow, &task.id).await?;
+    }
     Ok(())
 }
 

@@ -82,7 +82,7 @@ impl TaskManager {
     async fn take_over_room(self: &Arc<Self>) {
         let room = self
             .slots
-            .available_permits()
+            .free()
             .saturating_sub(self.queued.load(Ordering::SeqCst));
         if room == 0 || self.shutdown.is_cancelled() {
             return;

@@ -23,7 +23,7 @@ use mew_cards::{
     TaskStatusUpdateEvent, Timestamp,
 };
 use mew_transport::{Error, EventStream};
-use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit, Semaphore, broadcast};
+use tokio::sync::{Mutex, Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info, info_span, warn};
@@ -35,11 +35,13 @@ mod listing;
 mod push_configs;
 mod recover;
 mod sink;
+mod slots;
 mod watch;
 
 #[cfg(test)]
 pub(crate) use push_configs::MAX_PUSH_CONFIGS;
 use sink::Sink;
+use slots::{Full, Slot as Place, Slots, Waiting};
 
 use super::executor::{Annotation, EventSink, ExecError, Executor, Turn};
 use super::store::{OutboxRow, StoreError, StoredTask, TaskStore};
@@ -47,10 +49,15 @@ use super::store::{OutboxRow, StoreError, StoredTask, TaskStore};
 /// How much work the node takes on.
 #[derive(Clone, Debug)]
 pub(crate) struct Limits {
-    /// Turns running at once; more wait in SUBMITTED, first come first served.
+    /// Turns running at once; more wait in SUBMITTED, each role's first come first served,
+    /// the roles in turn (see `slots`).
     pub(crate) max_running: usize,
+    /// Turns of one role running at once, unless the role's `maxRunning` says otherwise.
+    pub(crate) max_running_per_role: usize,
     /// Tasks waiting for a slot; beyond this, new tasks are refused.
     pub(crate) max_queued: usize,
+    /// How long a turn waits for a slot before its task says why (`None`: it never says).
+    pub(crate) queue_notice: Option<Duration>,
     /// Time allowed for one turn (`None`: unlimited).
     pub(crate) task_timeout: Option<Duration>,
     /// Events buffered per task for slow subscribers.
@@ -72,7 +79,9 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_running: 16,
+            max_running_per_role: 12,
             max_queued: 1024,
+            queue_notice: Some(Duration::from_secs(10)),
             task_timeout: Some(Duration::from_secs(30 * 60)),
             event_buffer: 256,
             list_history: 10,
@@ -247,7 +256,7 @@ pub(crate) struct TaskManager {
     roles: Arc<dyn Roles>,
     limits: Limits,
     live: SyncMutex<HashMap<TaskId, Arc<Live>>>,
-    slots: Arc<Semaphore>,
+    slots: Arc<Slots>,
     queued: AtomicUsize,
     /// Whether other replicas beat at the last heartbeat: a new task that waits for a slot is
     /// offered to them only then.
@@ -269,7 +278,7 @@ impl TaskManager {
             store,
             push_wake: Arc::new(Notify::new()),
             roles,
-            slots: Arc::new(Semaphore::new(limits.max_running.max(1))),
+            slots: Slots::new(limits.max_running),
             limits,
             live: SyncMutex::new(HashMap::new()),
             queued: AtomicUsize::new(0),
@@ -638,7 +647,7 @@ impl TaskManager {
         self.tracker.spawn(
             async move {
                 let permit = match slot {
-                    Slot::Wait => match manager.slot_or_offer(&live).await {
+                    Slot::Wait => match manager.slot_or_offer(&live, &role).await {
                         Waited::Slot(permit) => Some(Some(permit)),
                         Waited::Cancelled => None,
                         Waited::Elsewhere => {
@@ -665,10 +674,15 @@ impl TaskManager {
     /// first with room takes it, and this replica follows it instead. Only a task that has not
     /// started is offered: a continuation's turn has begun (WORKING), and taking it over
     /// would count as a lost replica's work.
-    async fn slot_or_offer(self: &Arc<Self>, live: &Arc<Live>) -> Waited {
-        if let Ok(permit) = self.slots.clone().try_acquire_owned() {
-            return Waited::Slot(permit);
-        }
+    async fn slot_or_offer(self: &Arc<Self>, live: &Arc<Live>, role: &RoleDefinition) -> Waited {
+        let limit = match usize::try_from(role.max_running) {
+            Ok(0) | Err(_) => self.limits.max_running_per_role,
+            Ok(own) => own,
+        };
+        let mut waiting = match self.slots.take(&role.name, limit) {
+            Ok(place) => return Waited::Slot(place),
+            Err(waiting) => waiting,
+        };
         let offered = self.store.shared()
             && self.others_alive().await
             && live.state.lock().await.stored.task.status.state == TaskState::Submitted
@@ -682,7 +696,7 @@ impl TaskManager {
                     }
                 }
             };
-        let waited = self.wait_offered(live, offered).await;
+        let waited = self.wait_offered(live, &mut waiting, offered).await;
         live.offered.store(false, Ordering::SeqCst);
         waited
     }
@@ -703,15 +717,20 @@ impl TaskManager {
     }
 
     /// The rest of [`Self::slot_or_offer`].
-    async fn wait_offered(self: &Arc<Self>, live: &Arc<Live>, offered: bool) -> Waited {
+    async fn wait_offered(
+        self: &Arc<Self>,
+        live: &Arc<Live>,
+        waiting: &mut Waiting,
+        offered: bool,
+    ) -> Waited {
         if !offered {
             return self
-                .wait_for_slot(live)
+                .wait_for_slot(live, waiting)
                 .await
                 .map_or(Waited::Cancelled, Waited::Slot);
         }
         let permit = tokio::select! {
-            permit = self.wait_for_slot(live) => permit,
+            permit = self.wait_for_slot(live, waiting) => permit,
             () = self.taken_elsewhere(live) => {
                 live.state.lock().await.busy = false;
                 self.follow(live);
@@ -769,10 +788,78 @@ impl TaskManager {
         }
     }
 
-    async fn wait_for_slot(&self, live: &Live) -> Option<OwnedSemaphorePermit> {
+    /// The slot `waiting` waits for, or `None` when the task is cancelled first. A turn that
+    /// waits longer than `limits.queue_notice` has its task say why, once.
+    async fn wait_for_slot(&self, live: &Live, waiting: &mut Waiting) -> Option<Place> {
+        if let Some(after) = self.limits.queue_notice {
+            tokio::select! {
+                place = waiting.slot() => return Some(place),
+                () = live.cancel.cancelled() => return None,
+                () = tokio::time::sleep(after) => {}
+            }
+            self.say_why_it_waits(live, waiting.full, after).await;
+        }
         tokio::select! {
-            permit = self.slots.clone().acquire_owned() => permit.ok(),
+            place = waiting.slot() => Some(place),
             () = live.cancel.cancelled() => None,
+        }
+    }
+
+    /// Records that `live`'s turn has waited `after` for a slot, and for which limit: a
+    /// status update in the state it is in (SUBMITTED for a new task) whose message says why,
+    /// its `mew.waiting` for machines (it also ends a blocking send (see `server::agent`). A task offered
+    /// to other replicas is not this replica's to write.
+    async fn say_why_it_waits(&self, live: &Live, full: Full, after: Duration) {
+        if live.offered.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut state = live.state.lock().await;
+        if !state.busy || state.stored.task.status.state.is_terminal() {
+            return;
+        }
+        let (limit, running, max, setting) = match full {
+            Full::Role { running, limit } => (
+                "role",
+                running,
+                limit,
+                format!(
+                    "role {} runs {running} of its {limit} tasks at once (its maxRunning, or limits.max_running_per_role)",
+                    state.stored.role
+                ),
+            ),
+            Full::Node { running, limit } => (
+                "node",
+                running,
+                limit,
+                format!(
+                    "the node runs {running} of its {limit} tasks at once (limits.max_running_tasks)"
+                ),
+            ),
+        };
+        let text = format!(
+            "waiting to start for {}: {setting}; it starts when a slot frees",
+            humanize(after)
+        );
+        let mut message = agent_message(&state.stored.task, text);
+        let note = mew_cards::mew::MewMetadata {
+            waiting: Some(mew_cards::mew::WaitNote {
+                limit: limit.to_owned(),
+                running: u32::try_from(running).unwrap_or(u32::MAX),
+                max: u32::try_from(max).unwrap_or(u32::MAX),
+            }),
+            ..Default::default()
+        };
+        message.metadata = Some(note.to_metadata());
+        let mut status = TaskStatus::new(state.stored.task.status.state);
+        status.message = Some(message);
+        let event = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: live.id.clone(),
+            context_id: state.stored.task.context_id.clone(),
+            status,
+            metadata: None,
+        });
+        if let Err(e) = self.record(&mut state, event).await {
+            warn!(task_id = %live.id, error = %e, "cannot record why a task waits");
         }
     }
 
@@ -1091,7 +1178,7 @@ struct TurnStart {
 /// How waiting for a slot ended.
 enum Waited {
     /// This replica runs the turn.
-    Slot(OwnedSemaphorePermit),
+    Slot(Place),
     /// The task was cancelled while it waited.
     Cancelled,
     /// Another replica took the offered task; this one follows it.
