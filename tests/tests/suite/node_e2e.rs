@@ -573,6 +573,77 @@ async fn crash_marks_running_tasks_failed_and_keeps_the_rest_on_postgres() -> an
     Ok(())
 }
 
+#[tokio::test]
+async fn every_acknowledged_task_survives_a_kill_under_load() -> anyhow::Result<()> {
+    let mut node = MewNode::new_echo("")?;
+    node.launch().await?;
+    // Workers send at once, blocking (a finished task) or not (a task just stored), and keep
+    // what the node acknowledged, until the node is killed under them.
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(bool, Task)>::new()));
+    let mut workers = Vec::new();
+    for worker in 0..6 {
+        let agent = node.agent("", Binding::JsonRpc).await?;
+        let acked = acked.clone();
+        workers.push(tokio::spawn(async move {
+            for n in 0.. {
+                let blocking = (worker + n) % 2 == 0;
+                let text = format!("echo {worker}-{n}");
+                let request = SendMessageRequest {
+                    configuration: Some(SendMessageConfiguration {
+                        return_immediately: !blocking,
+                        ..Default::default()
+                    }),
+                    ..SendMessageRequest::new(Message::user_text(&text))
+                };
+                match agent.send_message(&ctx(), request).await {
+                    Ok(SendMessageResponse::Task(task)) => acked
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push((blocking, task)),
+                    Ok(_) | Err(_) => return,
+                }
+            }
+        }));
+    }
+    let count = || {
+        acked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    };
+    poll_until("sends acknowledged", WAIT, || async {
+        Ok((count() >= 40).then_some(()))
+    })
+    .await?;
+    node.kill_hard().await?;
+    for worker in workers {
+        worker.await?;
+    }
+    let acked = std::mem::take(
+        &mut *acked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    node.restart().await?;
+    let agent = node.agent("", Binding::HttpJson).await?;
+    for (blocking, before) in &acked {
+        let after = get(&agent, &before.id).await?;
+        if *blocking {
+            ensure!(
+                after == *before,
+                "a finished task changed across the kill: {after:?} vs {before:?}"
+            );
+        } else {
+            // Run, failed by the restart, or still to run: its message is there.
+            ensure!(
+                after.history.first() == before.history.first() && after.history.len() <= 2,
+                "an acknowledged task lost its message: {after:?} vs {before:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs tasks on `node` (not launched yet), kills it mid-task, restarts it: the finished
 /// tasks are as they were, the running one FAILED with the reason.
 async fn crash_keeps_finished_tasks(mut node: MewNode) -> anyhow::Result<()> {
