@@ -1785,6 +1785,95 @@ mod tests {
         assert_eq!(version, i32::try_from(MIGRATIONS.len()).unwrap());
     }
 
+    #[tokio::test]
+    async fn a_version_7_database_gets_the_counts_of_its_tasks_and_deletes_keep_them() {
+        use crate::tasks::store_tests::{check_totals, population};
+        let url = postgres_database().await;
+        let mut tasks = population(300);
+        {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            for sql in &MIGRATIONS[..7] {
+                client.batch_execute(sql).await.unwrap();
+            }
+            client
+                .batch_execute(
+                    "CREATE TABLE mew_schema (version integer NOT NULL);
+                     INSERT INTO mew_schema VALUES (7);",
+                )
+                .await
+                .unwrap();
+            for task in &tasks {
+                let row = Row::encode(task).unwrap();
+                client
+                    .execute(
+                        "INSERT INTO tasks (id, context_id, role, owner, parent, state, \
+                         status_time, created, task, private) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                        &[
+                            &row.id,
+                            &row.context_id,
+                            &row.role,
+                            &row.owner,
+                            &row.parent,
+                            &row.state,
+                            &row.status_time,
+                            &row.created,
+                            &row.task,
+                            &row.private,
+                        ],
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        let store = PostgresStore::open(&url, None, replica("a")).await.unwrap();
+        check_totals(&store, &tasks).await;
+        // No store call deletes a task; a delete in SQL still leaves the counts right.
+        store
+            .client()
+            .await
+            .unwrap()
+            .execute("DELETE FROM tasks WHERE id LIKE '%3'", &[])
+            .await
+            .unwrap();
+        tasks.retain(|task| !task.task.id.as_str().ends_with('3'));
+        check_totals(&store, &tasks).await;
+    }
+
+    #[tokio::test]
+    async fn concurrent_writes_on_two_replicas_keep_the_counts_exact() {
+        use crate::tasks::store_tests::{check_totals, population};
+        let url = postgres_database().await;
+        let a = PostgresStore::open(&url, None, replica("a")).await.unwrap();
+        let b = PostgresStore::open(&url, None, replica("b")).await.unwrap();
+        let mut tasks = population(400);
+        let both = [TaskState::Working, TaskState::InputRequired];
+        for (i, task) in tasks.iter_mut().enumerate() {
+            task.task.status.state = both[i % 2];
+        }
+        let by = |i: usize| if i % 4 < 2 { &a } else { &b };
+        let write_all = async |tasks: &[StoredTask]| {
+            let writes = tasks.iter().enumerate().map(|(i, task)| by(i).put(task));
+            for written in futures_util::future::join_all(writes).await {
+                written.unwrap();
+            }
+        };
+        write_all(&tasks).await;
+        // All at once, half the tasks go from WORKING to INPUT_REQUIRED and half back: writes
+        // that take the same two count rows, in both directions.
+        for _ in 0..3 {
+            for task in &mut tasks {
+                let state = task.task.status.state;
+                task.task.status.state = if state == both[0] { both[1] } else { both[0] };
+            }
+            write_all(&tasks).await;
+            check_totals(&a, &tasks).await;
+        }
+    }
+
     /// Makes every lease of the database lapse, as if its holder stopped beating.
     async fn lapse(store: &PostgresStore) {
         store
