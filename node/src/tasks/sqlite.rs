@@ -887,27 +887,23 @@ impl Listing {
             filters.push("state = ?");
             args.push(SqlValue::Integer(state));
             self.bound(&mut filters, &mut args, true);
-            args.push(self.fetch());
             let columns = if states.len() == 1 {
                 COLUMNS
             } else {
                 "rowid AS r, status_time, id"
             };
             arms.push(format!(
-                "SELECT {columns} FROM tasks INDEXED BY {index}{}{NEWEST_FIRST} LIMIT ?",
+                "SELECT {columns} FROM tasks INDEXED BY {index}{}",
                 where_clause(&filters)
             ));
         }
-        if arms.len() == 1 {
-            return (arms.remove(0), args);
-        }
-        // Each range is a subquery with its own limit; their merge keeps the newest.
         args.push(self.fetch());
-        let merged = arms
-            .iter()
-            .map(|arm| format!("SELECT * FROM ({arm})"))
-            .collect::<Vec<_>>()
-            .join(" UNION ALL ");
+        if arms.len() == 1 {
+            return (format!("{}{NEWEST_FIRST} LIMIT ?", arms.remove(0)), args);
+        }
+        // The ranges' keys, merged as each range is read in the index's order, up to the
+        // page's end (SQLite reads no further into any range); then the page's rows.
+        let merged = arms.join(" UNION ALL ");
         let sql = format!(
             "SELECT {COLUMNS} FROM tasks WHERE rowid IN \
              (SELECT r FROM ({merged}{NEWEST_FIRST} LIMIT ?)){NEWEST_FIRST}"
@@ -2017,12 +2013,9 @@ mod tests {
                 format!("SEARCH tasks USING INDEX {index} ({range})"),
                 "{q:?}"
             );
-            // Several: one range each, read from the index alone, merged; then the page's
-            // rows by rowid.
-            let arm = format!(
-                "SEARCH tasks USING COVERING INDEX {index} ({range}); SCAN (subquery-N); \
-                 USE TEMP B-TREE FOR ORDER BY"
-            );
+            // Several: one range each, read from the index alone in its order and merged
+            // (no sort but of the page's rows); then the page's rows by rowid.
+            let arm = format!("SEARCH tasks USING COVERING INDEX {index} ({range})");
             let merged = plan(&conn, &listing.page(&[2, 3, 6]));
             let numbered = (1..=7).fold(merged, |plan, n| {
                 plan.replace(&format!("subquery-{n})"), "subquery-N)")
@@ -2030,10 +2023,9 @@ mod tests {
             assert_eq!(
                 numbered,
                 format!(
-                    "SEARCH tasks USING INTEGER PRIMARY KEY (rowid=?); LIST SUBQUERY 7; \
+                    "SEARCH tasks USING INTEGER PRIMARY KEY (rowid=?); LIST SUBQUERY 4; \
                      CO-ROUTINE (subquery-N); MERGE (UNION ALL); LEFT; MERGE (UNION ALL); \
-                     LEFT; CO-ROUTINE (subquery-N); {arm}; RIGHT; CO-ROUTINE (subquery-N); \
-                     {arm}; RIGHT; CO-ROUTINE (subquery-N); {arm}; SCAN (subquery-N); \
+                     LEFT; {arm}; RIGHT; {arm}; RIGHT; {arm}; SCAN (subquery-N); \
                      USE TEMP B-TREE FOR ORDER BY"
                 ),
                 "{q:?}"
