@@ -1,11 +1,14 @@
 //! `mew bench`: a load generator for any A2A agent, reporting throughput and latency percentiles.
+//!
+//! A request is one send (blocking or streamed to its end), or with `--list` one `ListTasks`
+//! page.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use mew_cards::{Message, SendMessageRequest};
+use mew_cards::{ListTasksRequest, Message, SendMessageRequest};
 use mew_transport::{AgentTransport, Binding, CallContext, ClientOptions, RemoteAgent};
 use serde::Serialize;
 use tokio::sync::Mutex;
@@ -25,6 +28,8 @@ pub(crate) struct BenchOptions {
     pub(crate) count: Option<u64>,
     /// Use streaming sends (each stream read to its end).
     pub(crate) streaming: bool,
+    /// List tasks instead of sending: the first `ListTasks` page of this size, every request.
+    pub(crate) list: Option<i32>,
     /// The text of every message.
     pub(crate) text: String,
     /// Requests sent and discarded first, to warm connections and caches.
@@ -40,7 +45,7 @@ pub(crate) struct BenchReport {
     pub(crate) url: String,
     /// The binding used.
     pub(crate) binding: &'static str,
-    /// `blocking` or `streaming`.
+    /// `blocking`, `streaming` or `list`.
     pub(crate) mode: &'static str,
     /// Requests in flight at once.
     pub(crate) concurrency: usize,
@@ -116,11 +121,22 @@ impl std::fmt::Display for BenchReport {
 }
 
 /// One request, timed.
-async fn one(agent: &RemoteAgent, text: &str, streaming: bool) -> Result<Duration, String> {
+async fn one(agent: &RemoteAgent, options: &BenchOptions) -> Result<Duration, String> {
     let start = Instant::now();
-    let request = SendMessageRequest::new(Message::user_text(text));
     let ctx = CallContext::anonymous();
-    if streaming {
+    if let Some(page_size) = options.list {
+        let request = ListTasksRequest {
+            page_size: Some(page_size),
+            ..ListTasksRequest::default()
+        };
+        agent
+            .list_tasks(&ctx, request)
+            .await
+            .map_err(|e| e.to_string())?;
+        return Ok(start.elapsed());
+    }
+    let request = SendMessageRequest::new(Message::user_text(&options.text));
+    if options.streaming {
         let mut stream = agent
             .send_streaming_message(&ctx, request)
             .await
@@ -149,9 +165,7 @@ pub(crate) async fn run(
     };
     let agent = RemoteAgent::resolve_with(&options.url, client).await?;
     for _ in 0..options.warmup {
-        one(&agent, &options.text, options.streaming)
-            .await
-            .map_err(anyhow::Error::msg)?;
+        one(&agent, options).await.map_err(anyhow::Error::msg)?;
     }
     let concurrency = options.concurrency.max(1);
     let issued = Arc::new(AtomicU64::new(0));
@@ -186,7 +200,7 @@ pub(crate) async fn run(
             failed.clone(),
             first_error.clone(),
         );
-        let (text, streaming) = (options.text.clone(), options.streaming);
+        let options = options.clone();
         workers.push(tokio::spawn(async move {
             let mut samples = Vec::new();
             loop {
@@ -195,7 +209,7 @@ pub(crate) async fn run(
                 {
                     break;
                 }
-                match one(&agent, &text, streaming).await {
+                match one(&agent, &options).await {
                     Ok(latency) => {
                         samples.push(latency);
                         done.fetch_add(1, Ordering::Relaxed);
@@ -220,10 +234,10 @@ pub(crate) async fn run(
     Ok(BenchReport {
         url: options.url.clone(),
         binding: agent.binding().as_str(),
-        mode: if options.streaming {
-            "streaming"
-        } else {
-            "blocking"
+        mode: match (options.list, options.streaming) {
+            (Some(_), _) => "list",
+            (None, true) => "streaming",
+            (None, false) => "blocking",
         },
         concurrency,
         requests,

@@ -44,6 +44,12 @@ pub(crate) struct BenchArgs {
     /// Streaming sends instead of blocking ones
     #[arg(long)]
     pub(crate) stream: bool,
+    /// ListTasks instead of sends: the first page, every request
+    #[arg(long, conflicts_with = "stream")]
+    pub(crate) list: bool,
+    /// The page size of --list
+    #[arg(long, default_value_t = 50, requires = "list")]
+    pub(crate) page_size: i32,
     /// The binding to use [default: the card's first]
     #[arg(long, value_enum)]
     pub(crate) binding: Option<BindingArg>,
@@ -72,6 +78,7 @@ pub(crate) async fn bench(args: BenchArgs, context: &Context) -> anyhow::Result<
         duration,
         count: args.count,
         streaming: args.stream,
+        list: args.list.then_some(args.page_size),
         text: args.text,
         warmup: args.warmup,
         tls: (context.config.tls.client_options()).map_err(anyhow::Error::msg)?,

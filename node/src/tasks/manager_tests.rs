@@ -961,6 +961,54 @@ async fn listing_pages_and_scopes() {
 }
 
 #[tokio::test]
+async fn a_listing_since_a_time_counts_its_total_once_and_others_on_every_page() {
+    let f = fixture(Limits::default()).await;
+    let at = |i: i128| mew_cards::Timestamp::from_unix_nanos(1_700_000_000_000_000_000 + i);
+    let put = |i: i128| {
+        let mut task = stored(TaskState::Completed, &format!("task {i}"));
+        task.task.status.timestamp = Some(at(i));
+        let store = f.store.clone();
+        async move { store.put(&task).await.unwrap() }
+    };
+    for i in 1..=5 {
+        put(i).await;
+    }
+    let since = ListTasksRequest {
+        status_timestamp_after: Some(at(1)),
+        page_size: Some(2),
+        ..Default::default()
+    };
+    let every = ListTasksRequest {
+        page_size: Some(2),
+        ..Default::default()
+    };
+    let scope = Scope::default();
+    let first_since = f.manager.list(&since, &scope).await.unwrap();
+    let first_every = f.manager.list(&every, &scope).await.unwrap();
+    assert_eq!((first_since.total_size, first_every.total_size), (5, 5));
+    // A task that matches both arrives between the pages.
+    put(6).await;
+    let next =
+        |first: &mew_cards::ListTasksResponse, request: &ListTasksRequest| ListTasksRequest {
+            page_token: first.next_page_token.clone(),
+            ..request.clone()
+        };
+    let second_since = f
+        .manager
+        .list(&next(&first_since, &since), &scope)
+        .await
+        .unwrap();
+    let second_every = f
+        .manager
+        .list(&next(&first_every, &every), &scope)
+        .await
+        .unwrap();
+    // The time range was counted for the first page; the other listing counts every page.
+    assert_eq!((second_since.total_size, second_every.total_size), (5, 6));
+    assert_eq!(f.manager.list(&since, &scope).await.unwrap().total_size, 6);
+}
+
+#[tokio::test]
 async fn listing_bounds_history_by_default_and_pages_by_bytes() {
     let f = fixture(Limits {
         list_history: 2,

@@ -130,6 +130,65 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE tasks ADD COLUMN followed boolean NOT NULL DEFAULT false;",
     // 7: which process offered a task waiting for a slot (see `offer`).
     "ALTER TABLE tasks ADD COLUMN offered_by text;",
+    // 8: the SQLite store's version 5: how many tasks each owner (`owned` false: none, `owner`
+    // ''), role and state has, kept by triggers in the statement of every task write, and
+    // indexes that end in (state, status time, id) after each scope a listing has, in place
+    // of those by time, role, owner and state. A count is split over 16 rows (`slot`, from the
+    // task's id) so that concurrent writes of one owner's tasks seldom wait for one row until
+    // the other's commit; the two rows a state change touches are taken in key order, so two
+    // such writes never deadlock. Task writes wait until the counts are filled in.
+    "LOCK TABLE tasks IN SHARE ROW EXCLUSIVE MODE;
+    CREATE TABLE task_counts (
+        owner text NOT NULL,
+        owned boolean NOT NULL,
+        role  text NOT NULL,
+        state integer NOT NULL,
+        slot  smallint NOT NULL,
+        n     bigint NOT NULL,
+        PRIMARY KEY (owner, owned, role, state, slot)
+    );
+    INSERT INTO task_counts (owner, owned, role, state, slot, n)
+        SELECT coalesce(owner, ''), owner IS NOT NULL, role, state, hashtext(id) & 15, count(*)
+        FROM tasks GROUP BY 1, 2, 3, 4, 5;
+    CREATE FUNCTION task_counts_add(text, text, integer, text, bigint)
+    RETURNS void LANGUAGE sql AS $$
+        INSERT INTO task_counts (owner, owned, role, state, slot, n)
+        VALUES (coalesce($1, ''), $1 IS NOT NULL, $2, $3, hashtext($4) & 15, $5)
+        ON CONFLICT (owner, owned, role, state, slot)
+        DO UPDATE SET n = task_counts.n + excluded.n
+    $$;
+    CREATE FUNCTION task_counts_follow() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            PERFORM task_counts_add(NEW.owner, NEW.role, NEW.state, NEW.id, 1);
+        ELSIF TG_OP = 'DELETE' THEN
+            PERFORM task_counts_add(OLD.owner, OLD.role, OLD.state, OLD.id, -1);
+        ELSIF (coalesce(OLD.owner, ''), OLD.owner IS NOT NULL, OLD.role, OLD.state)
+            < (coalesce(NEW.owner, ''), NEW.owner IS NOT NULL, NEW.role, NEW.state) THEN
+            PERFORM task_counts_add(OLD.owner, OLD.role, OLD.state, OLD.id, -1);
+            PERFORM task_counts_add(NEW.owner, NEW.role, NEW.state, NEW.id, 1);
+        ELSE
+            PERFORM task_counts_add(NEW.owner, NEW.role, NEW.state, NEW.id, 1);
+            PERFORM task_counts_add(OLD.owner, OLD.role, OLD.state, OLD.id, -1);
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER task_counts_insert_delete AFTER INSERT OR DELETE ON tasks
+        FOR EACH ROW EXECUTE FUNCTION task_counts_follow();
+    CREATE TRIGGER task_counts_update AFTER UPDATE OF owner, role, state ON tasks
+        FOR EACH ROW
+        WHEN (OLD.owner IS DISTINCT FROM NEW.owner OR OLD.role IS DISTINCT FROM NEW.role
+              OR OLD.state IS DISTINCT FROM NEW.state)
+        EXECUTE FUNCTION task_counts_follow();
+    DROP INDEX tasks_by_time;
+    DROP INDEX tasks_by_role;
+    DROP INDEX tasks_by_owner;
+    DROP INDEX tasks_by_state;
+    CREATE INDEX tasks_by_state      ON tasks (state, status_time DESC, id DESC);
+    CREATE INDEX tasks_by_role       ON tasks (role, state, status_time DESC, id DESC);
+    CREATE INDEX tasks_by_owner      ON tasks (owner, state, status_time DESC, id DESC);
+    CREATE INDEX tasks_by_owner_role ON tasks (owner, role, state, status_time DESC, id DESC);",
 ];
 
 /// The advisory lock key migrations run under ("mew" + "migr" in ASCII).
@@ -863,56 +922,212 @@ fn refs(args: &Args) -> Vec<&(dyn ToSql + Sync)> {
         .collect()
 }
 
-/// The filters of a `list` query, as SQL numbered from `$1`, and their arguments.
-fn filters(query: &TaskQuery) -> (Vec<String>, Args) {
-    let mut filters = Vec::new();
-    let mut args: Args = Vec::new();
-    let mut add = |column: &str, op: &str, arg: Box<dyn ToSql + Sync + Send>| {
-        args.push(arg);
-        filters.push(format!("{column} {op} ${}", args.len()));
-    };
-    if let Some(role) = &query.role {
-        add("role", "=", Box::new(role.clone()));
-    }
-    if let Some(owner) = &query.owner {
-        add("owner", "=", Box::new(owner.clone()));
-    }
-    if let Some(context_id) = &query.context_id {
-        add("context_id", "=", Box::new(context_id.as_str().to_owned()));
-    }
-    if let Some(state) = query.state {
-        add("state", "=", Box::new(state.number()));
-    }
-    if let Some(after) = query.status_after {
-        add("status_time", ">=", Box::new(bound_nanos(after)));
-    }
-    (filters, args)
+/// A `list` query as SQL, as the SQLite store reads it (see its `Listing`): without a context,
+/// the counts of the scope (owner, role) per state from `task_counts`, then one range per state
+/// that holds any of the index that starts with the scope, merged (`LATERAL` over the states,
+/// so the statement is the same whatever their number); with a context, its tasks through its
+/// index, counted and sorted.
+struct Listing<'a> {
+    query: &'a TaskQuery,
 }
 
-/// A `list` query as SQL, as the SQLite store builds it: the count, then the page (the
-/// filters, the cursor, one row more than the page to tell whether another follows).
-fn listing(query: &TaskQuery) -> (String, Args, String, Args) {
-    let (mut page_filters, count_args) = filters(query);
-    let count_sql = format!("SELECT count(*) FROM tasks{}", where_clause(&page_filters));
-    let (_, mut page_args) = filters(query);
-    if let Some(cursor) = &query.after {
-        page_args.push(Box::new(bound_nanos(cursor.status_time)));
-        page_args.push(Box::new(cursor.id.as_str().to_owned()));
-        page_filters.push(format!(
-            "(status_time, id) < (${}, ${})",
-            page_args.len() - 1,
-            page_args.len()
-        ));
+/// The order of every listing, and of the ranges merged into one.
+const NEWEST_FIRST: &str = " ORDER BY status_time DESC, id DESC";
+
+/// Numbered SQL conditions and their arguments.
+#[derive(Default)]
+struct Conditions {
+    filters: Vec<String>,
+    args: Args,
+}
+
+impl Conditions {
+    /// Adds `sql` with its `?`s numbered as the next arguments, `args`.
+    fn add(&mut self, sql: &str, args: Vec<Box<dyn ToSql + Sync + Send>>) {
+        let mut numbered = String::with_capacity(sql.len() + 4);
+        for (i, piece) in sql.split('?').enumerate() {
+            if i > 0 {
+                numbered.push_str(&format!("${}", self.args.len() + i));
+            }
+            numbered.push_str(piece);
+        }
+        self.args.extend(args);
+        self.filters.push(numbered);
     }
-    page_args.push(Box::new(
-        i64::try_from(query.limit.saturating_add(1)).unwrap_or(i64::MAX),
-    ));
-    let page_sql = format!(
-        "SELECT {COLUMNS} FROM tasks{} ORDER BY status_time DESC, id DESC LIMIT ${}",
-        where_clause(&page_filters),
-        page_args.len()
-    );
-    (count_sql, count_args, page_sql, page_args)
+
+    /// The next argument's `$n`, for a statement's tail.
+    fn push(&mut self, arg: Box<dyn ToSql + Sync + Send>) -> String {
+        self.args.push(arg);
+        format!("${}", self.args.len())
+    }
+
+    fn clause(&self) -> String {
+        where_clause(&self.filters)
+    }
+}
+
+impl Listing<'_> {
+    /// The scope's conditions (owner, role), on the columns of `tasks` as `table`.
+    fn scope(&self, on: &mut Conditions, table: &str) {
+        if let Some(owner) = &self.query.owner {
+            on.add(&format!("{table}owner = ?"), vec![Box::new(owner.clone())]);
+        }
+        if let Some(role) = &self.query.role {
+            on.add(&format!("{table}role = ?"), vec![Box::new(role.clone())]);
+        }
+    }
+
+    /// Adds the time bound, and the cursor when `cursor`.
+    fn bound(&self, on: &mut Conditions, table: &str, cursor: bool) {
+        if let Some(after) = self.query.status_after {
+            on.add(
+                &format!("{table}status_time >= ?"),
+                vec![Box::new(bound_nanos(after))],
+            );
+        }
+        if let Some(at) = self.query.after.as_ref().filter(|_| cursor) {
+            on.add(
+                &format!("({table}status_time, {table}id) < (?, ?)"),
+                vec![
+                    Box::new(bound_nanos(at.status_time)),
+                    Box::new(at.id.as_str().to_owned()),
+                ],
+            );
+        }
+    }
+
+    /// One row more than the page: whether another page follows.
+    fn fetch(&self) -> Box<dyn ToSql + Sync + Send> {
+        Box::new(i64::try_from(self.query.limit.saturating_add(1)).unwrap_or(i64::MAX))
+    }
+
+    /// How many tasks of the scope (and state, when asked for) each state that holds any
+    /// has, in order.
+    fn counts(&self) -> (String, Args) {
+        let mut on = Conditions::default();
+        if let Some(owner) = &self.query.owner {
+            on.add("owner = ? AND owned", vec![Box::new(owner.clone())]);
+        }
+        if let Some(role) = &self.query.role {
+            on.add("role = ?", vec![Box::new(role.clone())]);
+        }
+        if let Some(state) = self.query.state {
+            on.add("state = ?", vec![Box::new(state.number())]);
+        }
+        let sql = format!(
+            "SELECT state, sum(n)::bigint FROM task_counts{} GROUP BY state \
+             HAVING sum(n) > 0 ORDER BY state",
+            on.clause()
+        );
+        (sql, on.args)
+    }
+
+    /// The count of the scope's tasks in `states` from `status_after` on.
+    fn timed_count(&self, states: &[i32]) -> (String, Args) {
+        let mut on = Conditions::default();
+        self.scope(&mut on, "");
+        on.add("state = ANY(?::integer[])", vec![Box::new(states.to_vec())]);
+        self.bound(&mut on, "", false);
+        (
+            format!("SELECT count(*) FROM tasks{}", on.clause()),
+            on.args,
+        )
+    }
+
+    /// The page: one range per state in `states`, merged.
+    fn page(&self, states: &[i32]) -> (String, Args) {
+        let mut on = Conditions::default();
+        self.scope(&mut on, "t.");
+        on.filters.push("t.state = states.state".to_owned());
+        self.bound(&mut on, "t.", true);
+        let clause = on.clause();
+        let states = on.push(Box::new(states.to_vec()));
+        let fetch = on.push(self.fetch());
+        let sql = format!(
+            "SELECT {COLUMNS} FROM tasks WHERE id IN (
+                 SELECT arm.id FROM unnest({states}::integer[]) AS states (state),
+                 LATERAL (SELECT t.status_time, t.id FROM tasks AS t{clause}
+                          ORDER BY t.status_time DESC, t.id DESC LIMIT {fetch}) AS arm
+                 ORDER BY arm.status_time DESC, arm.id DESC LIMIT {fetch}){NEWEST_FIRST}"
+        );
+        (sql, on.args)
+    }
+
+    /// The count and the page of a context's tasks.
+    fn context(&self, context_id: &ContextId) -> ((String, Args), (String, Args)) {
+        let conditions = |cursor: bool| {
+            let mut on = Conditions::default();
+            on.add(
+                "context_id = ?",
+                vec![Box::new(context_id.as_str().to_owned())],
+            );
+            self.scope(&mut on, "");
+            if let Some(state) = self.query.state {
+                on.add("state = ?", vec![Box::new(state.number())]);
+            }
+            self.bound(&mut on, "", cursor);
+            on
+        };
+        let count = conditions(false);
+        let count = (
+            format!("SELECT count(*) FROM tasks{}", count.clause()),
+            count.args,
+        );
+        let mut page = conditions(true);
+        let clause = page.clause();
+        let fetch = page.push(self.fetch());
+        let page = (
+            format!("SELECT {COLUMNS} FROM tasks{clause}{NEWEST_FIRST} LIMIT {fetch}"),
+            page.args,
+        );
+        (count, page)
+    }
+
+    /// The total and the page's rows, in one snapshot.
+    async fn read(
+        &self,
+        tx: &impl GenericClient,
+    ) -> Result<(i64, Vec<PgRow>), tokio_postgres::Error> {
+        let count = |(sql, args): (String, Args)| async move {
+            Ok::<i64, tokio_postgres::Error>(tx.cached_query_one(&sql, &refs(&args)).await?.get(0))
+        };
+        let known = self
+            .query
+            .known_total
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let (total, page) = match &self.query.context_id {
+            Some(context_id) => {
+                let (counted, page) = self.context(context_id);
+                let total = match known {
+                    Some(total) => total,
+                    None => count(counted).await?,
+                };
+                (total, Some(page))
+            }
+            None => {
+                let (sql, args) = self.counts();
+                let counts: Vec<(i32, i64)> = tx
+                    .cached_query(&sql, &refs(&args))
+                    .await?
+                    .iter()
+                    .map(|row| (row.get(0), row.get(1)))
+                    .collect();
+                let states: Vec<i32> = counts.iter().map(|&(state, _)| state).collect();
+                let total = match (known, self.query.status_after) {
+                    (Some(total), _) => total,
+                    (None, _) if states.is_empty() => 0,
+                    (None, Some(_)) => count(self.timed_count(&states)).await?,
+                    (None, None) => counts.iter().map(|&(_, n)| n).sum(),
+                };
+                (total, (!states.is_empty()).then(|| self.page(&states)))
+            }
+        };
+        let rows = match page {
+            Some((sql, args)) => tx.cached_query(&sql, &refs(&args)).await?,
+            None => Vec::new(),
+        };
+        Ok((total, rows))
+    }
 }
 
 fn where_clause(filters: &[String]) -> String {
@@ -1166,7 +1381,6 @@ impl TaskStore for PostgresStore {
     }
 
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
-        let (count_sql, count_args, page_sql, page_args) = listing(query);
         let mut client = self.client().await?;
         let fail = |e| db_error("read a task list", e);
         // One snapshot for the count and the page.
@@ -1177,15 +1391,7 @@ impl TaskStore for PostgresStore {
             .start()
             .await
             .map_err(fail)?;
-        let total: i64 = tx
-            .cached_query_one(&count_sql, &refs(&count_args))
-            .await
-            .map_err(fail)?
-            .get(0);
-        let rows = tx
-            .cached_query(&page_sql, &refs(&page_args))
-            .await
-            .map_err(fail)?;
+        let (total, rows) = Listing { query }.read(&tx).await.map_err(fail)?;
         tx.commit().await.map_err(fail)?;
 
         let mut tasks: Vec<StoredTask> = Vec::with_capacity(query.limit.min(rows.len()));
@@ -1541,7 +1747,7 @@ async fn listen(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tasks::store_tests::{T0, ids, postgres_database, replica, stored};
+    use crate::tasks::store_tests::{T0, at, ids, postgres_database, replica, stored};
 
     fn error_text<T>(result: Result<T, StoreError>) -> String {
         match result {
@@ -1577,6 +1783,95 @@ mod tests {
             .unwrap()
             .get(0);
         assert_eq!(version, i32::try_from(MIGRATIONS.len()).unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_version_7_database_gets_the_counts_of_its_tasks_and_deletes_keep_them() {
+        use crate::tasks::store_tests::{check_totals, population};
+        let url = postgres_database().await;
+        let mut tasks = population(300);
+        {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            for sql in &MIGRATIONS[..7] {
+                client.batch_execute(sql).await.unwrap();
+            }
+            client
+                .batch_execute(
+                    "CREATE TABLE mew_schema (version integer NOT NULL);
+                     INSERT INTO mew_schema VALUES (7);",
+                )
+                .await
+                .unwrap();
+            for task in &tasks {
+                let row = Row::encode(task).unwrap();
+                client
+                    .execute(
+                        "INSERT INTO tasks (id, context_id, role, owner, parent, state, \
+                         status_time, created, task, private) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                        &[
+                            &row.id,
+                            &row.context_id,
+                            &row.role,
+                            &row.owner,
+                            &row.parent,
+                            &row.state,
+                            &row.status_time,
+                            &row.created,
+                            &row.task,
+                            &row.private,
+                        ],
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        let store = PostgresStore::open(&url, None, replica("a")).await.unwrap();
+        check_totals(&store, &tasks).await;
+        // No store call deletes a task; a delete in SQL still leaves the counts right.
+        store
+            .client()
+            .await
+            .unwrap()
+            .execute("DELETE FROM tasks WHERE id LIKE '%3'", &[])
+            .await
+            .unwrap();
+        tasks.retain(|task| !task.task.id.as_str().ends_with('3'));
+        check_totals(&store, &tasks).await;
+    }
+
+    #[tokio::test]
+    async fn concurrent_writes_on_two_replicas_keep_the_counts_exact() {
+        use crate::tasks::store_tests::{check_totals, population};
+        let url = postgres_database().await;
+        let a = PostgresStore::open(&url, None, replica("a")).await.unwrap();
+        let b = PostgresStore::open(&url, None, replica("b")).await.unwrap();
+        let mut tasks = population(400);
+        let both = [TaskState::Working, TaskState::InputRequired];
+        for (i, task) in tasks.iter_mut().enumerate() {
+            task.task.status.state = both[i % 2];
+        }
+        let by = |i: usize| if i % 4 < 2 { &a } else { &b };
+        let write_all = async |tasks: &[StoredTask]| {
+            let writes = tasks.iter().enumerate().map(|(i, task)| by(i).put(task));
+            for written in futures_util::future::join_all(writes).await {
+                written.unwrap();
+            }
+        };
+        write_all(&tasks).await;
+        // All at once, half the tasks go from WORKING to INPUT_REQUIRED and half back: writes
+        // that take the same two count rows, in both directions.
+        for _ in 0..3 {
+            for task in &mut tasks {
+                let state = task.task.status.state;
+                task.task.status.state = if state == both[0] { both[1] } else { both[0] };
+            }
+            write_all(&tasks).await;
+            check_totals(&a, &tasks).await;
+        }
     }
 
     /// Makes every lease of the database lapse, as if its holder stopped beating.
@@ -1813,5 +2108,95 @@ mod tests {
         );
         assert!(text.contains("refused"), "the cause is given: {text}");
         assert!(!text.contains("hunter2"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn every_listing_reads_ranges_of_an_index() {
+        let url = postgres_database().await;
+        let store = PostgresStore::open(&url, None, replica("a")).await.unwrap();
+        let client = store.client().await.unwrap();
+        // 20 000 tasks (ANALYZE reads them all: the statistics are the same every run) of 5
+        // owners, 3 roles and 6 states, 4 a context.
+        client
+            .batch_execute(
+                "INSERT INTO tasks
+                     (id, context_id, role, owner, state, status_time, created, task, private)
+                 SELECT 'task-' || g, 'ctx-' || (g / 4), 'r' || (g % 3), 'o' || (g % 5),
+                     (ARRAY[3, 3, 3, 3, 3, 3, 3, 4, 5, 6, 2, 1])[1 + g % 12],
+                     1700000000000000000 + g * 1000, 1700000000000000000 + g * 1000, '{}', 'null'
+                 FROM generate_series(1, 20000) AS g;
+                 ANALYZE tasks, task_counts;",
+            )
+            .await
+            .unwrap();
+        let explain = async |(sql, args): (String, Args)| -> String {
+            let rows = client
+                .query(&format!("EXPLAIN (COSTS OFF) {sql}"), &refs(&args))
+                .await
+                .unwrap();
+            let lines: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+            lines.join("\n")
+        };
+        for bits in 0..64u32 {
+            let on = |bit: u32| bits & (1 << bit) != 0;
+            let q = TaskQuery {
+                owner: on(0).then(|| "o1".to_owned()),
+                role: on(1).then(|| "r1".to_owned()),
+                state: on(2).then_some(TaskState::Working),
+                context_id: on(3).then(|| "ctx-77".into()),
+                status_after: on(4).then(|| at(T0 + 19_000_000)),
+                after: on(5).then(|| Cursor {
+                    status_time: at(T0 + 19_500_000),
+                    id: "task-19500".into(),
+                }),
+                limit: 50,
+                ..TaskQuery::default()
+            };
+            let listing = Listing { query: &q };
+            if let Some(context) = &q.context_id {
+                // A context holds few tasks: found through its index, then sorted.
+                let (count, page) = listing.context(context);
+                for plan in [explain(count).await, explain(page).await] {
+                    assert!(
+                        plan.contains("Index Scan on tasks_by_context")
+                            && !plan.contains("Seq Scan"),
+                        "{q:?}\n{plan}"
+                    );
+                }
+                continue;
+            }
+            let index = match (&q.owner, &q.role) {
+                (Some(_), Some(_)) => "tasks_by_owner_role",
+                (Some(_), None) => "tasks_by_owner",
+                (None, Some(_)) => "tasks_by_role",
+                (None, None) => "tasks_by_state",
+            };
+            // Each state a range of the scope's index, up to the page's size: read in the
+            // index's order, or (a short time range) read whole and sorted.
+            for states in [&[2][..], &[1, 2, 3, 4, 5, 6]] {
+                let plan = explain(listing.page(states)).await;
+                let range = [
+                    format!("Scan using {index} on tasks t\n"),
+                    format!("Bitmap Index Scan on {index}\n"),
+                ];
+                assert!(
+                    range.iter().any(|range| plan.contains(range))
+                        && plan.contains("(state = states.state)")
+                        && !plan.contains("Seq Scan"),
+                    "{q:?}\n{plan}"
+                );
+            }
+            // The counts: rows of task_counts (here a few: read whole).
+            let counts = explain(listing.counts()).await;
+            assert!(counts.contains(" on task_counts"), "{q:?}\n{counts}");
+            // A short time range is counted in the scope's index.
+            if q.status_after.is_some() {
+                let plan = explain(listing.timed_count(&[1, 2, 3, 4, 5, 6])).await;
+                assert!(
+                    plan.contains(&format!(" on {index}")) && !plan.contains("Seq Scan"),
+                    "{q:?}\n{plan}"
+                );
+            }
+        }
     }
 }

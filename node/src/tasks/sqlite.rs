@@ -81,6 +81,50 @@ const MIGRATIONS: &[&str] = &[
         event      TEXT NOT NULL,
         PRIMARY KEY (task_id, generation)
     ) STRICT, WITHOUT ROWID;",
+    // 5: how many tasks each owner (`owned` 0: none, `owner` ''), role and state has, kept
+    // by triggers in the transaction of every task write, so a listing's total is a sum of a
+    // few rows; and indexes that end in (state, status time, id) after each scope a listing
+    // has (every task, a role, an owner, an owner's role): a page is a range of one of them
+    // per state. They replace the indexes by time, role, owner and state.
+    "CREATE TABLE task_counts (
+        owner TEXT NOT NULL,
+        owned INTEGER NOT NULL,
+        role  TEXT NOT NULL,
+        state INTEGER NOT NULL,
+        n     INTEGER NOT NULL,
+        PRIMARY KEY (owner, owned, role, state)
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO task_counts (owner, owned, role, state, n)
+        SELECT coalesce(owner, ''), owner IS NOT NULL, role, state, count(*) FROM tasks
+        GROUP BY 1, 2, 3, 4;
+    CREATE TRIGGER task_counts_insert AFTER INSERT ON tasks BEGIN
+        INSERT INTO task_counts (owner, owned, role, state, n)
+        VALUES (coalesce(new.owner, ''), new.owner IS NOT NULL, new.role, new.state, 1)
+        ON CONFLICT (owner, owned, role, state) DO UPDATE SET n = n + 1;
+    END;
+    CREATE TRIGGER task_counts_update AFTER UPDATE OF owner, role, state ON tasks
+    WHEN new.owner IS NOT old.owner OR new.role IS NOT old.role OR new.state IS NOT old.state
+    BEGIN
+        UPDATE task_counts SET n = n - 1
+        WHERE owner = coalesce(old.owner, '') AND owned = (old.owner IS NOT NULL)
+          AND role = old.role AND state = old.state;
+        INSERT INTO task_counts (owner, owned, role, state, n)
+        VALUES (coalesce(new.owner, ''), new.owner IS NOT NULL, new.role, new.state, 1)
+        ON CONFLICT (owner, owned, role, state) DO UPDATE SET n = n + 1;
+    END;
+    CREATE TRIGGER task_counts_delete AFTER DELETE ON tasks BEGIN
+        UPDATE task_counts SET n = n - 1
+        WHERE owner = coalesce(old.owner, '') AND owned = (old.owner IS NOT NULL)
+          AND role = old.role AND state = old.state;
+    END;
+    DROP INDEX tasks_by_time;
+    DROP INDEX tasks_by_role;
+    DROP INDEX tasks_by_owner;
+    DROP INDEX tasks_by_state;
+    CREATE INDEX tasks_by_state      ON tasks (state, status_time DESC, id DESC);
+    CREATE INDEX tasks_by_role       ON tasks (role, state, status_time DESC, id DESC);
+    CREATE INDEX tasks_by_owner      ON tasks (owner, state, status_time DESC, id DESC);
+    CREATE INDEX tasks_by_owner_role ON tasks (owner, role, state, status_time DESC, id DESC);",
 ];
 
 /// The schema version this build writes.
@@ -723,101 +767,248 @@ fn decode_all(mut rows: rusqlite::Rows<'_>, what: &str) -> Result<Vec<StoredTask
     Ok(tasks)
 }
 
-/// A `list` query as SQL: the filters, then the page (filters, cursor, limit).
+/// A `list` query as SQL, read in one transaction: the total, then the page.
+///
+/// Without a context, `task_counts` gives how many tasks of the query's scope (owner, role)
+/// each state holds: their sum is the total, and the page is one range per state that holds
+/// any, of the index that starts with the scope (`tasks_by_owner_role`, `tasks_by_owner`,
+/// `tasks_by_role`, `tasks_by_state`: scope, state, status time, id), merged; the index is
+/// named (`INDEXED BY`), so the plan does not depend on statistics. `status_after` bounds
+/// each range, and is counted over those ranges (unless the query knows its total). A
+/// context holds few tasks: they are found through its index, counted and sorted.
 struct Listing {
-    count_sql: String,
-    page_sql: String,
-    filter_args: Vec<SqlValue>,
-    page_args: Vec<SqlValue>,
-    limit: usize,
-    max_bytes: Option<usize>,
+    query: TaskQuery,
 }
+
+/// The order of every listing, and of the ranges merged into one.
+const NEWEST_FIRST: &str = " ORDER BY status_time DESC, id DESC";
 
 impl Listing {
     fn new(query: &TaskQuery) -> Self {
-        let mut filters: Vec<&str> = Vec::new();
-        let mut args: Vec<SqlValue> = Vec::new();
-        if let Some(role) = &query.role {
-            filters.push("role = ?");
-            args.push(SqlValue::Text(role.clone()));
+        Self {
+            query: query.clone(),
         }
-        if let Some(owner) = &query.owner {
+    }
+
+    /// The index whose ranges hold the query's scope, one per state.
+    fn index(&self) -> &'static str {
+        match (&self.query.owner, &self.query.role) {
+            (Some(_), Some(_)) => "tasks_by_owner_role",
+            (Some(_), None) => "tasks_by_owner",
+            (None, Some(_)) => "tasks_by_role",
+            (None, None) => "tasks_by_state",
+        }
+    }
+
+    /// The scope's conditions (owner, role), in the order of the index's columns.
+    fn scope(&self) -> (Vec<&'static str>, Vec<SqlValue>) {
+        let mut filters = Vec::new();
+        let mut args = Vec::new();
+        if let Some(owner) = &self.query.owner {
             filters.push("owner = ?");
             args.push(SqlValue::Text(owner.clone()));
         }
-        if let Some(context_id) = &query.context_id {
-            filters.push("context_id = ?");
-            args.push(SqlValue::Text(context_id.as_str().to_owned()));
+        if let Some(role) = &self.query.role {
+            filters.push("role = ?");
+            args.push(SqlValue::Text(role.clone()));
         }
-        if let Some(state) = query.state {
-            filters.push("state = ?");
-            args.push(SqlValue::Integer(i64::from(state.number())));
-        }
-        if let Some(after) = query.status_after {
+        (filters, args)
+    }
+
+    /// Adds the time bound and the cursor.
+    fn bound(&self, filters: &mut Vec<&str>, args: &mut Vec<SqlValue>, cursor: bool) {
+        if let Some(after) = self.query.status_after {
             filters.push("status_time >= ?");
             args.push(SqlValue::Integer(bound_nanos(after)));
         }
-        let count_sql = format!("SELECT COUNT(*) FROM tasks{}", where_clause(&filters));
-
-        let mut page_args = args.clone();
-        if let Some(cursor) = &query.after {
+        if let Some(cursor) = self.query.after.as_ref().filter(|_| cursor) {
             filters.push("(status_time, id) < (?, ?)");
-            page_args.push(SqlValue::Integer(bound_nanos(cursor.status_time)));
-            page_args.push(SqlValue::Text(cursor.id.as_str().to_owned()));
+            args.push(SqlValue::Integer(bound_nanos(cursor.status_time)));
+            args.push(SqlValue::Text(cursor.id.as_str().to_owned()));
         }
-        // One row more than asked tells whether another page follows.
-        let fetch = i64::try_from(query.limit.saturating_add(1)).unwrap_or(i64::MAX);
-        page_args.push(SqlValue::Integer(fetch));
-        let page_sql = format!(
-            "SELECT {COLUMNS} FROM tasks{} ORDER BY status_time DESC, id DESC LIMIT ?",
+    }
+
+    /// One row more than the page: whether another page follows.
+    fn fetch(&self) -> SqlValue {
+        SqlValue::Integer(i64::try_from(self.query.limit.saturating_add(1)).unwrap_or(i64::MAX))
+    }
+
+    /// How many tasks of the scope (and state, when asked for) each state holds, for the
+    /// states that hold any, in order: a sum over `task_counts`.
+    fn counts(&self) -> (String, Vec<SqlValue>) {
+        let mut filters = Vec::new();
+        let mut args = Vec::new();
+        if let Some(owner) = &self.query.owner {
+            filters.push("owner = ? AND owned = 1");
+            args.push(SqlValue::Text(owner.clone()));
+        }
+        if let Some(role) = &self.query.role {
+            filters.push("role = ?");
+            args.push(SqlValue::Text(role.clone()));
+        }
+        if let Some(state) = self.query.state {
+            filters.push("state = ?");
+            args.push(SqlValue::Integer(i64::from(state.number())));
+        }
+        let sql = format!(
+            "SELECT state, sum(n) FROM task_counts{} GROUP BY state HAVING sum(n) > 0 \
+             ORDER BY state",
             where_clause(&filters)
         );
-        Self {
-            count_sql,
-            page_sql,
-            filter_args: args,
-            page_args,
-            limit: query.limit,
-            max_bytes: query.max_bytes,
+        (sql, args)
+    }
+
+    /// The count of the scope's tasks in `states` from `status_after` on: the ranges the
+    /// page reads, counted in the index.
+    fn timed_count(&self, states: &[i64]) -> (String, Vec<SqlValue>) {
+        let (filters, mut args) = self.scope();
+        let mut filters: Vec<&str> = filters;
+        let marks = vec!["?"; states.len()].join(", ");
+        let in_states = format!("state IN ({marks})");
+        args.extend(states.iter().copied().map(SqlValue::Integer));
+        filters.push(&in_states);
+        self.bound(&mut filters, &mut args, false);
+        let sql = format!(
+            "SELECT count(*) FROM tasks INDEXED BY {}{}",
+            self.index(),
+            where_clause(&filters)
+        );
+        (sql, args)
+    }
+
+    /// The page: one range per state in `states` (which holds at least one), merged.
+    fn page(&self, states: &[i64]) -> (String, Vec<SqlValue>) {
+        let index = self.index();
+        let mut args = Vec::new();
+        let mut arms = Vec::with_capacity(states.len());
+        for &state in states {
+            let (mut filters, scope_args) = self.scope();
+            args.extend(scope_args);
+            filters.push("state = ?");
+            args.push(SqlValue::Integer(state));
+            self.bound(&mut filters, &mut args, true);
+            let columns = if states.len() == 1 {
+                COLUMNS
+            } else {
+                "rowid AS r, status_time, id"
+            };
+            arms.push(format!(
+                "SELECT {columns} FROM tasks INDEXED BY {index}{}",
+                where_clause(&filters)
+            ));
         }
+        args.push(self.fetch());
+        if arms.len() == 1 {
+            return (format!("{}{NEWEST_FIRST} LIMIT ?", arms.remove(0)), args);
+        }
+        // The ranges' keys, merged as each range is read in the index's order, up to the
+        // page's end (SQLite reads no further into any range); then the page's rows.
+        let merged = arms.join(" UNION ALL ");
+        let sql = format!(
+            "SELECT {COLUMNS} FROM tasks WHERE rowid IN \
+             (SELECT r FROM ({merged}{NEWEST_FIRST} LIMIT ?)){NEWEST_FIRST}"
+        );
+        (sql, args)
+    }
+
+    /// The count and the page of a context's tasks.
+    fn context(
+        &self,
+        context_id: &ContextId,
+    ) -> ((String, Vec<SqlValue>), (String, Vec<SqlValue>)) {
+        let mut filters = vec!["context_id = ?"];
+        let mut args = vec![SqlValue::Text(context_id.as_str().to_owned())];
+        let (scope, scope_args) = self.scope();
+        filters.extend(scope);
+        args.extend(scope_args);
+        if let Some(state) = self.query.state {
+            filters.push("state = ?");
+            args.push(SqlValue::Integer(i64::from(state.number())));
+        }
+        let (mut page_filters, mut page_args) = (filters.clone(), args.clone());
+        self.bound(&mut filters, &mut args, false);
+        self.bound(&mut page_filters, &mut page_args, true);
+        page_args.push(self.fetch());
+        let count = format!(
+            "SELECT count(*) FROM tasks INDEXED BY tasks_by_context{}",
+            where_clause(&filters)
+        );
+        let page = format!(
+            "SELECT {COLUMNS} FROM tasks INDEXED BY tasks_by_context{}{NEWEST_FIRST} LIMIT ?",
+            where_clause(&page_filters)
+        );
+        ((count, args), (page, page_args))
     }
 
     fn run(&self, conn: &Connection) -> Result<TaskPage, StoreError> {
         let fail = |e| read_error("a task list", e);
+        let count = |conn: &Connection, (sql, args): &(String, Vec<SqlValue>)| {
+            conn.prepare_cached(sql)
+                .and_then(|mut stmt| stmt.query_row(params_from_iter(args), |row| row.get(0)))
+                .map_err(fail)
+        };
         // One snapshot for the count and the page.
         let tx = conn.unchecked_transaction().map_err(fail)?;
-        let total: i64 = tx
-            .prepare_cached(&self.count_sql)
-            .and_then(|mut stmt| {
-                stmt.query_row(params_from_iter(&self.filter_args), |row| row.get(0))
-            })
-            .map_err(fail)?;
-        let mut tasks: Vec<StoredTask> = Vec::with_capacity(self.limit.min(MAX_BATCH));
-        let mut last_time: i64 = 0;
-        let mut next = None;
-        let mut bytes = 0usize;
-        let mut stmt = tx.prepare_cached(&self.page_sql).map_err(fail)?;
-        let mut rows = stmt
-            .query(params_from_iter(&self.page_args))
-            .map_err(fail)?;
-        while let Some(row) = rows.next().map_err(fail)? {
-            let full = self.max_bytes.is_some_and(|max| bytes >= max);
-            if tasks.len() == self.limit || full {
-                // The extra row: a next page follows, after the last task kept.
-                next = tasks.last().map(|task| Cursor {
-                    status_time: Timestamp::from_unix_nanos(i128::from(last_time)),
-                    id: task.task.id.clone(),
-                });
-                break;
+        let known = self
+            .query
+            .known_total
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let (total, page): (i64, Option<(String, Vec<SqlValue>)>) = match &self.query.context_id {
+            Some(context_id) => {
+                let (counted, page) = self.context(context_id);
+                let total = match known {
+                    Some(total) => total,
+                    None => count(&tx, &counted)?,
+                };
+                (total, Some(page))
             }
-            last_time = row.get(5).map_err(fail)?;
-            bytes = bytes.saturating_add(
-                row.get_ref(6)
+            None => {
+                let (sql, args) = self.counts();
+                let mut stmt = tx.prepare_cached(&sql).map_err(fail)?;
+                let counts: Vec<(i64, i64)> = stmt
+                    .query_map(params_from_iter(&args), |row| {
+                        Ok((row.get(0)?, row.get(1)?))
+                    })
                     .map_err(fail)?
-                    .as_bytes()
-                    .map_or(0, <[u8]>::len),
-            );
-            tasks.push(decode(row)?);
+                    .collect::<Result<_, _>>()
+                    .map_err(fail)?;
+                drop(stmt);
+                let states: Vec<i64> = counts.iter().map(|&(state, _)| state).collect();
+                let total = match (known, self.query.status_after) {
+                    (Some(total), _) => total,
+                    (None, _) if states.is_empty() => 0,
+                    (None, Some(_)) => count(&tx, &self.timed_count(&states))?,
+                    (None, None) => counts.iter().map(|&(_, n)| n).sum(),
+                };
+                (total, (!states.is_empty()).then(|| self.page(&states)))
+            }
+        };
+        let mut tasks: Vec<StoredTask> = Vec::with_capacity(self.query.limit.min(MAX_BATCH));
+        let mut next = None;
+        if let Some((sql, args)) = page {
+            let mut last_time: i64 = 0;
+            let mut bytes = 0usize;
+            let mut stmt = tx.prepare_cached(&sql).map_err(fail)?;
+            let mut rows = stmt.query(params_from_iter(&args)).map_err(fail)?;
+            while let Some(row) = rows.next().map_err(fail)? {
+                let full = self.query.max_bytes.is_some_and(|max| bytes >= max);
+                if tasks.len() == self.query.limit || full {
+                    // The extra row: a next page follows, after the last task kept.
+                    next = tasks.last().map(|task| Cursor {
+                        status_time: Timestamp::from_unix_nanos(i128::from(last_time)),
+                        id: task.task.id.clone(),
+                    });
+                    break;
+                }
+                last_time = row.get(5).map_err(fail)?;
+                bytes = bytes.saturating_add(
+                    row.get_ref(6)
+                        .map_err(fail)?
+                        .as_bytes()
+                        .map_or(0, <[u8]>::len),
+                );
+                tasks.push(decode(row)?);
+            }
         }
         Ok(TaskPage {
             tasks,
@@ -1436,7 +1627,49 @@ mod tests {
         let version: i64 = raw
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 4);
+        assert_eq!(version, 5);
+    }
+
+    #[tokio::test]
+    async fn a_version_4_file_gets_the_counts_of_its_tasks_and_deletes_keep_them() {
+        let dir = TempDir::new().unwrap();
+        let path = db_path(&dir);
+        let mut tasks = population(300);
+        {
+            let raw = Connection::open(&path).unwrap();
+            for sql in &MIGRATIONS[..4] {
+                raw.execute_batch(sql).unwrap();
+            }
+            raw.pragma_update(None, "user_version", 4).unwrap();
+            for task in &tasks {
+                let row = Row::encode(task).unwrap();
+                raw.execute(
+                    "INSERT INTO tasks (id, context_id, role, owner, parent, state, status_time, \
+                     created, task, private) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    params![
+                        row.id,
+                        row.context_id,
+                        row.role,
+                        row.owner,
+                        row.parent,
+                        row.state,
+                        row.status_time,
+                        row.created,
+                        row.task,
+                        row.private
+                    ],
+                )
+                .unwrap();
+            }
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        check_totals(&store, &tasks).await;
+        // No store call deletes a task; a delete in SQL still leaves the counts right.
+        let raw = Connection::open(&path).unwrap();
+        raw.execute("DELETE FROM tasks WHERE id LIKE '%3'", [])
+            .unwrap();
+        tasks.retain(|task| !task.task.id.as_str().ends_with('3'));
+        check_totals(&store, &tasks).await;
     }
 
     #[tokio::test]
@@ -1624,7 +1857,7 @@ mod tests {
         let dir = TempDir::new().unwrap();
         let path = db_path(&dir);
         let raw = Connection::open(&path).unwrap();
-        raw.pragma_update(None, "user_version", 5).unwrap();
+        raw.pragma_update(None, "user_version", 6).unwrap();
         drop(raw);
 
         let text = error_text(SqliteStore::open(&path));
@@ -1632,7 +1865,7 @@ mod tests {
             text,
             format!(
                 "task store: the task store {} was written by a newer version of Mew \
-                 (schema version 5; this build reads up to 4)",
+                 (schema version 6; this build reads up to 5)",
                 path.display()
             )
         );
@@ -1640,7 +1873,7 @@ mod tests {
         let version: i64 = raw
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 5);
+        assert_eq!(version, 6);
         let tables: i64 = raw
             .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |r| r.get(0))
             .unwrap();
@@ -1661,7 +1894,7 @@ mod tests {
         let version: i64 = raw
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!((mode.as_str(), version), ("wal", 4));
+        assert_eq!((mode.as_str(), version), ("wal", 5));
         let mut stmt = raw
             .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND sql IS NOT NULL ORDER BY name")
             .unwrap();
@@ -1676,9 +1909,9 @@ mod tests {
                 "push_outbox_by_target",
                 "tasks_by_context",
                 "tasks_by_owner",
+                "tasks_by_owner_role",
                 "tasks_by_role",
-                "tasks_by_state",
-                "tasks_by_time"
+                "tasks_by_state"
             ]
         );
 
@@ -1702,74 +1935,119 @@ mod tests {
         assert_eq!(store.list(&query(1)).await.unwrap().total, 0);
     }
 
-    fn plan(conn: &Connection, q: &TaskQuery) -> String {
-        let listing = Listing::new(q);
-        let mut stmt = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {}", listing.page_sql))
-            .unwrap();
+    /// The plan of `sql`: each step's detail, `; `-joined.
+    fn plan(conn: &Connection, (sql, args): &(String, Vec<SqlValue>)) -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         let details: Vec<String> = stmt
-            .query_map(params_from_iter(&listing.page_args), |r| r.get(3))
+            .query_map(params_from_iter(args), |r| r.get(3))
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
         details.join("; ")
     }
 
+    /// Every combination of the filters a listing has, with and without a cursor.
+    fn every_listing() -> Vec<TaskQuery> {
+        let mut queries = Vec::new();
+        for bits in 0..64u32 {
+            let on = |bit: u32| bits & (1 << bit) != 0;
+            queries.push(TaskQuery {
+                owner: on(0).then(|| "o".to_owned()),
+                role: on(1).then(|| "r".to_owned()),
+                state: on(2).then_some(TaskState::Working),
+                context_id: on(3).then(|| "c".into()),
+                status_after: on(4).then(|| at(T0)),
+                after: on(5).then(|| Cursor {
+                    status_time: at(T0 + 1),
+                    id: "t".into(),
+                }),
+                ..query(10)
+            });
+        }
+        queries
+    }
+
     #[tokio::test]
-    async fn listing_by_role_owner_or_context_searches_an_index() {
+    async fn every_listing_reads_ranges_of_an_index() {
         let dir = TempDir::new().unwrap();
         drop(open(&dir));
         let conn = Connection::open(db_path(&dir)).unwrap();
-        let cursor = Some(Cursor {
-            status_time: at(T0),
-            id: "t".into(),
-        });
-        let role = TaskQuery {
-            role: Some("r".to_owned()),
-            ..query(10)
-        };
-        let owner = TaskQuery {
-            owner: Some("o".to_owned()),
-            after: cursor.clone(),
-            ..query(10)
-        };
-        let context = TaskQuery {
-            context_id: Some("c".into()),
-            ..query(10)
-        };
-        let paged = TaskQuery {
-            after: cursor,
-            ..query(10)
-        };
-        for (q, expected) in [
-            (
-                role.clone(),
-                "SEARCH tasks USING INDEX tasks_by_role (role=?)",
-            ),
-            (
-                TaskQuery {
-                    after: paged.after.clone(),
-                    ..role
-                },
-                "SEARCH tasks USING INDEX tasks_by_role (role=? AND (status_time,id)<(?,?))",
-            ),
-            (
-                owner,
-                "SEARCH tasks USING INDEX tasks_by_owner (owner=? AND (status_time,id)<(?,?))",
-            ),
-            // A context holds few tasks: found through the index, then sorted.
-            (
-                context,
-                "SEARCH tasks USING INDEX tasks_by_context (context_id=?); \
-                 USE TEMP B-TREE FOR ORDER BY",
-            ),
-            (
-                paged,
-                "SEARCH tasks USING INDEX tasks_by_time ((status_time,id)<(?,?))",
-            ),
-            (query(10), "SCAN tasks USING INDEX tasks_by_time"),
-        ] {
-            assert_eq!(plan(&conn, &q), expected, "{q:?}");
+        for q in every_listing() {
+            let listing = Listing::new(&q);
+            if let Some(context) = &q.context_id {
+                // A context holds few tasks: found through its index, then sorted.
+                let (count, page) = listing.context(context);
+                let count = plan(&conn, &count);
+                assert!(
+                    count.starts_with("SEARCH tasks USING ")
+                        && count.ends_with("INDEX tasks_by_context (context_id=?)"),
+                    "{q:?}: {count}"
+                );
+                assert_eq!(
+                    plan(&conn, &page),
+                    "SEARCH tasks USING INDEX tasks_by_context (context_id=?); \
+                     USE TEMP B-TREE FOR ORDER BY",
+                    "{q:?}"
+                );
+                continue;
+            }
+            let index = listing.index();
+            let mut range = Vec::new();
+            range.extend(q.owner.as_ref().map(|_| "owner=?"));
+            range.extend(q.role.as_ref().map(|_| "role=?"));
+            range.push("state=?");
+            let count_range = match q.status_after {
+                Some(_) => format!("{} AND status_time>?", range.join(" AND ")),
+                None => range.join(" AND "),
+            };
+            match (q.status_after, &q.after) {
+                (Some(_), Some(_)) => range.push("status_time>? AND (status_time,id)<(?,?)"),
+                (Some(_), None) => range.push("status_time>?"),
+                (None, Some(_)) => range.push("(status_time,id)<(?,?)"),
+                (None, None) => {}
+            }
+            let range = range.join(" AND ");
+            // One state: the page is one range of the index, in its order.
+            assert_eq!(
+                plan(&conn, &listing.page(&[2])),
+                format!("SEARCH tasks USING INDEX {index} ({range})"),
+                "{q:?}"
+            );
+            // Several: one range each, read from the index alone in its order and merged
+            // (no sort but of the page's rows); then the page's rows by rowid.
+            let arm = format!("SEARCH tasks USING COVERING INDEX {index} ({range})");
+            let merged = plan(&conn, &listing.page(&[2, 3, 6]));
+            let numbered = (1..=7).fold(merged, |plan, n| {
+                plan.replace(&format!("subquery-{n})"), "subquery-N)")
+            });
+            assert_eq!(
+                numbered,
+                format!(
+                    "SEARCH tasks USING INTEGER PRIMARY KEY (rowid=?); LIST SUBQUERY 4; \
+                     CO-ROUTINE (subquery-N); MERGE (UNION ALL); LEFT; MERGE (UNION ALL); \
+                     LEFT; {arm}; RIGHT; {arm}; RIGHT; {arm}; SCAN (subquery-N); \
+                     USE TEMP B-TREE FOR ORDER BY"
+                ),
+                "{q:?}"
+            );
+            if q.status_after.is_some() {
+                assert_eq!(
+                    plan(&conn, &listing.timed_count(&[2, 3])),
+                    format!("SEARCH tasks USING COVERING INDEX {index} ({count_range})"),
+                    "{q:?}"
+                );
+            }
+            // The counts: the owner's rows (of the role), or all of them (a few per role and
+            // state), grouped by state.
+            let counts = plan(&conn, &listing.counts());
+            let expected = match (&q.owner, &q.role) {
+                (Some(_), Some(_)) => {
+                    "SEARCH task_counts USING PRIMARY KEY (owner=? AND owned=? AND role=?"
+                }
+                (Some(_), None) => "SEARCH task_counts USING PRIMARY KEY (owner=? AND owned=?)",
+                (None, _) => "SCAN task_counts",
+            };
+            assert!(counts.starts_with(expected), "{q:?}: {counts}");
         }
     }
 

@@ -71,6 +71,11 @@ pub struct TaskQuery {
     /// bytes (a page always holds a task): a listing of big tasks costs no more than this,
     /// whatever the page size (`None`: no such bound).
     pub max_bytes: Option<usize>,
+    /// The total an earlier page of this listing counted: the store gives it back as the
+    /// page's `total` and counts nothing. What a listing with `status_after` carries from
+    /// its first page to the next ones, since only that filter is counted by walking the
+    /// matching tasks (see [`TaskStore::list`]).
+    pub known_total: Option<usize>,
 }
 
 /// One page of a listing.
@@ -78,7 +83,8 @@ pub struct TaskQuery {
 pub struct TaskPage {
     /// The tasks, newest first.
     pub tasks: Vec<StoredTask>,
-    /// How many tasks match the query's filters in all (ignoring `after` and `limit`).
+    /// How many tasks match the query's filters in all (ignoring `after` and `limit`), or the
+    /// query's `known_total`.
     pub total: usize,
     /// Where the next page starts, if there is one.
     pub next: Option<Cursor>,
@@ -304,7 +310,13 @@ pub trait TaskStore: Send + Sync {
     /// The task with this id.
     async fn get(&self, id: &TaskId) -> Result<Option<StoredTask>, StoreError>;
 
-    /// A page of tasks matching `query`, newest first.
+    /// A page of tasks matching `query`, newest first, and how many match in all.
+    ///
+    /// What it costs must not grow with the store: a page is a range of an index (one per
+    /// task state, merged, when no state is asked for), and the total is exact, read from
+    /// counts the store keeps per owner, role and state in the same transaction as every
+    /// task write. Two filters are counted over the tasks they match instead: a context
+    /// (few tasks) and `status_after` (a range of the same indexes, as long as the range).
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError>;
 
     /// The tasks of a context that belong to `owner` (`None`: the tasks without an owner),

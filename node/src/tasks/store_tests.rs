@@ -45,6 +45,8 @@ on_every_store!(
     list_pages_through_equal_times_by_id,
     list_orders_by_status_time_then_id_across_pages,
     list_filters_and_counts,
+    list_pages_correctly_at_any_size,
+    list_totals_stay_exact_through_creates_and_changes,
     context_lists_a_context_oldest_first,
     context_reads_only_the_owners_tasks,
     a_new_task_in_another_owners_context_is_refused_and_not_written,
@@ -481,6 +483,228 @@ async fn list_filters_and_counts(store: Arc<dyn TaskStore>) {
         (ids(&third.tasks), third.total, third.next),
         (vec!["a"], 3, None)
     );
+}
+
+/// Whether `task` is one `q` lists (its filters, not its cursor or limit).
+fn matches(q: &TaskQuery, task: &StoredTask) -> bool {
+    q.owner
+        .as_ref()
+        .is_none_or(|o| task.owner.as_ref() == Some(o))
+        && q.role.as_ref().is_none_or(|r| *r == task.role)
+        && q.context_id
+            .as_ref()
+            .is_none_or(|c| *c == task.task.context_id)
+        && q.state.is_none_or(|s| s == task.task.status.state)
+        && q.status_after.is_none_or(|t| task.status_time() >= t)
+}
+
+/// The ids `q` lists from `tasks`, newest first, as a count of every task would find them.
+fn brute_force(q: &TaskQuery, tasks: &[StoredTask]) -> Vec<String> {
+    let mut found: Vec<&StoredTask> = tasks.iter().filter(|t| matches(q, t)).collect();
+    found.sort_by(|a, b| {
+        (b.status_time(), b.task.id.as_str()).cmp(&(a.status_time(), a.task.id.as_str()))
+    });
+    found.iter().map(|t| t.task.id.to_string()).collect()
+}
+
+const STATES: [TaskState; 9] = [
+    TaskState::Completed,
+    TaskState::Working,
+    TaskState::Completed,
+    TaskState::Failed,
+    TaskState::InputRequired,
+    TaskState::Completed,
+    TaskState::Canceled,
+    TaskState::Submitted,
+    TaskState::Completed,
+];
+
+/// `n` tasks of three owners (none, ann, bob: a context's five tasks share one), three roles
+/// and six states, three a status time (so ties go by id), their ids in another order.
+pub(crate) fn population(n: usize) -> Vec<StoredTask> {
+    let owners = [None, Some("ann"), Some("bob")];
+    (0..n)
+        .map(|i| {
+            let id = format!("t{:05}", (i * 7919) % n);
+            let context = i / 5;
+            let time = T0 + i128::try_from(i / 3).unwrap() * 1000;
+            let role = format!("r{}", (i * 7 / 3) % 3 + 1);
+            let mut task = stored(&id, &format!("c{context}"), &role, STATES[i % 9], time);
+            task.owner = owners[context % 3].map(str::to_owned);
+            task
+        })
+        .collect()
+}
+
+/// Every combination of the filters over `tasks`: owners (one with no task), roles, states,
+/// ann's first context, the status time of the task halfway.
+fn every_filter(tasks: &[StoredTask]) -> Vec<TaskQuery> {
+    let halfway = tasks[tasks.len() / 2].status_time();
+    let anns = tasks
+        .iter()
+        .find(|t| t.owner.as_deref() == Some("ann"))
+        .map(|t| t.task.context_id.clone());
+    let mut queries = Vec::new();
+    for owner in [None, Some("ann"), Some("bob"), Some("nobody")] {
+        for role in [None, Some("r1"), Some("r2")] {
+            for state in [
+                None,
+                Some(TaskState::Completed),
+                Some(TaskState::Working),
+                Some(TaskState::InputRequired),
+            ] {
+                for context_id in [None, anns.clone()] {
+                    for status_after in [None, Some(halfway)] {
+                        queries.push(TaskQuery {
+                            owner: owner.map(str::to_owned),
+                            role: role.map(str::to_owned),
+                            state,
+                            context_id: context_id.clone(),
+                            status_after,
+                            ..TaskQuery::default()
+                        });
+                    }
+                }
+            }
+        }
+    }
+    queries
+}
+
+/// Walks every listing of [`every_filter`] at several page sizes, checking each page against a
+/// count of `tasks`: every task once, in order, the total on every page, no token after the
+/// last.
+async fn check_every_listing(store: &dyn TaskStore, tasks: &[StoredTask]) {
+    for q in every_filter(tasks) {
+        let expected = brute_force(&q, tasks);
+        let mut sizes = vec![7, 100, expected.len().max(1), expected.len() + 1];
+        if expected.len() <= 30 {
+            sizes.push(1);
+        }
+        for limit in sizes {
+            let mut q = TaskQuery { limit, ..q.clone() };
+            let mut listed = Vec::new();
+            let mut pages = 0;
+            loop {
+                let page = store.list(&q).await.unwrap();
+                pages += 1;
+                assert_eq!(page.total, expected.len(), "total of {q:?}");
+                assert!(page.tasks.len() <= limit, "{q:?}");
+                listed.extend(page.tasks.iter().map(|t| t.task.id.to_string()));
+                match page.next {
+                    Some(next) => {
+                        assert_eq!(
+                            page.tasks.len(),
+                            limit,
+                            "a short page before the end: {q:?}"
+                        );
+                        q.after = Some(next);
+                    }
+                    None => break,
+                }
+            }
+            assert_eq!(listed, expected, "{q:?}");
+            assert_eq!(pages, expected.len().div_ceil(limit).max(1), "{q:?}");
+        }
+    }
+}
+
+/// Stores `tasks` many at a time.
+async fn put_all(store: &Arc<dyn TaskStore>, tasks: &[StoredTask]) {
+    for chunk in tasks.chunks(64) {
+        let writes = chunk.iter().map(|task| store.put(task));
+        for written in futures_util::future::join_all(writes).await {
+            written.unwrap();
+        }
+    }
+}
+
+async fn list_pages_correctly_at_any_size(store: Arc<dyn TaskStore>) {
+    let mut tasks = population(1500);
+    put_all(&store, &tasks).await;
+    check_every_listing(store.as_ref(), &tasks).await;
+
+    // A quarter change state and move ahead in time, some change role: the listings follow.
+    let latest = tasks.iter().map(StoredTask::status_time).max().unwrap();
+    for (i, task) in tasks.iter_mut().enumerate() {
+        if i % 4 == 0 {
+            task.task.status.state = STATES[(i / 4) % 9];
+            task.task.status.timestamp =
+                Some(at(latest.unix_nanos() + i128::try_from(i).unwrap() * 7));
+        }
+        if i % 10 == 1 {
+            task.role = "r2".to_owned();
+        }
+    }
+    let changed: Vec<StoredTask> = tasks
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 4 == 0 || i % 10 == 1)
+        .map(|(_, task)| task.clone())
+        .collect();
+    put_all(&store, &changed).await;
+    check_every_listing(store.as_ref(), &tasks).await;
+
+    // A total the listing knows (carried from its first page) is given back, not counted.
+    let known = TaskQuery {
+        known_total: Some(12_345),
+        ..query(10)
+    };
+    assert_eq!(store.list(&known).await.unwrap().total, 12_345);
+}
+
+/// Checks the total of every listing of [`every_filter`] against a count of `tasks`.
+pub(crate) async fn check_totals(store: &dyn TaskStore, tasks: &[StoredTask]) {
+    for q in every_filter(tasks) {
+        let q = TaskQuery { limit: 0, ..q };
+        let total = store.list(&q).await.unwrap().total;
+        assert_eq!(total, brute_force(&q, tasks).len(), "{q:?}");
+    }
+}
+
+async fn list_totals_stay_exact_through_creates_and_changes(store: Arc<dyn TaskStore>) {
+    let owners = [None, Some("ann"), Some("bob")];
+    let mut tasks = Vec::new();
+    let check = async |tasks: &[StoredTask]| check_totals(store.as_ref(), tasks).await;
+    // New tasks with their first event, each state change logged as an event, one write each:
+    // the writes a turn makes.
+    for i in 0..40usize {
+        let mut task = stored(
+            &format!("n{i:02}"),
+            &format!("c{}", i / 4),
+            &format!("r{}", i % 3 + 1),
+            TaskState::Submitted,
+            T0 + i128::try_from(i).unwrap(),
+        );
+        task.owner = owners[(i / 4) % 3].map(str::to_owned);
+        task.generation = 1;
+        store.create(&task, &[], &[]).await.unwrap();
+        tasks.push(task);
+    }
+    check(&tasks).await;
+    for (step, state) in [
+        TaskState::Working,
+        TaskState::InputRequired,
+        TaskState::Completed,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for (i, task) in tasks.iter_mut().enumerate() {
+            if i % (step + 2) != 0 {
+                continue;
+            }
+            task.task.status.state = state;
+            task.task.status.timestamp = Some(at(T0 + 1000 * i128::try_from(step + 1).unwrap()));
+            task.generation += 1;
+            let event = StreamResponse::Task(task.task.clone());
+            store
+                .put_with_events(task, &[event], &[], &[])
+                .await
+                .unwrap();
+        }
+        check(&tasks).await;
+    }
 }
 
 async fn context_lists_a_context_oldest_first(store: Arc<dyn TaskStore>) {
