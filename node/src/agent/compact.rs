@@ -315,7 +315,21 @@ fn text_tokens(text: &str) -> u64 {
 }
 
 fn json_tokens(value: &serde_json::Value) -> u64 {
-    (value.to_string().len() as u64).div_ceil(BYTES_PER_TOKEN)
+    /// Counts the bytes of the JSON text without keeping it.
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // A `Value` always serializes, and `Count` never fails.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0.div_ceil(BYTES_PER_TOKEN)
 }
 
 fn message_tokens(message: &ChatMessage) -> u64 {

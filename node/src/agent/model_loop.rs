@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::conversation::{
-    Block, ChatMessage, Delta, ModelRequest, ResultPart, Speaker, StopReason,
+    Block, ChatMessage, Delta, ModelRequest, ResultPart, Speaker, StopReason, ToolSpec,
 };
 use crate::hooks::{HookOutcome, MAX_STOP_BLOCKS, Payload, PermissionDecision};
 use crate::permission::{Decision, PermissionPolicy};
@@ -244,10 +244,12 @@ impl Agent {
                     push_text(session, notice);
                 }
             }
+            // Once per model call: the compaction check and the request both need them.
+            let specs = self.tools.specs();
             match super::compact::compact_if_needed(
                 self.provider.as_ref(),
                 &self.settings,
-                &self.tools.specs(),
+                &specs,
                 session,
                 &self.context.cancel,
                 super::scope::hooks(&self.context).map(Arc::as_ref),
@@ -287,7 +289,7 @@ impl Agent {
                     push_text(session, context);
                 }
             }
-            let request = self.request(session, environment);
+            let request = self.request(session, environment, specs);
             let on_delta = |delta: Delta| {
                 if let Delta::Text(text) = delta {
                     observer.text(&text);
@@ -386,7 +388,7 @@ impl Agent {
     }
 
     /// The request for the next model call.
-    fn request(&self, session: &Session, environment: &str) -> ModelRequest {
+    fn request(&self, session: &Session, environment: &str, tools: Vec<ToolSpec>) -> ModelRequest {
         let mut messages = session.messages.clone();
         // Active skills ride in the environment, so the system prompt stays the same.
         let skills = super::scope::skills(&self.context).and_then(|s| s.block());
@@ -410,7 +412,7 @@ impl Agent {
             model: self.settings.model.clone(),
             system: self.settings.system.clone(),
             messages,
-            tools: self.tools.specs(),
+            tools,
             max_tokens: self.settings.max_tokens,
         }
     }

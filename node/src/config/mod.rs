@@ -210,7 +210,8 @@ pub struct LimitsConfig {
     /// The limit on one task turn; `None` (configured as 0) for no limit.
     #[serde(serialize_with = "duration::serialize_optional")]
     pub task_timeout: Option<Duration>,
-    /// Events buffered per subscriber (at least 1) before it is told it lagged.
+    /// Events buffered per live task (at least 1, 64 by default); a subscriber further
+    /// behind reads what it missed back from the store.
     pub event_buffer: usize,
     /// The largest request body accepted, in bytes (at least 1).
     pub max_body_bytes: usize,

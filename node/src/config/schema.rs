@@ -138,7 +138,7 @@ impl Default for LimitsSettings {
             max_queued_tasks: 1024,
             queue_notice: Duration::from_secs(10),
             task_timeout: Duration::from_secs(30 * 60),
-            event_buffer: nonzero(256),
+            event_buffer: nonzero(64),
             max_body_bytes: nonzero(10 * 1024 * 1024),
             max_inflight_body_bytes: nonzero(32 * 1024 * 1024),
             body_timeout: Duration::from_secs(60),

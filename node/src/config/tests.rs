@@ -92,7 +92,7 @@ fn defaults_without_any_file() {
     assert_eq!(config.limits.max_queued_tasks, 1024);
     assert_eq!(config.limits.queue_notice, Some(Duration::from_secs(10)));
     assert_eq!(config.limits.task_timeout, Some(Duration::from_secs(1800)));
-    assert_eq!(config.limits.event_buffer, 256);
+    assert_eq!(config.limits.event_buffer, 64);
     assert_eq!(config.limits.max_body_bytes, 10_485_760);
     assert!(config.roles.dirs.is_empty());
     assert_eq!(config.project_dir, dirs.project());

@@ -83,7 +83,7 @@ impl Default for Limits {
             max_queued: 1024,
             queue_notice: Some(Duration::from_secs(10)),
             task_timeout: Some(Duration::from_secs(30 * 60)),
-            event_buffer: 256,
+            event_buffer: 64,
             list_history: 10,
             max_list_bytes: 4 * 1024 * 1024,
             max_attempts: 3,
@@ -424,7 +424,12 @@ impl TaskManager {
         let id = stored.task.id.clone();
         // The webhook's first notification is the task as it starts; a context of another
         // principal is refused in the same write.
-        let written = match outbox_rows(&push, &StreamResponse::Task(stored.task.clone())) {
+        let outbox = if push.is_empty() {
+            Ok(Vec::new())
+        } else {
+            outbox_rows(&push, &StreamResponse::Task(stored.task.clone()))
+        };
+        let written = match outbox {
             Ok(outbox) => self.store.create(&stored, &push, &outbox).await,
             Err(e) => Err(e),
         };
@@ -1413,6 +1418,9 @@ fn outbox_rows(
     configs: &[TaskPushNotificationConfig],
     event: &StreamResponse,
 ) -> Result<Vec<OutboxRow>, StoreError> {
+    if configs.is_empty() {
+        return Ok(Vec::new());
+    }
     let body = serde_json::to_string(event)
         .map_err(|e| StoreError::Backend(format!("cannot encode an event: {e}")))?;
     Ok(configs
