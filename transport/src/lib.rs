@@ -8,6 +8,7 @@
 
 mod agent;
 mod client;
+mod grpc;
 mod server;
 mod sse;
 mod wire;
