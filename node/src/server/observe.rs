@@ -86,6 +86,7 @@ pub(crate) async fn observe(
                 match served.binding {
                     Binding::JsonRpc => "jsonrpc",
                     Binding::HttpJson => "http+json",
+                    Binding::Grpc => "grpc",
                 },
             );
             if let Err(kind) = served.outcome {

@@ -32,6 +32,8 @@ pub enum Binding {
     JsonRpc,
     /// HTTP+JSON.
     HttpJson,
+    /// gRPC (`lf.a2a.v1.A2AService` over HTTP/2).
+    Grpc,
 }
 
 impl Binding {
@@ -40,6 +42,7 @@ impl Binding {
         match self {
             Self::JsonRpc => binding::JSONRPC,
             Self::HttpJson => binding::HTTP_JSON,
+            Self::Grpc => binding::GRPC,
         }
     }
 
@@ -386,7 +389,8 @@ impl Inner {
                     .header(CONTENT_TYPE, "application/json")
                     .body(body)
             }
-            Binding::HttpJson => {
+            // gRPC calls never come here: they go through the gRPC client.
+            Binding::HttpJson | Binding::Grpc => {
                 let url = format!("{}{}", self.url, call.rest_path);
                 let mut builder = self
                     .http
@@ -448,9 +452,13 @@ impl Inner {
         })?;
         match self.binding {
             Binding::JsonRpc => decode_jsonrpc(status, &body),
-            Binding::HttpJson if status.is_success() => serde_json::from_slice(&body)
-                .map_err(|e| Error::decode(format!("{}: {e}", call.jsonrpc_method))),
-            Binding::HttpJson => Err(Error::Protocol(parse_rest_error(status, &body))),
+            Binding::HttpJson | Binding::Grpc if status.is_success() => {
+                serde_json::from_slice(&body)
+                    .map_err(|e| Error::decode(format!("{}: {e}", call.jsonrpc_method)))
+            }
+            Binding::HttpJson | Binding::Grpc => {
+                Err(Error::Protocol(parse_rest_error(status, &body)))
+            }
         }
     }
 
@@ -480,9 +488,13 @@ impl Inner {
                 .map_err(|e| transport_error("cannot read the answer", e))?;
             let single: StreamResponse = match self.binding {
                 Binding::JsonRpc => decode_jsonrpc(status, &body)?,
-                Binding::HttpJson if status.is_success() => serde_json::from_slice(&body)
-                    .map_err(|e| Error::decode(format!("{}: {e}", call.jsonrpc_method)))?,
-                Binding::HttpJson => return Err(Error::Protocol(parse_rest_error(status, &body))),
+                Binding::HttpJson | Binding::Grpc if status.is_success() => {
+                    serde_json::from_slice(&body)
+                        .map_err(|e| Error::decode(format!("{}: {e}", call.jsonrpc_method)))?
+                }
+                Binding::HttpJson | Binding::Grpc => {
+                    return Err(Error::Protocol(parse_rest_error(status, &body)));
+                }
             };
             return Ok(EventStream::once(Ok(single)));
         }
@@ -573,7 +585,7 @@ fn decode_jsonrpc<T: DeserializeOwned>(status: StatusCode, body: &[u8]) -> Resul
 fn decode_event(binding: Binding, event: &SseEvent) -> Result<StreamResponse, Error> {
     match binding {
         Binding::JsonRpc => decode_jsonrpc(StatusCode::OK, event.data.as_bytes()),
-        Binding::HttpJson => {
+        Binding::HttpJson | Binding::Grpc => {
             let value: Value = serde_json::from_str(&event.data)
                 .map_err(|e| Error::decode(format!("an event is not JSON: {e}")))?;
             if event.event.as_deref() == Some("error") || value.get("error").is_some() {

@@ -3,3 +3,6 @@
 
 pub(crate) mod convert;
 pub(crate) mod proto;
+mod server;
+
+pub use server::{GRPC_SERVICE_PATH, TenantRefusal, Tenants, grpc_router, grpc_router_with};
