@@ -17,7 +17,10 @@ pub use agent::{AgentTransport, CallContext, Error, EventStream, Principal, coll
 pub use client::{
     Binding, ClientOptions, ContextHeaders, Credentials, RemoteAgent, TlsOptions, fetch_card,
 };
-pub use grpc::{GRPC_SERVICE_PATH, TenantRefusal, Tenants, grpc_router, grpc_router_with};
+pub use grpc::{
+    GRPC_SERVICE_PATH, GrpcRefusal, TenantRefusal, Tenants, grpc_refusal, grpc_router,
+    grpc_router_with,
+};
 pub use server::{Served, ServerOptions, method_not_allowed, router, router_with};
 pub use sse::{SseDecoder, SseError, SseEvent};
 pub use wire::{

@@ -1,8 +1,9 @@
-//! The backends the conformance suite runs against: in-process, Mew over HTTP, the Python SDK
-//! server, and a real `mew` node.
+//! The backends the conformance suite runs against: in-process, Mew over HTTP and gRPC, the
+//! Python SDK server, and a real `mew` node.
 
 use std::sync::Arc;
 
+use mew_cards::{AgentInterface, binding};
 use mew_tests::EchoAgent;
 use mew_tests::node::MewNode;
 use mew_tests::python::PythonEchoServer;
@@ -19,6 +20,9 @@ pub enum Kind {
     MewJsonRpc,
     /// The same over HTTP+JSON.
     MewRest,
+    /// `EchoAgent` behind `mew_transport::grpc_router` (beside `router`, on one port that
+    /// speaks HTTP/1.1 and h2c), reached by `RemoteAgent` over gRPC.
+    MewGrpc,
     /// The Python SDK's echo server, reached by `RemoteAgent` over JSON-RPC.
     PythonJsonRpc,
     /// The same over HTTP+JSON.
@@ -28,6 +32,8 @@ pub enum Kind {
     NodeJsonRpc,
     /// The same over HTTP+JSON.
     NodeRest,
+    /// The same over gRPC (on the node's own port).
+    NodeGrpc,
 }
 
 /// An agent under test, with whatever keeps it alive.
@@ -54,7 +60,10 @@ where
 {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let base_url = format!("http://{}", listener.local_addr()?);
-    let router = mew_transport::router(make(&base_url));
+    let agent = make(&base_url);
+    let options = mew_transport::ServerOptions::default();
+    let router =
+        mew_transport::router(agent.clone()).merge(mew_transport::grpc_router(agent, &options));
     let handle = tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
     });
@@ -98,6 +107,27 @@ impl Backend {
                     _node: None,
                 }
             }
+            Kind::MewGrpc => {
+                let (url, guard) = serve(|url| {
+                    let mut card = EchoAgent::default_card(url);
+                    card.supported_interfaces
+                        .push(AgentInterface::new(url, binding::GRPC));
+                    Arc::new(EchoAgent::with_card(card))
+                })
+                .await?;
+                let agent = RemoteAgent::resolve_with(&url, options(Binding::Grpc)).await?;
+                anyhow::ensure!(
+                    agent.binding() == Binding::Grpc,
+                    "the client picked {:?}",
+                    agent.binding()
+                );
+                Self {
+                    agent: remote(agent),
+                    _server: Some(guard),
+                    _python: None,
+                    _node: None,
+                }
+            }
             Kind::PythonJsonRpc | Kind::PythonRest => {
                 let server = PythonEchoServer::start().await?;
                 let binding = if matches!(kind, Kind::PythonJsonRpc) {
@@ -118,12 +148,12 @@ impl Backend {
                     _node: None,
                 }
             }
-            Kind::NodeJsonRpc | Kind::NodeRest => {
+            Kind::NodeJsonRpc | Kind::NodeRest | Kind::NodeGrpc => {
                 let node = MewNode::start_echo("", &[]).await?;
-                let binding = if matches!(kind, Kind::NodeJsonRpc) {
-                    Binding::JsonRpc
-                } else {
-                    Binding::HttpJson
+                let binding = match kind {
+                    Kind::NodeJsonRpc => Binding::JsonRpc,
+                    Kind::NodeRest => Binding::HttpJson,
+                    _ => Binding::Grpc,
                 };
                 let agent = node.agent("", binding).await?;
                 Self {

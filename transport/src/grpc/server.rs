@@ -48,6 +48,25 @@ pub trait Tenants: Send + Sync {
     ) -> Result<Arc<dyn AgentTransport>, TenantRefusal>;
 }
 
+/// Why a layer in front of the service turns a caller away.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GrpcRefusal {
+    /// No valid credentials: `UNAUTHENTICATED`.
+    Unauthenticated(String),
+    /// Credentials that may not make this call: `PERMISSION_DENIED`.
+    PermissionDenied(String),
+}
+
+/// The answer to a gRPC call turned away before the service (by authentication, for
+/// instance): a trailers-only answer with the refusal's status.
+pub fn grpc_refusal(refusal: GrpcRefusal) -> Response<Body> {
+    let status = match refusal {
+        GrpcRefusal::Unauthenticated(message) => Status::unauthenticated(message),
+        GrpcRefusal::PermissionDenied(message) => Status::permission_denied(message),
+    };
+    status.into_http()
+}
+
 /// One agent for every tenant.
 struct Single(Arc<dyn AgentTransport>);
 
