@@ -53,7 +53,8 @@ impl Drop for ServerGuard {
     }
 }
 
-/// Serves `agent` (built for its base URL) on a free loopback port.
+/// Serves `agent` (built for its base URL) on a free loopback port: the HTTP bindings and,
+/// over h2c on the same port, gRPC.
 pub async fn serve<F>(make: F) -> anyhow::Result<(String, ServerGuard)>
 where
     F: FnOnce(&str) -> Arc<dyn AgentTransport>,
@@ -68,6 +69,15 @@ where
         let _ = axum::serve(listener, router).await;
     });
     Ok((base_url, ServerGuard(handle)))
+}
+
+/// An `EchoAgent` whose card lists a `GRPC` interface at `url` besides the HTTP ones, as
+/// [`serve`] serves all three.
+pub fn echo_with_grpc(url: &str) -> Arc<dyn AgentTransport> {
+    let mut card = EchoAgent::default_card(url);
+    card.supported_interfaces
+        .push(AgentInterface::new(url, binding::GRPC));
+    Arc::new(EchoAgent::with_card(card))
 }
 
 fn options(binding: Binding) -> ClientOptions {
@@ -108,13 +118,7 @@ impl Backend {
                 }
             }
             Kind::MewGrpc => {
-                let (url, guard) = serve(|url| {
-                    let mut card = EchoAgent::default_card(url);
-                    card.supported_interfaces
-                        .push(AgentInterface::new(url, binding::GRPC));
-                    Arc::new(EchoAgent::with_card(card))
-                })
-                .await?;
+                let (url, guard) = serve(echo_with_grpc).await?;
                 let agent = RemoteAgent::resolve_with(&url, options(Binding::Grpc)).await?;
                 anyhow::ensure!(
                     agent.binding() == Binding::Grpc,
