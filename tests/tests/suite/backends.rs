@@ -27,6 +27,8 @@ pub enum Kind {
     PythonJsonRpc,
     /// The same over HTTP+JSON.
     PythonRest,
+    /// The same over gRPC (the SDK's `GrpcHandler` on the server's second port).
+    PythonGrpc,
     /// A `mew up` node whose default role runs `tests/peers/echo_role.py`, reached by
     /// `RemoteAgent` at the node's front agent over JSON-RPC.
     NodeJsonRpc,
@@ -132,12 +134,12 @@ impl Backend {
                     _node: None,
                 }
             }
-            Kind::PythonJsonRpc | Kind::PythonRest => {
+            Kind::PythonJsonRpc | Kind::PythonRest | Kind::PythonGrpc => {
                 let server = PythonEchoServer::start().await?;
-                let binding = if matches!(kind, Kind::PythonJsonRpc) {
-                    Binding::JsonRpc
-                } else {
-                    Binding::HttpJson
+                let binding = match kind {
+                    Kind::PythonJsonRpc => Binding::JsonRpc,
+                    Kind::PythonRest => Binding::HttpJson,
+                    _ => Binding::Grpc,
                 };
                 let agent = RemoteAgent::resolve_with(&server.base_url, options(binding)).await?;
                 anyhow::ensure!(
