@@ -1,6 +1,7 @@
 //! The gRPC binding of A2A 1.0: the generated `lf.a2a.v1` types and service, and their
 //! conversion to and from the `mew-cards` object model.
 
+mod budget;
 mod client;
 pub(crate) mod convert;
 pub(crate) mod proto;

@@ -18,6 +18,7 @@ use futures_util::{Stream, StreamExt};
 use mew_cards::{self as cards, A2aError, ErrorKind};
 use tonic::{Code, Status};
 
+use super::budget::{Budgeted, UNIT};
 use super::convert::Invalid;
 use super::proto;
 use super::proto::a2a_service_server::{A2aService, A2aServiceServer};
@@ -86,15 +87,23 @@ pub fn grpc_router(agent: Arc<dyn AgentTransport>, options: &ServerOptions) -> a
 }
 
 /// Serves the agents of `tenants` over gRPC, at [`GRPC_SERVICE_PATH`]`{method}`: an axum
-/// router to merge into an HTTP/2 server's. Messages are limited to `max_body_bytes` each way.
-/// Each answer carries a [`Served`] (for an error, read from its status).
+/// router to merge into an HTTP/2 server's. Messages are limited to `max_body_bytes` each way,
+/// and request bodies are read within `body_timeout` and the `max_inflight_body_bytes` budget
+/// (`budget.rs`). Each answer carries a [`Served`] (for an error, read from its status).
 pub fn grpc_router_with(tenants: Arc<dyn Tenants>, options: &ServerOptions) -> axum::Router {
     let service = A2aServiceServer::new(Service { tenants })
         .max_decoding_message_size(options.max_body_bytes)
         .max_encoding_message_size(options.max_body_bytes);
+    let units = options.max_inflight_body_bytes.div_ceil(UNIT).max(1);
+    let units = units.min(tokio::sync::Semaphore::MAX_PERMITS);
+    let room = Arc::new(tokio::sync::Semaphore::new(units));
+    let total = u32::try_from(units).unwrap_or(u32::MAX);
+    let body_timeout = options.body_timeout;
     let service = tower::service_fn(move |request: Request<Body>| {
         // The method, for the answer's `Served`.
         let method = method_of(request.uri().path());
+        let request =
+            request.map(|body| Body::new(Budgeted::new(body, room.clone(), total, body_timeout)));
         let call = tower::ServiceExt::oneshot(service.clone(), request);
         async move {
             let response = call.await?;

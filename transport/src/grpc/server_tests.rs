@@ -404,3 +404,65 @@ async fn grpc_answers_what_is_no_call_of_the_service() {
     );
     assert!(answer.status.message().contains("1024"));
 }
+
+/// A body that sends `sent` and then nothing more, never ending.
+fn stalled(sent: Bytes) -> Body {
+    let first = futures_util::stream::iter([Ok::<_, std::io::Error>(sent)]);
+    Body::from_stream(first.chain(futures_util::stream::pending()))
+}
+
+async fn call_body(router: axum::Router, body: Body) -> tonic::Status {
+    let request = Request::post(format!("{GRPC_SERVICE_PATH}SendMessage"))
+        .header("content-type", "application/grpc")
+        .header("a2a-version", "1.0")
+        .body(body)
+        .unwrap();
+    let response = router.oneshot(request).await.unwrap();
+    let headers = response.headers().clone();
+    let collected = response.into_body().collect().await.unwrap();
+    let trailers = collected.trailers().cloned().unwrap_or_default();
+    status_of(&headers)
+        .or_else(|| status_of(&trailers))
+        .expect("every answer has a status")
+}
+
+fn budgeted_router() -> axum::Router {
+    let options = ServerOptions {
+        max_inflight_body_bytes: 4096,
+        body_timeout: std::time::Duration::from_secs(5),
+        ..ServerOptions::default()
+    };
+    grpc_router_with(Arc::new(Two), &options)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_does_not_arrive_in_time_is_refused() {
+    let send = proto::SendMessageRequest::from(SendMessageRequest::new(Message::user_text("hi")));
+    let whole = frame(&send.encode_to_vec());
+    // All but the last byte of the message, then silence.
+    let status = call_body(budgeted_router(), stalled(whole.slice(..whole.len() - 1))).await;
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn bodies_wait_for_room_in_the_budget_and_are_turned_away_without_it() {
+    let router = budgeted_router();
+    // One call holds three of the four KiB with a message it never finishes.
+    let big = proto::SendMessageRequest::from(SendMessageRequest::new(Message::user_text(
+        "x".repeat(3500),
+    )));
+    let big = frame(&big.encode_to_vec());
+    let holder = tokio::spawn(call_body(router.clone(), stalled(big.slice(..3072))));
+    tokio::task::yield_now().await;
+    // A whole 2 KiB message finds no room for the whole body timeout.
+    let other = proto::SendMessageRequest::from(SendMessageRequest::new(Message::user_text(
+        "y".repeat(2000),
+    )));
+    let status = call_body(router.clone(), Body::from(frame(&other.encode_to_vec()))).await;
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("try again"), "{status:?}");
+    assert_eq!(holder.await.unwrap().code(), Code::DeadlineExceeded);
+    // With the room given back, the same message is served.
+    let status = call_body(router, Body::from(frame(&other.encode_to_vec()))).await;
+    assert_eq!(status.code(), Code::Ok, "{status:?}");
+}
