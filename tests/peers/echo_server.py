@@ -201,7 +201,8 @@ async def serve(host: str, port: int, otlp: str | None = None, service_name: str
     base_url = f'http://{host}:{sock.getsockname()[1]}'
     grpc_server = grpc.aio.server()
     grpc_port = grpc_server.add_insecure_port(f'{host}:0')
-    grpc_url = f'http://{host}:{grpc_port}'
+    # As the SDK's own examples write a gRPC address: host:port, no scheme.
+    grpc_url = f'{host}:{grpc_port}'
     handler = build_handler(base_url, grpc_url)
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), grpc_server)
     await grpc_server.start()

@@ -80,6 +80,42 @@ fn failed(method: &str, status: &tonic::Status) -> Error {
     }
 }
 
+/// The URI to connect to for a card's gRPC URL, and whether over TLS. Cards write it several
+/// ways: `https://h:p` and `grpcs://h:p` are TLS, `http://h:p` and `grpc://h:p` are not, and a
+/// bare `h:p` (as gRPC targets are written) is plaintext on a loopback host and TLS elsewhere.
+/// A path is not part of a gRPC address: the service's path replaces it.
+fn endpoint_of(url: &str) -> Result<(String, bool), Error> {
+    let url = url.trim();
+    let (tls, rest) = match url.split_once("://") {
+        Some(("https" | "grpcs", rest)) => (true, rest),
+        Some(("http" | "grpc", rest)) => (false, rest),
+        Some((scheme, _)) => {
+            return Err(Error::transport(format!(
+                "the gRPC URL {url:?} has the scheme {scheme:?}; gRPC is reached over \
+                 http(s) or grpc(s), or at host:port"
+            )));
+        }
+        None => {
+            let url = url.split('/').next().unwrap_or(url);
+            let host = url.rsplit_once(':').map_or(url, |(host, _)| host);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let loopback = host == "localhost"
+                || host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback());
+            (!loopback, url)
+        }
+    };
+    let authority = rest.split('/').next().unwrap_or(rest);
+    if authority.is_empty() {
+        return Err(Error::transport(format!(
+            "the gRPC URL {url:?} names no host"
+        )));
+    }
+    let scheme = if tls { "https" } else { "http" };
+    Ok((format!("{scheme}://{authority}"), tls))
+}
+
 impl GrpcAgent {
     /// A client of `interface`, which connects on its first call.
     pub(crate) fn new(
@@ -87,14 +123,14 @@ impl GrpcAgent {
         interface: &AgentInterface,
         options: &ClientOptions,
     ) -> Result<Self, Error> {
-        let url = interface.url.trim_end_matches('/').to_owned();
+        let (url, tls) = endpoint_of(&interface.url)?;
         let mut endpoint = Endpoint::from_shared(url.clone())
             .map_err(|e| Error::transport(format!("the gRPC URL {url:?} is not valid: {e}")))?
             .connect_timeout(options.connect_timeout)
             .http2_keep_alive_interval(PING_INTERVAL)
             .keep_alive_timeout(PING_INTERVAL)
             .keep_alive_while_idle(true);
-        if url.starts_with("https:") {
+        if tls {
             endpoint = endpoint
                 .tls_config(options.tls.grpc())
                 .map_err(|e| Error::transport(format!("cannot configure TLS for {url}: {e}")))?;
@@ -396,5 +432,40 @@ impl AgentTransport for GrpcAgent {
             .await
             .map_err(|s| failed("GetExtendedAgentCard", &s))?;
         cards::AgentCard::try_from(card.into_inner()).map_err(|e| decode("GetExtendedAgentCard", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::endpoint_of;
+
+    #[test]
+    fn every_way_cards_write_a_grpc_url_is_understood() {
+        let cases = [
+            ("http://127.0.0.1:7777", "http://127.0.0.1:7777", false),
+            ("http://127.0.0.1:7777/", "http://127.0.0.1:7777", false),
+            (
+                "https://a2a.example.com/grpc",
+                "https://a2a.example.com",
+                true,
+            ),
+            ("grpc://localhost:50051", "http://localhost:50051", false),
+            (
+                "grpcs://a2a.example.com:443",
+                "https://a2a.example.com:443",
+                true,
+            ),
+            ("localhost:50051", "http://localhost:50051", false),
+            ("127.0.0.1:50051", "http://127.0.0.1:50051", false),
+            ("[::1]:50051", "http://[::1]:50051", false),
+            ("a2a.example.com:443", "https://a2a.example.com:443", true),
+        ];
+        for (url, uri, tls) in cases {
+            assert_eq!(endpoint_of(url).unwrap(), (uri.to_owned(), tls), "{url}");
+        }
+        assert!(endpoint_of("ftp://h:1").is_err());
+        assert!(endpoint_of("http://").is_err());
     }
 }
