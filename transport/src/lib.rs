@@ -1,10 +1,11 @@
-//! AgentTransport: the A2A 1.0 operations as one trait, its HTTP server and its HTTP client.
+//! AgentTransport: the A2A 1.0 operations as one trait, its servers and its client.
 //!
 //! [`AgentTransport`] is both sides: [`router`] serves any implementation over
-//! the JSON-RPC and HTTP+JSON bindings, and [`RemoteAgent`] implements it over
-//! HTTP, so a node can serve a local role, call a remote one, or relay one to
-//! the other with the same code. This crate alone knows envelopes, wire codes
-//! and HTTP; it knows nothing of models, tools or roles.
+//! the JSON-RPC and HTTP+JSON bindings, [`grpc_router`] over gRPC, and
+//! [`RemoteAgent`] implements it over all three, so a node can serve a local
+//! role, call a remote one, or relay one to the other with the same code. This
+//! crate alone knows envelopes, wire codes, HTTP and protobuf; it knows nothing
+//! of models, tools or roles.
 
 mod agent;
 mod client;

@@ -136,6 +136,12 @@ async fn a_node_delegates_to_an_https_node_whose_ca_it_trusts() -> anyhow::Resul
         code == 0 && stdout.contains("upper"),
         "mew peers: exit {code}\nstdout: {stdout}\nstderr: {stderr}"
     );
+
+    // The same peer over gRPC: the call goes to B's role by its tenant, over the same TLS.
+    let model = delegation("b/upper")?;
+    let peers = format!("peers:\n  b:\n    url: {}\n    binding: grpc\n", b.url());
+    let a = delegating_node(&model, &client_tls(certs.path(), false), &peers).await?;
+    delegate_and_check(&a, &model).await?;
     Ok(())
 }
 
