@@ -1,6 +1,7 @@
-//! Raw gRPC calls to a `mew up` node over h2c on its one port: what is no good call gets the
-//! spec's (or gRPC's own) status and the node keeps answering. The calls are sent as bytes
-//! (a codec that frames what it is given), so nothing in the client repairs them.
+//! gRPC calls to a `mew up` node over h2c on its one port. Raw ones, sent as bytes (a codec
+//! that frames what it is given, so nothing in the client repairs them): what is no good call
+//! gets the spec's (or gRPC's own) status and the node keeps answering. And the node's
+//! metrics count gRPC calls under their own binding.
 
 use anyhow::{Context, ensure};
 use bytes::{Buf, BufMut};
@@ -165,5 +166,72 @@ async fn bad_grpc_calls_get_their_status_and_the_node_keeps_answering() -> anyho
     );
     let (code, _) = node.get_json("/healthz").await?;
     ensure!(code == 200, "healthz after the bad calls: {code}");
+    Ok(())
+}
+
+/// The value of the sample of `name` whose labels are all of `labels`, if there is one.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (series_name, series_labels) = series.split_once('{').unwrap_or((series, ""));
+            series_name == name
+                && labels.iter().all(|(k, v)| {
+                    series_labels
+                        .trim_end_matches('}')
+                        .split(',')
+                        .any(|pair| pair == format!("{k}=\"{v}\""))
+                })
+        })
+        .find_map(|(_, value)| value.parse().ok())
+}
+
+#[tokio::test]
+async fn grpc_calls_are_measured_under_their_binding() -> anyhow::Result<()> {
+    use mew_cards::{GetTaskRequest, Message, SendMessageRequest, SendMessageResponse, TaskState};
+    use mew_transport::{AgentTransport, Binding, CallContext};
+
+    let node = MewNode::start_echo("", &[]).await?;
+    let agent = node.agent("/agents/echo", Binding::Grpc).await?;
+    let ctx = CallContext::anonymous();
+    let sent = agent
+        .send_message(&ctx, SendMessageRequest::new(Message::user_text("echo hi")))
+        .await?;
+    ensure!(
+        matches!(&sent, SendMessageResponse::Task(t) if t.status.state == TaskState::Completed),
+        "{sent:?}"
+    );
+    let missing = GetTaskRequest {
+        id: "no-such-task".into(),
+        ..GetTaskRequest::default()
+    };
+    ensure!(
+        agent.get_task(&ctx, missing).await.is_err(),
+        "a missing task was found"
+    );
+
+    let text = reqwest::get(format!("{}/metrics", node.url()))
+        .await?
+        .text()
+        .await?;
+    let requests = "mew_a2a_requests_total";
+    let grpc = ("binding", "grpc");
+    ensure!(
+        sample(
+            &text,
+            requests,
+            &[("method", "SendMessage"), grpc, ("status", "ok")]
+        ) == Some(1.0),
+        "no gRPC SendMessage counted:\n{text}"
+    );
+    ensure!(
+        sample(
+            &text,
+            requests,
+            &[("method", "GetTask"), grpc, ("status", "TaskNotFoundError")]
+        ) == Some(1.0),
+        "no failed gRPC GetTask counted:\n{text}"
+    );
     Ok(())
 }
