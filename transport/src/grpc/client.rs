@@ -26,7 +26,7 @@ use super::proto;
 use super::proto::a2a_service_client::A2aServiceClient;
 use crate::agent::{AgentTransport, CallContext, Error, EventStream};
 use crate::client::{ClientOptions, ContextHeaders, Credentials};
-use crate::wire::{EXTENSIONS_HEADER, VERSION_HEADER, parse_grpc_status};
+use crate::wire::parse_grpc_status;
 
 /// The largest message the client reads, as the server's default limit.
 const MAX_MESSAGE_BYTES: usize = 10 * 1024 * 1024;
@@ -59,24 +59,24 @@ fn decode(what: &str, error: Invalid) -> Error {
     Error::decode(format!("{what}: {}", error.0))
 }
 
+/// The error a call's status stands for: gRPC's own words that the call got no answer (the
+/// peer is gone or busy, the time ran out) or was refused before the agent (credentials) are
+/// transport failures, as the HTTP client reports them; every other status is the A2A error
+/// it carries.
 fn failed(method: &str, status: &tonic::Status) -> Error {
-    match parse_grpc_status(status) {
-        // A status the peer answered with: the A2A error it stands for, unless it is gRPC's
-        // own word that the call never got an answer (the peer is gone, or refused the
-        // connection), which is a transport failure as on the other bindings.
-        Some(_) if status.code() == tonic::Code::Unavailable => Error::transport(format!(
-            "{method} failed: the agent is unavailable: {}",
-            status.message()
-        )),
-        Some(_) if status.code() == tonic::Code::Unauthenticated => Error::transport(format!(
-            "{method} failed: unauthenticated: {}",
-            status.message()
-        )),
-        Some(_) if status.code() == tonic::Code::PermissionDenied => {
-            Error::transport(format!("{method} failed: forbidden: {}", status.message()))
-        }
-        Some(error) => Error::Protocol(error),
-        None => Error::decode(format!("{method} answered OK with no message")),
+    use tonic::Code;
+    let transport =
+        |what: &str| Error::transport(format!("{method} failed: {what}: {}", status.message()));
+    match status.code() {
+        Code::Unavailable => transport("the agent is unavailable"),
+        Code::DeadlineExceeded => transport("no answer in time"),
+        Code::Cancelled => transport("the call was cancelled"),
+        Code::Unauthenticated => transport("unauthenticated"),
+        Code::PermissionDenied => transport("forbidden"),
+        _ => match parse_grpc_status(status) {
+            Some(error) => Error::Protocol(error),
+            None => Error::decode(format!("{method} answered OK with no message")),
+        },
     }
 }
 
@@ -164,6 +164,7 @@ impl GrpcAgent {
         message: T,
         streaming: bool,
     ) -> Result<tonic::Request<T>, Error> {
+        // gRPC metadata keys are lowercase: `A2A-Version` and `A2A-Extensions` as gRPC sends them.
         let mut headers = self.headers.clone();
         headers.insert(
             HeaderName::from_static("a2a-version"),
@@ -192,8 +193,6 @@ impl GrpcAgent {
         for name in ["connection", "host", "content-type", "te", "content-length"] {
             headers.remove(name);
         }
-        debug_assert!(VERSION_HEADER.eq_ignore_ascii_case("a2a-version"));
-        debug_assert!(EXTENSIONS_HEADER.eq_ignore_ascii_case("a2a-extensions"));
         let mut request = tonic::Request::from_parts(
             tonic::metadata::MetadataMap::from_headers(headers),
             tonic::Extensions::default(),
