@@ -162,6 +162,9 @@ impl mew_transport::Tenants for RoleTenants {
                 .cloned()
                 .ok_or(mew_transport::TenantRefusal::Unknown)?
         };
+        if !tenant.is_empty() {
+            observe::record_role(tenant);
+        }
         if let (Some(auth), Some(principal)) = (&self.auth, principal) {
             auth.check_tenant(tenant, &principal.0)
                 .map_err(mew_transport::TenantRefusal::Forbidden)?;
