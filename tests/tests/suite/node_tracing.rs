@@ -2,7 +2,8 @@
 //! with the official protobuf definitions: one trace follows a request through two nodes, a
 //! model and an MCP server; Python SDK peers continue Mew's traces and Mew continues theirs;
 //! a turn that resumes later (after INPUT_REQUIRED, after a restart) joins its task's trace;
-//! a collector that is down changes no task's outcome; a gRPC request's span names its tenant's role.
+//! a collector that is down changes no task's outcome; a gRPC request's span names the role
+//! of its tenant.
 
 use anyhow::{Context, bail, ensure};
 use mew_cards::mew::MewMetadata;
