@@ -42,6 +42,10 @@ pub struct CardOptions {
     pub security_schemes: BTreeMap<String, SecurityScheme>,
     /// The schemes a caller must satisfy: any one of the requirements.
     pub security_requirements: Vec<SecurityRequirement>,
+    /// The node's gRPC endpoint, when it serves one: every card lists a `GRPC` interface
+    /// there, with the role's name as its `tenant` (the front card's is empty), since gRPC
+    /// addresses one service per endpoint rather than a path per agent.
+    pub grpc_url: Option<String>,
 }
 
 impl Default for CardOptions {
@@ -58,6 +62,7 @@ impl Default for CardOptions {
             skills: Vec::new(),
             security_schemes: BTreeMap::new(),
             security_requirements: Vec::new(),
+            grpc_url: None,
         }
     }
 }
@@ -90,7 +95,7 @@ pub fn role_card(role: &RoleDefinition, base_url: &str, options: &CardOptions) -
         name: role.name.clone(),
         description: role.description.clone(),
         skills,
-        ..card_shell(base_url, options)
+        ..card_shell(base_url, &role.name, options)
     }
 }
 
@@ -119,18 +124,26 @@ pub fn front_card(
         name: options.node_name.clone(),
         description,
         skills: published.into_iter().map(role_skill).collect(),
-        ..card_shell(base_url, options)
+        ..card_shell(base_url, "", options)
     }
 }
 
 /// Everything a role card and the front card share: interfaces, version, capabilities, modes.
-fn card_shell(base_url: &str, options: &CardOptions) -> AgentCard {
+/// `tenant` is the card's tenant on the gRPC endpoint.
+fn card_shell(base_url: &str, tenant: &str, options: &CardOptions) -> AgentCard {
     let url = trim_base(base_url);
+    let mut supported_interfaces = vec![
+        AgentInterface::new(url, binding::JSONRPC),
+        AgentInterface::new(url, binding::HTTP_JSON),
+    ];
+    if let Some(grpc) = &options.grpc_url {
+        supported_interfaces.push(AgentInterface {
+            tenant: tenant.to_owned(),
+            ..AgentInterface::new(trim_base(grpc), binding::GRPC)
+        });
+    }
     AgentCard {
-        supported_interfaces: vec![
-            AgentInterface::new(url, binding::JSONRPC),
-            AgentInterface::new(url, binding::HTTP_JSON),
-        ],
+        supported_interfaces,
         provider: options.provider.clone(),
         version: options.version.clone(),
         documentation_url: options.documentation_url.clone(),
@@ -414,5 +427,35 @@ mod tests {
         let card = front_card(&[], "http://h", "general-purpose", &CardOptions::default());
         assert!(card.skills.is_empty());
         assert_eq!(card.supported_interfaces.len(), 2);
+    }
+
+    #[test]
+    fn a_node_serving_grpc_lists_it_on_every_card_with_the_role_as_tenant() {
+        let options = CardOptions {
+            grpc_url: Some("http://h:1/".to_owned()),
+            ..CardOptions::default()
+        };
+        let grpc = |card: &AgentCard| {
+            card.supported_interfaces
+                .iter()
+                .find(|i| i.protocol_binding == binding::GRPC)
+                .map(|i| (i.url.clone(), i.tenant.clone(), i.protocol_version.clone()))
+        };
+        let plan = llm("Plan");
+        let card = role_card(&plan, "http://h:1/agents/Plan", &options);
+        assert_eq!(
+            grpc(&card),
+            Some(("http://h:1".into(), "Plan".into(), PROTOCOL_VERSION.into()))
+        );
+        // The HTTP bindings come first: a client that takes the first interface keeps them.
+        assert_eq!(
+            card.supported_interfaces[0].protocol_binding,
+            binding::JSONRPC
+        );
+        let front = front_card(&[&plan], "http://h:1", "Plan", &options);
+        assert_eq!(
+            grpc(&front),
+            Some(("http://h:1".into(), String::new(), PROTOCOL_VERSION.into()))
+        );
     }
 }

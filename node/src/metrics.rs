@@ -460,7 +460,7 @@ fn otel() -> Option<&'static Otel> {
 }
 
 /// One A2A request answered: its method (as the transport names the operations it knows;
-/// `None`: `other`), binding (`jsonrpc` or `rest`), outcome (`ok` or the A2A error's name)
+/// `None`: `other`), binding (`jsonrpc`, `rest` or `grpc`), outcome (`ok` or the A2A error's name)
 /// and time to answer.
 pub(crate) fn a2a_request(
     method: Option<&'static str>,

@@ -522,6 +522,8 @@ impl Runtime {
             security_requirements,
             push_notifications: true,
             extended_agent_card: self.config.auth.extended_card.is_some(),
+            // gRPC is served on the node's own port (`server/listen.rs`).
+            grpc_url: Some(self.config.node.public_url.clone()),
             ..CardOptions::default()
         }
     }

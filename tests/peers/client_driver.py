@@ -1,6 +1,6 @@
 """A2A client CLI built on the a2a-sdk client, driven by interop tests.
 
-Usage: client_driver.py --url BASE_URL --binding jsonrpc|rest SCENARIO [ARGS]
+Usage: client_driver.py --url BASE_URL --binding jsonrpc|rest|grpc SCENARIO [ARGS]
 
 Scenarios: card | send TEXT | stream TEXT | get TASK_ID | cancel TASK_ID |
 subscribe TASK_ID | list [--context ID] [--page-size N] [--page-token T] |
@@ -37,6 +37,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 import httpx
 from a2a.client import A2ACardResolver, Client, ClientCallContext, ClientConfig, ClientFactory
 from a2a.client.auth import AuthInterceptor, CredentialService
@@ -60,7 +61,7 @@ from a2a.utils.errors import A2A_ERROR_REASONS, JSON_RPC_ERROR_CODE_MAP, A2AErro
 from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 
-BINDINGS = {'jsonrpc': 'JSONRPC', 'rest': 'HTTP+JSON'}
+BINDINGS = {'jsonrpc': 'JSONRPC', 'rest': 'HTTP+JSON', 'grpc': 'GRPC'}
 EXIT_UNEXPECTED, EXIT_CLIENT, EXIT_SERVER = 1, 2, 3
 STEP_TIMEOUT_S = 10.0
 SCENARIOS = ['card', 'send', 'stream', 'get', 'list', 'cancel', 'subscribe', 'roundtrip']
@@ -92,6 +93,15 @@ class StaticCredentials(CredentialService):
         return self.by_scheme.get(security_scheme_name)
 
 
+def grpc_channel(url: str) -> grpc.aio.Channel:
+    """The SDK's gRPC channel to an interface URL: grpcio takes `host:port`; `https` is TLS."""
+    secure = url.startswith('https://')
+    target = url.split('://', 1)[-1].rstrip('/')
+    if secure:
+        return grpc.aio.secure_channel(target, grpc.ssl_channel_credentials())
+    return grpc.aio.insecure_channel(target)
+
+
 class Driver:
     """Holds the resolved card and one streaming and one blocking client."""
 
@@ -106,7 +116,8 @@ class Driver:
         async with httpx.AsyncClient(headers={'A2A-Version': '1.0'}) as http:
             self.card = await A2ACardResolver(http, self.base_url).get_agent_card()
         for streaming in (False, True):
-            config = ClientConfig(streaming=streaming, supported_protocol_bindings=[self.binding])
+            config = ClientConfig(streaming=streaming, supported_protocol_bindings=[self.binding],
+                                  grpc_channel_factory=grpc_channel)
             interceptors = [AuthInterceptor(StaticCredentials(self.credentials))] if self.credentials else []
             self.clients[streaming] = ClientFactory(config).create(self.card, interceptors)
         return self

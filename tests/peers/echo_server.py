@@ -1,8 +1,11 @@
 """Echo agent served by the a2a-sdk server, for interop tests.
 
 Serves JSON-RPC (POST /) and HTTP+JSON (/message:send, /tasks/...) on one
-port, with the agent card at /.well-known/agent-card.json. Prints exactly one
-line ``READY <base_url>`` to stdout once it accepts connections.
+port, with the agent card at /.well-known/agent-card.json, and gRPC (the SDK's
+``grpc`` extra) on a second port, which the card lists as its GRPC interface.
+The bindings share one request handler, so a task started on one is seen on the
+others. Prints exactly one line ``READY <base_url>`` to stdout once both accept
+connections.
 
 With ``--otlp ENDPOINT`` it traces with OpenTelemetry (``peer_tracing.py``): the
 ASGI middleware makes a SERVER span per request whose parent is the request's
@@ -30,12 +33,13 @@ import socket
 import sys
 import uuid
 
+import grpc
 import httpx
 import uvicorn
 from a2a.helpers import get_text_parts, new_task_from_user_message, new_text_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
-from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.request_handlers import DefaultRequestHandler, GrpcHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks import (
     BasePushNotificationSender,
@@ -43,6 +47,7 @@ from a2a.server.tasks import (
     InMemoryTaskStore,
     TaskUpdater,
 )
+from a2a.types import a2a_pb2_grpc
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
@@ -122,8 +127,9 @@ class EchoExecutor(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
-def build_card(base_url: str, extended: bool = False) -> AgentCard:
-    """The echo agent's card; `extended` adds a skill for GetExtendedAgentCard."""
+def build_card(base_url: str, grpc_url: str | None = None, extended: bool = False) -> AgentCard:
+    """The echo agent's card (with a GRPC interface at `grpc_url`, when given); `extended` adds a
+    skill for GetExtendedAgentCard."""
     skills = [
         AgentSkill(
             id='echo',
@@ -135,14 +141,17 @@ def build_card(base_url: str, extended: bool = False) -> AgentCard:
     ]
     if extended:
         skills.append(AgentSkill(id='secret', name='Secret', description='Extended only.', tags=['extended']))
+    interfaces = [
+        AgentInterface(url=f'{base_url}/', protocol_binding='JSONRPC', protocol_version='1.0'),
+        AgentInterface(url=base_url, protocol_binding='HTTP+JSON', protocol_version='1.0'),
+    ]
+    if grpc_url:
+        interfaces.append(AgentInterface(url=grpc_url, protocol_binding='GRPC', protocol_version='1.0'))
     return AgentCard(
         name='Echo Peer',
         description='a2a-sdk echo agent for interop tests',
         version='1.0.0',
-        supported_interfaces=[
-            AgentInterface(url=f'{base_url}/', protocol_binding='JSONRPC', protocol_version='1.0'),
-            AgentInterface(url=base_url, protocol_binding='HTTP+JSON', protocol_version='1.0'),
-        ],
+        supported_interfaces=interfaces,
         capabilities=AgentCapabilities(streaming=True, push_notifications=True, extended_agent_card=True),
         default_input_modes=['text/plain'],
         default_output_modes=['text/plain'],
@@ -150,19 +159,24 @@ def build_card(base_url: str, extended: bool = False) -> AgentCard:
     )
 
 
-def build_app(base_url: str) -> Starlette:
-    """Card, JSON-RPC and REST routes on one Starlette app (card first)."""
+def build_handler(base_url: str, grpc_url: str) -> DefaultRequestHandler:
+    """The request handler every binding serves."""
     push_store = InMemoryPushNotificationConfigStore()
     handler = DefaultRequestHandler(
         agent_executor=EchoExecutor(),
         task_store=InMemoryTaskStore(),
-        agent_card=build_card(base_url),
-        extended_agent_card=build_card(base_url, extended=True),
+        agent_card=build_card(base_url, grpc_url),
+        extended_agent_card=build_card(base_url, grpc_url, extended=True),
         push_config_store=push_store,
         push_sender=BasePushNotificationSender(httpx.AsyncClient(), push_store),
     )
+    return handler
+
+
+def build_app(base_url: str, grpc_url: str, handler: DefaultRequestHandler) -> Starlette:
+    """Card, JSON-RPC and REST routes on one Starlette app (card first)."""
     routes: list[BaseRoute] = [
-        *create_agent_card_routes(build_card(base_url)),
+        *create_agent_card_routes(build_card(base_url, grpc_url)),
         *create_jsonrpc_routes(handler, rpc_url='/'),
         *create_rest_routes(handler),
     ]
@@ -185,7 +199,14 @@ async def serve(host: str, port: int, otlp: str | None = None, service_name: str
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     base_url = f'http://{host}:{sock.getsockname()[1]}'
-    app: ASGIApp = build_app(base_url)
+    grpc_server = grpc.aio.server()
+    grpc_port = grpc_server.add_insecure_port(f'{host}:0')
+    # As the SDK's own examples write a gRPC address: host:port, no scheme.
+    grpc_url = f'{host}:{grpc_port}'
+    handler = build_handler(base_url, grpc_url)
+    a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), grpc_server)
+    await grpc_server.start()
+    app: ASGIApp = build_app(base_url, grpc_url, handler)
     if otlp:
         app = traced(app, otlp, service_name)
     config = uvicorn.Config(app, log_config=None, access_log=False, log_level='warning')

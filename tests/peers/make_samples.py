@@ -268,7 +268,8 @@ def write_live_samples() -> None:
         url = server.stdout.readline().split()[1]
         with httpx.Client(base_url=url, headers={'A2A-Version': '1.0'}) as http:
             card = http.get('/.well-known/agent-card.json').json()
-            assert card == agent_card_to_dict(build_card(url)), 'served card differs from agent_card_to_dict'
+            grpc_url = next(i['url'] for i in card['supportedInterfaces'] if i['protocolBinding'] == 'GRPC')
+            assert card == agent_card_to_dict(build_card(url, grpc_url)), 'served card differs from agent_card_to_dict'
             write('agent_card.json', agent_card_to_dict(build_card('http://127.0.0.1:8000')))
             rpc = {'jsonrpc': '2.0', 'id': 1, 'method': 'GetTask', 'params': {'id': 'no-such-task'}}
             write('jsonrpc_error_task_not_found.json', http.post('/', json=rpc).json())

@@ -1,4 +1,5 @@
-//! The one place where A2A error kinds become JSON-RPC codes, HTTP statuses and `ErrorInfo`, and back.
+//! The one place where A2A error kinds become JSON-RPC codes, HTTP statuses, gRPC status
+//! codes and `ErrorInfo`, and back.
 
 use http::StatusCode;
 use mew_cards::{A2aError, ErrorKind};
@@ -62,6 +63,64 @@ pub fn http_status(kind: ErrorKind) -> (StatusCode, &'static str) {
             (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL")
         }
     }
+}
+
+/// The gRPC status code of a kind (the spec's table; a method the service does not have is
+/// gRPC's own `UNIMPLEMENTED`).
+pub(crate) fn grpc_code(kind: ErrorKind) -> tonic::Code {
+    use tonic::Code;
+    match kind {
+        ErrorKind::TaskNotFound => Code::NotFound,
+        ErrorKind::MethodNotFound => Code::Unimplemented,
+        ErrorKind::TaskNotCancelable
+        | ErrorKind::PushNotificationNotSupported
+        | ErrorKind::UnsupportedOperation
+        | ErrorKind::ExtendedAgentCardNotConfigured
+        | ErrorKind::ExtensionSupportRequired
+        | ErrorKind::VersionNotSupported => Code::FailedPrecondition,
+        ErrorKind::ContentTypeNotSupported
+        | ErrorKind::ParseError
+        | ErrorKind::InvalidRequest
+        | ErrorKind::InvalidParams => Code::InvalidArgument,
+        ErrorKind::InvalidAgentResponse | ErrorKind::Internal => Code::Internal,
+    }
+}
+
+/// An A2A error as a gRPC status: the kind's code, the message, and an `ErrorInfo` detail
+/// (`google.rpc.Status` in `grpc-status-details-bin`).
+pub(crate) fn grpc_status(error: &A2aError) -> tonic::Status {
+    use tonic_types::{ErrorDetails, StatusExt};
+    let details = ErrorDetails::with_error_info(
+        error.kind.reason(),
+        ERROR_DOMAIN,
+        std::collections::HashMap::new(),
+    );
+    tonic::Status::with_error_details(grpc_code(error.kind), error.message.clone(), details)
+}
+
+/// Reads a gRPC status: the A2A kind from its `ErrorInfo` of the A2A domain, or, without one,
+/// from the code (a status gRPC itself answered, such as a message beyond the size limit).
+/// `None` for `OK`.
+pub(crate) fn parse_grpc_status(status: &tonic::Status) -> Option<A2aError> {
+    use tonic::Code;
+    use tonic_types::StatusExt;
+    if status.code() == Code::Ok {
+        return None;
+    }
+    let from_info = status
+        .get_details_error_info()
+        .filter(|info| info.domain == ERROR_DOMAIN)
+        .and_then(|info| ErrorKind::from_reason(&info.reason));
+    let kind = from_info.unwrap_or(match status.code() {
+        Code::Unimplemented => ErrorKind::MethodNotFound,
+        Code::NotFound => ErrorKind::TaskNotFound,
+        Code::InvalidArgument | Code::OutOfRange | Code::ResourceExhausted => {
+            ErrorKind::InvalidRequest
+        }
+        Code::FailedPrecondition => ErrorKind::UnsupportedOperation,
+        _ => ErrorKind::Internal,
+    });
+    Some(A2aError::new(kind, status.message()))
 }
 
 /// The `ErrorInfo` detail of an error.
@@ -145,13 +204,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_kind_round_trips_through_both_bindings() {
+    fn every_kind_round_trips_through_every_binding() {
         for &kind in ErrorKind::ALL {
             let error = A2aError::new(kind, "boom");
             assert_eq!(parse_jsonrpc_error(&jsonrpc_error_object(&error)), error);
             let (status, body) = rest_error_body(&error);
             assert_eq!(parse_rest_error(status, body.to_string().as_bytes()), error);
             assert_eq!(kind_from_jsonrpc_code(jsonrpc_code(kind)), Some(kind));
+            let status = grpc_status(&error);
+            assert_eq!(status.code(), grpc_code(kind));
+            assert_eq!(parse_grpc_status(&status), Some(error.clone()));
+            // As it travels: the status in the response's headers (or trailers).
+            let answer = status.into_http::<()>();
+            let read =
+                tonic::Status::from_header_map(answer.headers()).expect("a status is read back");
+            assert_eq!(parse_grpc_status(&read), Some(error));
         }
     }
 }

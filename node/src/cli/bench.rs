@@ -16,6 +16,8 @@ pub(crate) enum BindingArg {
     Jsonrpc,
     /// HTTP+JSON.
     Rest,
+    /// gRPC (the card's `GRPC` interface).
+    Grpc,
 }
 
 impl From<BindingArg> for Binding {
@@ -23,6 +25,7 @@ impl From<BindingArg> for Binding {
         match value {
             BindingArg::Jsonrpc => Binding::JsonRpc,
             BindingArg::Rest => Binding::HttpJson,
+            BindingArg::Grpc => Binding::Grpc,
         }
     }
 }
@@ -50,7 +53,7 @@ pub(crate) struct BenchArgs {
     /// The page size of --list
     #[arg(long, default_value_t = 50, requires = "list")]
     pub(crate) page_size: i32,
-    /// The binding to use [default: the card's first]
+    /// The binding to use [default: the card's first HTTP binding]
     #[arg(long, value_enum)]
     pub(crate) binding: Option<BindingArg>,
     /// The text of every message

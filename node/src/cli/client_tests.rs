@@ -267,12 +267,15 @@ fn tasks_subcommands_parse() {
     };
     assert_eq!((get.id.as_str(), get.history), ("T", Some(3)));
 
-    for (word, id) in [("cancel", "A"), ("watch", "B")] {
-        let cli = parse(&["tasks", word, id, "--binding", "jsonrpc"]).unwrap();
+    for (word, id, name, binding) in [
+        ("cancel", "A", "jsonrpc", Binding::JsonRpc),
+        ("watch", "B", "grpc", Binding::Grpc),
+    ] {
+        let cli = parse(&["tasks", word, id, "--binding", name]).unwrap();
         let Command::Tasks(args) = &cli.command else {
             panic!("expected tasks");
         };
-        assert_eq!(args.binding.map(Binding::from), Some(Binding::JsonRpc));
+        assert_eq!(args.binding.map(Binding::from), Some(binding));
         match &args.command {
             TasksCommand::Cancel(ids) | TasksCommand::Watch(ids) => assert_eq!(ids.id, id),
             other => panic!("{word}: got {other:?}"),
@@ -309,7 +312,7 @@ fn bad_client_command_lines_are_usage_errors() {
             ErrorKind::ArgumentConflict,
         ),
         (
-            &["send", "wc", "hi", "--binding", "grpc"],
+            &["send", "wc", "hi", "--binding", "soap"],
             ErrorKind::InvalidValue,
         ),
         (

@@ -35,7 +35,7 @@ pub(crate) struct SendArgs {
     /// Send within this context (conversation)
     #[arg(long, value_name = "ID")]
     pub(crate) context: Option<String>,
-    /// The binding to use [default: the card's first]
+    /// The binding to use [default: the card's first HTTP binding]
     #[arg(long, value_enum)]
     pub(crate) binding: Option<BindingArg>,
     /// Return as soon as the task exists, without waiting for it to finish

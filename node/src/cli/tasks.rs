@@ -29,7 +29,7 @@ pub(crate) struct TasksArgs {
     pub(crate) command: TasksCommand,
     #[command(flatten)]
     pub(crate) node: NodeUrlArgs,
-    /// The binding to use [default: the card's first]
+    /// The binding to use [default: the card's first HTTP binding]
     #[arg(long, global = true, value_enum)]
     pub(crate) binding: Option<BindingArg>,
 }

@@ -5,7 +5,7 @@
 //!   build-box:                      # the peer's name: a letter, then up to 31 letters,
 //!                                   # digits, `_` or `-`; roles are addressed `build-box/ROLE`
 //!     url: http://10.0.0.7:7777     # required: the peer's base URL (http or https)
-//!     binding: jsonrpc              # jsonrpc | rest; default: the first the card offers
+//!     binding: jsonrpc              # jsonrpc | rest | grpc; default: the first HTTP binding the card offers
 //!     timeout: 30s                  # the limit on fetching the peer's cards
 //!     refresh: 5m                   # how long fetched cards are used before fetching again
 //!     auth:                         # the credentials this node presents to the peer (one of):
@@ -80,6 +80,8 @@ pub enum PeerBinding {
     Jsonrpc,
     /// HTTP+JSON (REST).
     Rest,
+    /// gRPC, at the interface the peer's card lists for it.
+    Grpc,
 }
 
 impl PeerBinding {
@@ -88,6 +90,7 @@ impl PeerBinding {
         match self {
             Self::Jsonrpc => "jsonrpc",
             Self::Rest => "rest",
+            Self::Grpc => "grpc",
         }
     }
 }
@@ -468,10 +471,10 @@ mod tests {
                 "`http://` is not an http:// or https:// URL with a host",
             ),
             (
-                "peers:\n  a:\n    url: http://h\n    binding: grpc\n",
+                "peers:\n  a:\n    url: http://h\n    binding: soap\n",
                 4,
                 "peers.a.binding",
-                "unknown variant `grpc`, expected `jsonrpc` or `rest`",
+                "unknown variant `soap`, expected one of `jsonrpc`, `rest`, `grpc`",
             ),
             (
                 "peers:\n  a:\n    timeout: 0s\n",

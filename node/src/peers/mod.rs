@@ -454,6 +454,7 @@ fn binding(binding: PeerBinding) -> Binding {
     match binding {
         PeerBinding::Jsonrpc => Binding::JsonRpc,
         PeerBinding::Rest => Binding::HttpJson,
+        PeerBinding::Grpc => Binding::Grpc,
     }
 }
 

@@ -19,7 +19,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use mew_cards::{
     ApiKeySecurityScheme, HttpAuthSecurityScheme, SecurityRequirement, SecurityScheme, StringList,
 };
-use mew_transport::Principal;
+use mew_transport::{GrpcRefusal, Principal};
 use serde::Deserialize;
 use serde_json::json;
 use tracing::warn;
@@ -383,6 +383,22 @@ impl Authenticator {
         }
     }
 
+    /// Whether `principal` may use the agent of a gRPC `tenant` (a role's name; empty for the
+    /// front agent): the rule [`Self::check_access`] applies to the role's path, since a gRPC
+    /// request names its role in its body, not its path.
+    pub(crate) fn check_tenant(&self, tenant: &str, principal: &str) -> Result<(), String> {
+        let path = if tenant.is_empty() {
+            "/".to_owned()
+        } else {
+            format!("/agents/{tenant}")
+        };
+        match self.check_access(&path, principal) {
+            Ok(()) => Ok(()),
+            Err(Refusal::Forbidden(reason)) => Err(reason),
+            Err(Refusal::Unauthenticated(reason)) => Err(reason.to_owned()),
+        }
+    }
+
     /// Every check of one request: the principal, or why it is refused.
     async fn admit(&self, path: &str, headers: &HeaderMap) -> Result<String, Refusal> {
         let principal = self
@@ -625,6 +641,9 @@ fn role_of<'p>(path: &'p str, default_role: &'p str, served: &[String]) -> Optio
         // The dashboard's own API reaches tasks through the role rules of the operations
         // the browser calls; its node-wide views answer with the caller's own tasks.
         (Some("ui"), _) => None,
+        // A gRPC call names its role in its `tenant`: the service checks it
+        // (`Authenticator::check_tenant`).
+        (Some(service), _) if is_grpc_service(service) => None,
         _ => Some(default_role),
     }
 }
@@ -652,6 +671,34 @@ fn is_public(method: &Method, path: &str) -> bool {
     }
 }
 
+/// Whether the first segment of a path is the gRPC service's.
+fn is_grpc_service(segment: &str) -> bool {
+    mew_transport::GRPC_SERVICE_PATH.trim_matches('/') == segment
+}
+
+/// How a refusal is answered: in the shape of the request's binding.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    JsonRpc,
+    Rest,
+    Grpc,
+}
+
+fn shape_of(request: &Request) -> Shape {
+    let grpc = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    if grpc {
+        Shape::Grpc
+    } else if is_jsonrpc(request.method(), request.uri().path()) {
+        Shape::JsonRpc
+    } else {
+        Shape::Rest
+    }
+}
+
 /// Whether `path` is a JSON-RPC endpoint (the node's root or a role's).
 fn is_jsonrpc(method: &Method, path: &str) -> bool {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -675,15 +722,15 @@ pub(crate) async fn require(
         && !headers.contains_key(header::AUTHORIZATION)
         && let Some(session) = auth.sessions.of(headers)
     {
-        let jsonrpc = is_jsonrpc(request.method(), request.uri().path());
+        let shape = shape_of(&request);
         let session = match session {
             Ok(session) => session,
-            Err(reason) => return refuse(jsonrpc, Refusal::Unauthenticated(reason)),
+            Err(reason) => return refuse(shape, Refusal::Unauthenticated(reason)),
         };
         let safe = matches!(*request.method(), Method::GET | Method::HEAD);
         if !safe && !super::session::csrf_matches(headers, &session) {
             return refuse(
-                jsonrpc,
+                shape,
                 Refusal::Forbidden(format!(
                     "a request of a dashboard session must repeat its CSRF token in {}",
                     super::session::CSRF_HEADER
@@ -691,7 +738,7 @@ pub(crate) async fn require(
             );
         }
         if let Err(refusal) = auth.check_access(request.uri().path(), &session.principal) {
-            return refuse(jsonrpc, refusal);
+            return refuse(shape, refusal);
         }
         request
             .extensions_mut()
@@ -703,7 +750,7 @@ pub(crate) async fn require(
             request.extensions_mut().insert(Principal(principal));
             next.run(request).await
         }
-        Err(refusal) => refuse(is_jsonrpc(request.method(), request.uri().path()), refusal),
+        Err(refusal) => refuse(shape_of(&request), refusal),
     }
 }
 
@@ -712,12 +759,24 @@ pub(crate) async fn require(
 pub(crate) async fn authenticated(auth: &Authenticator, request: Request, next: Next) -> Response {
     match auth.authenticate(request.headers()).await {
         Ok(_) => next.run(request).await,
-        Err(reason) => refuse(false, Refusal::Unauthenticated(reason)),
+        Err(reason) => refuse(Shape::Rest, Refusal::Unauthenticated(reason)),
     }
 }
 
-/// 401 with `WWW-Authenticate`, or 403, with an error body in the binding's shape.
-fn refuse(jsonrpc: bool, refusal: Refusal) -> Response {
+/// 401 with `WWW-Authenticate`, or 403, with an error body in the binding's shape; for gRPC,
+/// the status `UNAUTHENTICATED` or `PERMISSION_DENIED` (a trailers-only answer).
+fn refuse(shape: Shape, refusal: Refusal) -> Response {
+    if shape == Shape::Grpc {
+        return mew_transport::grpc_refusal(match refusal {
+            Refusal::Unauthenticated(reason) => {
+                GrpcRefusal::Unauthenticated(format!("unauthenticated: {reason}"))
+            }
+            Refusal::Forbidden(reason) => {
+                GrpcRefusal::PermissionDenied(format!("forbidden: {reason}"))
+            }
+        });
+    }
+    let jsonrpc = shape == Shape::JsonRpc;
     let (status, name, message) = match refusal {
         Refusal::Unauthenticated(reason) => (
             StatusCode::UNAUTHORIZED,

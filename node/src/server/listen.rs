@@ -15,7 +15,8 @@
 //! - **Graceful shutdown:** when `shutdown` fires the loop stops accepting and every
 //!   connection finishes its request in flight, then closes.
 //!
-//! hyper serves each connection (HTTP/1.1); this module only decides which connections live.
+//! hyper serves each connection (HTTP/1.1, or HTTP/2 for gRPC: h2c by its preface, or `h2`
+//! by TLS ALPN); this module only decides which connections live.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -29,7 +30,8 @@ use std::time::{Duration, Instant};
 use axum::body::{Body, HttpBody};
 use axum::http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
@@ -46,6 +48,16 @@ const MIN_RESERVED_FILES: u64 = 64;
 
 /// The default cap on connections, however high the open-file limit.
 const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
+
+/// Requests one HTTP/2 connection may have in flight at once.
+const H2_MAX_STREAMS: u32 = 100;
+
+/// The largest header block of an HTTP/2 request (hyper's HTTP/1.1 limit is of the same
+/// order).
+const H2_MAX_HEADER_LIST: u32 = 64 * 1024;
+
+/// How often an HTTP/2 connection is pinged, and how long the answer may take.
+const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The limits one server holds its connections to.
 #[derive(Clone, Debug)]
@@ -339,7 +351,7 @@ where
         + 'static,
     S::Future: Send,
 {
-    /// Serves HTTP/1.1 on `io` until the client closes, a timeout, eviction, or shutdown.
+    /// Serves HTTP/1.1 or HTTP/2 on `io` until the client closes, a timeout, eviction, or shutdown.
     async fn run<I>(self, io: I)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -364,13 +376,26 @@ where
                 }))
             }
         });
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        builder.timer(TokioTimer::new()).keep_alive(true);
-        // hyper times the headers of every request, the first one included; the first one
-        // has the shorter `header_timeout` below.
-        builder.header_read_timeout(
-            (!self.limits.idle_timeout.is_zero()).then_some(self.limits.idle_timeout),
-        );
+        // HTTP/1.1, or HTTP/2 when the connection opens with its preface (h2c) or TLS chose
+        // it by ALPN: gRPC shares the node's port with the HTTP bindings.
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .keep_alive(true)
+            // hyper times the headers of every request, the first one included; the first
+            // one has the shorter `header_timeout` below.
+            .header_read_timeout(
+                (!self.limits.idle_timeout.is_zero()).then_some(self.limits.idle_timeout),
+            );
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(H2_MAX_STREAMS)
+            .max_header_list_size(H2_MAX_HEADER_LIST)
+            // A peer that stops answering pings is gone: its connection is closed.
+            .keep_alive_interval(H2_PING_INTERVAL)
+            .keep_alive_timeout(H2_PING_INTERVAL);
         let connection = builder.serve_connection(TokioIo::new(io), handler);
         tokio::pin!(connection);
         let first_request = async {

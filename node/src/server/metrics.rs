@@ -102,6 +102,7 @@ pub(crate) async fn measure(request: Request, next: Next) -> Response {
     let binding = match served.binding {
         Binding::JsonRpc => "jsonrpc",
         Binding::HttpJson => "rest",
+        Binding::Grpc => "grpc",
     };
     let status = match served.outcome {
         Ok(()) => "ok",

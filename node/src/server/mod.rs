@@ -112,8 +112,17 @@ pub(crate) fn app(
             router_with(role.agent.clone(), options.clone()),
         );
     }
+    let tenants = RoleTenants {
+        front: front.clone(),
+        roles: roles
+            .iter()
+            .map(|role| (role.name.clone(), role.agent.clone()))
+            .collect(),
+        auth: guards.auth.clone(),
+    };
     // Every answer of the node is an A2A error when it is not a success, 405s included.
     let app = app
+        .merge(mew_transport::grpc_router_with(Arc::new(tenants), options))
         .merge(dashboard)
         .merge(router_with(front, options.clone()))
         .method_not_allowed_fallback(mew_transport::method_not_allowed)
@@ -128,6 +137,40 @@ pub(crate) fn app(
     };
     // Before authentication: a browser at the root is sent to the dashboard, which signs in.
     app.layer(axum::middleware::from_fn(ui::browser_root))
+}
+
+/// The agents of the node's gRPC endpoint: the front agent for the empty tenant, each role
+/// under its name (the `tenant` of its card's `GRPC` interface), with the access rules of
+/// `auth.roles` that the HTTP bindings apply by path.
+struct RoleTenants {
+    front: Arc<dyn AgentTransport>,
+    roles: std::collections::HashMap<String, Arc<dyn AgentTransport>>,
+    auth: Option<Arc<auth::Authenticator>>,
+}
+
+impl mew_transport::Tenants for RoleTenants {
+    fn agent(
+        &self,
+        tenant: &str,
+        principal: Option<&mew_transport::Principal>,
+    ) -> Result<Arc<dyn AgentTransport>, mew_transport::TenantRefusal> {
+        let agent = if tenant.is_empty() {
+            self.front.clone()
+        } else {
+            self.roles
+                .get(tenant)
+                .cloned()
+                .ok_or(mew_transport::TenantRefusal::Unknown)?
+        };
+        if !tenant.is_empty() {
+            observe::record_role(tenant);
+        }
+        if let (Some(auth), Some(principal)) = (&self.auth, principal) {
+            auth.check_tenant(tenant, &principal.0)
+                .map_err(mew_transport::TenantRefusal::Forbidden)?;
+        }
+        Ok(agent)
+    }
 }
 
 /// Serves `/agents/R/` as `/agents/R` (and any path with one trailing slash

@@ -1,4 +1,4 @@
-//! The span of every A2A request the node serves (both bindings, streams until they end): it
+//! The span of every A2A request the node serves (every binding, streams until they end): it
 //! continues the caller's W3C trace context when the `telemetry.inbound` rule trusts the
 //! caller, and says the operation, role, task and outcome.
 
@@ -23,6 +23,18 @@ use crate::telemetry::{self, Inbound};
 pub(crate) struct Observe {
     pub(crate) inbound: Inbound,
     pub(crate) front_role: String,
+}
+
+tokio::task_local! {
+    /// The role a request reached, when its path does not name it: a gRPC call names its role
+    /// in the request's `tenant`, which the service reads after the span is made.
+    static REACHED: std::sync::Arc<std::sync::OnceLock<String>>;
+}
+
+/// Says which role the request being served reached (see [`REACHED`]); outside a request's
+/// span it does nothing.
+pub(crate) fn record_role(role: &str) {
+    let _ = REACHED.try_with(|reached| reached.set(role.to_owned()));
 }
 
 /// Paths that are no A2A operation and are asked often (probes, scrapes; the cards too):
@@ -74,7 +86,16 @@ pub(crate) async fn observe(
     if trusted {
         telemetry::set_parent(&span, telemetry::extract(request.headers()));
     }
-    let response = tracing::Instrument::instrument(next.run(request), span.clone()).await;
+    let reached = std::sync::Arc::new(std::sync::OnceLock::new());
+    let call = tracing::Instrument::instrument(next.run(request), span.clone());
+    let response = REACHED.scope(reached.clone(), call).await;
+    let role = match reached.get() {
+        Some(reached) => {
+            span.record("a2a.role", reached.as_str());
+            reached.clone()
+        }
+        None => role,
+    };
     span.record("http.response.status_code", response.status().as_u16());
     match response.extensions().get::<Served>() {
         Some(served) => {
@@ -86,6 +107,7 @@ pub(crate) async fn observe(
                 match served.binding {
                     Binding::JsonRpc => "jsonrpc",
                     Binding::HttpJson => "http+json",
+                    Binding::Grpc => "grpc",
                 },
             );
             if let Err(kind) = served.outcome {

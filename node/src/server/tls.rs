@@ -60,7 +60,8 @@ fn server_config_checking(tls: &ServerTls, check_every: Duration) -> Result<Serv
     };
     let mut config = builder.with_cert_resolver(resolver);
     // The server speaks HTTP/1.1 only.
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 (gRPC, and any client that prefers it) or HTTP/1.1, as the client offers.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
 

@@ -1,8 +1,9 @@
-//! The backends the conformance suite runs against: in-process, Mew over HTTP, the Python SDK
-//! server, and a real `mew` node.
+//! The backends the conformance suite runs against: in-process, Mew over HTTP and gRPC, the
+//! Python SDK server, and a real `mew` node.
 
 use std::sync::Arc;
 
+use mew_cards::{AgentInterface, binding};
 use mew_tests::EchoAgent;
 use mew_tests::node::MewNode;
 use mew_tests::python::PythonEchoServer;
@@ -19,15 +20,22 @@ pub enum Kind {
     MewJsonRpc,
     /// The same over HTTP+JSON.
     MewRest,
+    /// `EchoAgent` behind `mew_transport::grpc_router` (beside `router`, on one port that
+    /// speaks HTTP/1.1 and h2c), reached by `RemoteAgent` over gRPC.
+    MewGrpc,
     /// The Python SDK's echo server, reached by `RemoteAgent` over JSON-RPC.
     PythonJsonRpc,
     /// The same over HTTP+JSON.
     PythonRest,
+    /// The same over gRPC (the SDK's `GrpcHandler` on the server's second port).
+    PythonGrpc,
     /// A `mew up` node whose default role runs `tests/peers/echo_role.py`, reached by
     /// `RemoteAgent` at the node's front agent over JSON-RPC.
     NodeJsonRpc,
     /// The same over HTTP+JSON.
     NodeRest,
+    /// The same over gRPC (on the node's own port).
+    NodeGrpc,
 }
 
 /// An agent under test, with whatever keeps it alive.
@@ -47,18 +55,31 @@ impl Drop for ServerGuard {
     }
 }
 
-/// Serves `agent` (built for its base URL) on a free loopback port.
+/// Serves `agent` (built for its base URL) on a free loopback port: the HTTP bindings and,
+/// over h2c on the same port, gRPC.
 pub async fn serve<F>(make: F) -> anyhow::Result<(String, ServerGuard)>
 where
     F: FnOnce(&str) -> Arc<dyn AgentTransport>,
 {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let base_url = format!("http://{}", listener.local_addr()?);
-    let router = mew_transport::router(make(&base_url));
+    let agent = make(&base_url);
+    let options = mew_transport::ServerOptions::default();
+    let router =
+        mew_transport::router(agent.clone()).merge(mew_transport::grpc_router(agent, &options));
     let handle = tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
     });
     Ok((base_url, ServerGuard(handle)))
+}
+
+/// An `EchoAgent` whose card lists a `GRPC` interface at `url` besides the HTTP ones, as
+/// [`serve`] serves all three.
+pub fn echo_with_grpc(url: &str) -> Arc<dyn AgentTransport> {
+    let mut card = EchoAgent::default_card(url);
+    card.supported_interfaces
+        .push(AgentInterface::new(url, binding::GRPC));
+    Arc::new(EchoAgent::with_card(card))
 }
 
 fn options(binding: Binding) -> ClientOptions {
@@ -98,12 +119,27 @@ impl Backend {
                     _node: None,
                 }
             }
-            Kind::PythonJsonRpc | Kind::PythonRest => {
+            Kind::MewGrpc => {
+                let (url, guard) = serve(echo_with_grpc).await?;
+                let agent = RemoteAgent::resolve_with(&url, options(Binding::Grpc)).await?;
+                anyhow::ensure!(
+                    agent.binding() == Binding::Grpc,
+                    "the client picked {:?}",
+                    agent.binding()
+                );
+                Self {
+                    agent: remote(agent),
+                    _server: Some(guard),
+                    _python: None,
+                    _node: None,
+                }
+            }
+            Kind::PythonJsonRpc | Kind::PythonRest | Kind::PythonGrpc => {
                 let server = PythonEchoServer::start().await?;
-                let binding = if matches!(kind, Kind::PythonJsonRpc) {
-                    Binding::JsonRpc
-                } else {
-                    Binding::HttpJson
+                let binding = match kind {
+                    Kind::PythonJsonRpc => Binding::JsonRpc,
+                    Kind::PythonRest => Binding::HttpJson,
+                    _ => Binding::Grpc,
                 };
                 let agent = RemoteAgent::resolve_with(&server.base_url, options(binding)).await?;
                 anyhow::ensure!(
@@ -118,12 +154,12 @@ impl Backend {
                     _node: None,
                 }
             }
-            Kind::NodeJsonRpc | Kind::NodeRest => {
+            Kind::NodeJsonRpc | Kind::NodeRest | Kind::NodeGrpc => {
                 let node = MewNode::start_echo("", &[]).await?;
-                let binding = if matches!(kind, Kind::NodeJsonRpc) {
-                    Binding::JsonRpc
-                } else {
-                    Binding::HttpJson
+                let binding = match kind {
+                    Kind::NodeJsonRpc => Binding::JsonRpc,
+                    Kind::NodeRest => Binding::HttpJson,
+                    _ => Binding::Grpc,
                 };
                 let agent = node.agent("", binding).await?;
                 Self {

@@ -1,7 +1,6 @@
 //! One conformance suite for every `AgentTransport` backend: the same checks,
-//! in-process, over Mew's HTTP server on both bindings, against the Python
-//! SDK's server on both bindings, and against a real `mew` node's front agent
-//! on both bindings.
+//! in-process, over Mew's server, against the Python SDK's server, and against
+//! a real `mew` node's front agent, each on all three bindings.
 //!
 //! The agent under test is an echo agent (`EchoAgent`, `tests/peers/echo_server.py`, or
 //! `tests/peers/echo_role.py` as a node's command role)
@@ -682,10 +681,13 @@ macro_rules! suite {
         backend!(in_process, InProcess, [$($check,)* $($optional),*]);
         backend!(mew_jsonrpc, MewJsonRpc, [$($check,)* $($optional),*]);
         backend!(mew_rest, MewRest, [$($check,)* $($optional),*]);
+        backend!(mew_grpc, MewGrpc, [$($check,)* $($optional),*]);
         backend!(python_jsonrpc, PythonJsonRpc, [$($check,)* $($optional),*]);
         backend!(python_rest, PythonRest, [$($check,)* $($optional),*]);
+        backend!(python_grpc, PythonGrpc, [$($check,)* $($optional),*]);
         backend!(node_jsonrpc, NodeJsonRpc, [$($check,)* $($node_check),*]);
         backend!(node_rest, NodeRest, [$($check,)* $($node_check),*]);
+        backend!(node_grpc, NodeGrpc, [$($check,)* $($node_check),*]);
     };
 }
 

@@ -17,6 +17,7 @@ mod node_agent;
 mod node_auth;
 mod node_cluster;
 mod node_e2e;
+mod node_grpc;
 mod node_hooks;
 mod node_isolation;
 mod node_limits;

@@ -1,6 +1,7 @@
 //! End-to-end tests of inbound authentication: API keys and JWT bearer tokens (HS256 and
-//! public keys from a JWKS file) on both bindings, the public cards, task visibility between
-//! principals, role access rules (403), the extended agent card, and the refusal to serve a
+//! public keys from a JWKS file) on every binding (in gRPC's metadata too), the public cards,
+//! task visibility between principals, role access rules (403; on gRPC, by the request's
+//! tenant), the extended agent card, and the refusal to serve a
 //! non-loopback address without authentication.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -17,7 +18,7 @@ use mew_transport::{AgentTransport, Binding, CallContext, ClientOptions, Error, 
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, WWW_AUTHENTICATE};
 use serde_json::{Value, json};
 
-const BINDINGS: [Binding; 2] = [Binding::JsonRpc, Binding::HttpJson];
+const BINDINGS: [Binding; 3] = [Binding::JsonRpc, Binding::HttpJson, Binding::Grpc];
 const WAIT: Duration = Duration::from_secs(30);
 
 const ALICE_KEY: &str = "alice-key-0123456789";
@@ -149,7 +150,7 @@ fn expect_kind<T: std::fmt::Debug>(
 }
 
 #[tokio::test]
-async fn credentials_are_checked_on_both_bindings() -> anyhow::Result<()> {
+async fn credentials_are_checked_on_every_binding() -> anyhow::Result<()> {
     let node = auth_node().await?;
     let good_jwt = token("carol", now() + 3600, SECRET, AUDIENCE)?;
     let expired_jwt = token("carol", now() - 3600, SECRET, AUDIENCE)?;
@@ -639,7 +640,7 @@ async fn a_restricted_role_is_403_for_other_principals() -> anyhow::Result<()> {
     )
     .await??;
     ensure!(
-        listed.tasks.len() == 4,
+        listed.tasks.len() == 2 * BINDINGS.len(),
         "bob's tasks: {:?}",
         listed.tasks.iter().map(|t| &t.id).collect::<Vec<_>>()
     );

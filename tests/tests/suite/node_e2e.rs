@@ -19,7 +19,7 @@ use mew_tests::python::run_driver;
 use mew_transport::{AgentTransport, Binding, CallContext, Error, EventStream};
 use serde_json::json;
 
-const BINDINGS: [Binding; 2] = [Binding::JsonRpc, Binding::HttpJson];
+const BINDINGS: [Binding; 3] = [Binding::JsonRpc, Binding::HttpJson, Binding::Grpc];
 
 /// The bound on any single call or wait in these tests.
 const WAIT: Duration = Duration::from_secs(30);
@@ -278,7 +278,7 @@ async fn discovery_front_card_role_cards_and_health() -> anyhow::Result<()> {
         ensure!(
             card.supported_interfaces
                 .iter()
-                .all(|i| i.url == node.url() && i.protocol_version == "1.0"),
+                .all(|i| i.url == node.url() && i.protocol_version == "1.0" && i.tenant.is_empty()),
             "front interfaces {:?}",
             card.supported_interfaces
         );
@@ -314,10 +314,19 @@ async fn discovery_front_card_role_cards_and_health() -> anyhow::Result<()> {
             "role skills {:?}",
             card.skills
         );
+        // The HTTP bindings under the role's URL; gRPC at the node's, the role as tenant.
         ensure!(
             card.supported_interfaces
                 .iter()
-                .all(|i| i.url == node.role_url("upper")),
+                .all(|i| match i.protocol_binding.as_str() {
+                    mew_cards::binding::GRPC => i.url == node.url() && i.tenant == "upper",
+                    _ => i.url == node.role_url("upper") && i.tenant.is_empty(),
+                }),
+            "role interfaces {:?}",
+            card.supported_interfaces
+        );
+        ensure!(
+            card.supported_interfaces.len() == 3,
             "role interfaces {:?}",
             card.supported_interfaces
         );
@@ -425,7 +434,7 @@ async fn jsonrpc_endpoints_answer_with_and_without_a_trailing_slash() -> anyhow:
 // ---- running roles ----
 
 #[tokio::test]
-async fn command_role_completes_blocking_and_streaming_on_both_bindings() -> anyhow::Result<()> {
+async fn command_role_completes_blocking_and_streaming_on_every_binding() -> anyhow::Result<()> {
     let upper = upper_role();
     let node = MewNode::start(&[("upper.md", &upper)]).await?;
     for binding in BINDINGS {

@@ -1,5 +1,6 @@
 //! HTTPS between real nodes: a node serving TLS with a certificate from a test CA, nodes and
-//! CLI clients that trust that CA through `tls.ca_file`, and mutual TLS.
+//! CLI clients that trust that CA through `tls.ca_file`, and mutual TLS; gRPC over the same
+//! TLS (`h2` by ALPN) from the CLI.
 
 use std::path::Path;
 
@@ -135,6 +136,12 @@ async fn a_node_delegates_to_an_https_node_whose_ca_it_trusts() -> anyhow::Resul
         code == 0 && stdout.contains("upper"),
         "mew peers: exit {code}\nstdout: {stdout}\nstderr: {stderr}"
     );
+
+    // The same peer over gRPC: the call goes to B's role by its tenant, over the same TLS.
+    let model = delegation("b/upper")?;
+    let peers = format!("peers:\n  b:\n    url: {}\n    binding: grpc\n", b.url());
+    let a = delegating_node(&model, &client_tls(certs.path(), false), &peers).await?;
+    delegate_and_check(&a, &model).await?;
     Ok(())
 }
 
@@ -151,6 +158,22 @@ async fn the_cli_reaches_an_https_node_only_when_it_trusts_the_ca() -> anyhow::R
     ensure!(
         code == 0 && stdout.contains("HELLO"),
         "with the CA: exit {code}\nstdout: {stdout}\nstderr: {stderr}"
+    );
+    // gRPC on the same port: `h2` by ALPN, the same trust.
+    let (code, stdout, stderr) = trusting
+        .client(&[
+            "send",
+            "upper",
+            "hello",
+            "--node",
+            &url,
+            "--binding",
+            "grpc",
+        ])
+        .await?;
+    ensure!(
+        code == 0 && stdout.contains("HELLO"),
+        "over gRPC with the CA: exit {code}\nstdout: {stdout}\nstderr: {stderr}"
     );
     let (code, stdout, stderr) = trusting.client(&["card", "--node", &url]).await?;
     ensure!(
@@ -175,6 +198,22 @@ async fn the_cli_reaches_an_https_node_only_when_it_trusts_the_ca() -> anyhow::R
             && stderr.contains("invalid peer certificate: UnknownIssuer"),
         "without the CA: exit {code}\nstdout: {stdout}\nstderr: {stderr}"
     );
+    // The card is fetched over HTTPS first, so gRPC is never reached without the CA either.
+    let (code, stdout, stderr) = stranger
+        .client(&[
+            "send",
+            "upper",
+            "hello",
+            "--node",
+            &url,
+            "--binding",
+            "grpc",
+        ])
+        .await?;
+    ensure!(
+        code != 0 && !stdout.contains("HELLO") && stderr.contains("UnknownIssuer"),
+        "over gRPC without the CA: exit {code}\nstdout: {stdout}\nstderr: {stderr}"
+    );
     Ok(())
 }
 
@@ -191,6 +230,21 @@ async fn mutual_tls_admits_clients_with_a_certificate_from_the_ca() -> anyhow::R
     ensure!(
         code == 0 && stdout.contains("HELLO"),
         "with a client certificate: exit {code}\nstdout: {stdout}\nstderr: {stderr}"
+    );
+    let (code, stdout, stderr) = with_identity
+        .client(&[
+            "send",
+            "upper",
+            "hello",
+            "--node",
+            &url,
+            "--binding",
+            "grpc",
+        ])
+        .await?;
+    ensure!(
+        code == 0 && stdout.contains("HELLO"),
+        "over gRPC with a client certificate: exit {code}\nstdout: {stdout}\nstderr: {stderr}"
     );
 
     let without = client(&client_tls(certs.path(), false))?;
@@ -213,7 +267,7 @@ async fn mutual_tls_admits_clients_with_a_certificate_from_the_ca() -> anyhow::R
     let listed: serde_json::Value = serde_json::from_str(&stdout)
         .map_err(|e| anyhow::anyhow!("{e}: exit {code}\nstdout: {stdout}\nstderr: {stderr}"))?;
     let tasks = listed["tasks"].as_array().map_or(0, Vec::len);
-    ensure!(tasks == 1, "the node holds {tasks} tasks, not 1: {listed}");
+    ensure!(tasks == 2, "the node holds {tasks} tasks, not 2: {listed}");
 
     // A node with the client certificate delegates to B.
     let model = delegation(&b.role_url("upper"))?;

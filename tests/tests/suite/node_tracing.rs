@@ -2,7 +2,8 @@
 //! with the official protobuf definitions: one trace follows a request through two nodes, a
 //! model and an MCP server; Python SDK peers continue Mew's traces and Mew continues theirs;
 //! a turn that resumes later (after INPUT_REQUIRED, after a restart) joins its task's trace;
-//! a collector that is down changes no task's outcome.
+//! a collector that is down changes no task's outcome; a gRPC request's span names the role
+//! of its tenant.
 
 use anyhow::{Context, bail, ensure};
 use mew_cards::mew::MewMetadata;
@@ -596,6 +597,49 @@ async fn inbound_trace_context_is_continued_unless_the_config_says_none_and_prom
             .is_some_and(|m| m.contains("hello"))
             && captured.str_attribute("gen_ai.output.messages") == Some("hi"),
         "{captured:?}"
+    );
+    Ok(())
+}
+
+/// A gRPC call names its role in its `tenant`, not its path: its span still says the role.
+#[tokio::test]
+async fn a_grpc_request_span_names_the_role_of_its_tenant() -> anyhow::Result<()> {
+    use mew_transport::{AgentTransport, Binding, CallContext};
+
+    let receiver = OtlpReceiver::start().await?;
+    let mut node = MewNode::new_echo("")?;
+    node.write_role(
+        "upper.md",
+        "---\nname: upper\ndescription: Shouts.\ncommand: [tr, a-z, A-Z]\n---\n",
+    )?;
+    traced(&mut node, &receiver, "grpc-node");
+    node.launch().await?;
+    let agent = node.agent("/agents/upper", Binding::Grpc).await?;
+    let sent = agent
+        .send_message(
+            &CallContext::anonymous(),
+            mew_cards::SendMessageRequest::new(Message::user_text("hi")),
+        )
+        .await?;
+    ensure!(
+        matches!(&sent, mew_cards::SendMessageResponse::Task(t) if t.status.state == TaskState::Completed),
+        "{sent:?}"
+    );
+    let spans = receiver
+        .wait_for("the gRPC request's span", |spans| {
+            spans
+                .iter()
+                .any(|s| s.is_from("grpc-node") && s.name == "SendMessage upper")
+                .then(|| spans.to_vec())
+        })
+        .await?;
+    let request = one(&spans, "the request", |s| {
+        s.is_from("grpc-node") && s.name == "SendMessage upper"
+    })?;
+    ensure!(
+        request.str_attribute("a2a.role") == Some("upper")
+            && request.str_attribute("a2a.binding") == Some("grpc"),
+        "{request:?}"
     );
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! `RemoteAgent`: `AgentTransport` over HTTP, speaking JSON-RPC or HTTP+JSON as the card offers.
+//! `RemoteAgent`: `AgentTransport` over HTTP, speaking JSON-RPC, HTTP+JSON or gRPC as the card
+//! offers and the caller prefers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::agent::{AgentTransport, CallContext, Error, EventStream};
+use crate::grpc::GrpcAgent;
 use crate::sse::{SseDecoder, SseEvent};
 use crate::wire::{
     A2A_JSON, EXTENSIONS_HEADER, VERSION_HEADER, parse_jsonrpc_error, parse_rest_error,
@@ -32,6 +34,8 @@ pub enum Binding {
     JsonRpc,
     /// HTTP+JSON.
     HttpJson,
+    /// gRPC (`lf.a2a.v1.A2AService` over HTTP/2).
+    Grpc,
 }
 
 impl Binding {
@@ -40,6 +44,7 @@ impl Binding {
         match self {
             Self::JsonRpc => binding::JSONRPC,
             Self::HttpJson => binding::HTTP_JSON,
+            Self::Grpc => binding::GRPC,
         }
     }
 
@@ -47,6 +52,7 @@ impl Binding {
         match name {
             binding::JSONRPC => Some(Self::JsonRpc),
             binding::HTTP_JSON => Some(Self::HttpJson),
+            binding::GRPC => Some(Self::Grpc),
             _ => None,
         }
     }
@@ -130,6 +136,20 @@ impl std::fmt::Debug for TlsOptions {
 }
 
 impl TlsOptions {
+    /// The same trust (the system roots and these) and identity for a gRPC connection.
+    pub(crate) fn grpc(&self) -> tonic::transport::ClientTlsConfig {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let mut config = ClientTlsConfig::new().with_native_roots();
+        if let Some(pem) = &self.extra_roots_pem {
+            config = config.ca_certificate(Certificate::from_pem(pem));
+        }
+        if let Some(pem) = &self.identity_pem {
+            // One PEM holds the chain and the key: each side reads its own blocks.
+            config = config.identity(Identity::from_pem(pem, pem));
+        }
+        config
+    }
+
     /// Adds these roots and this identity to `builder`; the system roots stay trusted.
     pub fn configure(
         &self,
@@ -149,6 +169,8 @@ impl TlsOptions {
 #[derive(Clone, Debug)]
 pub struct RemoteAgent {
     inner: Arc<Inner>,
+    /// The gRPC client, when the interface in use is gRPC's: every call goes through it.
+    grpc: Option<Arc<GrpcAgent>>,
 }
 
 #[derive(Debug)]
@@ -225,42 +247,49 @@ async fn fetch_card_using(http: &reqwest::Client, base_url: &str) -> Result<Agen
         .map_err(|e| Error::decode(format!("the card at {url} is not a valid agent card: {e}")))
 }
 
-/// The first interface of the card that speaks A2A 1.x over a binding we speak
-/// (the forced one, when given).
+/// The interface of the card to call: the first that speaks A2A 1.x over the forced binding,
+/// or, when none is forced, over one of the HTTP bindings (gRPC when the card offers nothing
+/// else: a caller asks for it by forcing it).
 fn pick_interface(
     card: &AgentCard,
     forced: Option<Binding>,
 ) -> Result<(Binding, &AgentInterface), Error> {
-    card.supported_interfaces
-        .iter()
-        .filter(|i| i.protocol_version.split('.').next() == Some("1"))
-        .find_map(|i| {
-            let binding = Binding::from_card(&i.protocol_binding)?;
-            (forced.is_none() || forced == Some(binding)).then_some((binding, i))
-        })
-        .ok_or_else(|| {
-            let offered: Vec<String> = card
-                .supported_interfaces
-                .iter()
-                .map(|i| {
-                    format!(
-                        "{} {} (A2A {})",
-                        i.protocol_binding, i.url, i.protocol_version
-                    )
-                })
-                .collect();
-            let wanted =
-                forced.map_or("JSONRPC or HTTP+JSON".to_owned(), |b| b.as_str().to_owned());
-            Error::transport(format!(
-                "agent {:?} offers no {wanted} interface for A2A 1.0; it offers: {}",
-                card.name,
-                if offered.is_empty() {
-                    "none".to_owned()
-                } else {
-                    offered.join(", ")
-                }
-            ))
-        })
+    let speakable = || {
+        card.supported_interfaces
+            .iter()
+            .filter(|i| i.protocol_version.split('.').next() == Some("1"))
+            .filter_map(|i| Some((Binding::from_card(&i.protocol_binding)?, i)))
+    };
+    let chosen = match forced {
+        Some(forced) => speakable().find(|(b, _)| *b == forced),
+        None => speakable()
+            .find(|(b, _)| *b != Binding::Grpc)
+            .or_else(|| speakable().next()),
+    };
+    chosen.ok_or_else(|| {
+        let offered: Vec<String> = card
+            .supported_interfaces
+            .iter()
+            .map(|i| {
+                format!(
+                    "{} {} (A2A {})",
+                    i.protocol_binding, i.url, i.protocol_version
+                )
+            })
+            .collect();
+        let wanted = forced.map_or("JSONRPC, HTTP+JSON or GRPC".to_owned(), |b| {
+            b.as_str().to_owned()
+        });
+        Error::transport(format!(
+            "agent {:?} offers no {wanted} interface for A2A 1.0; it offers: {}",
+            card.name,
+            if offered.is_empty() {
+                "none".to_owned()
+            } else {
+                offered.join(", ")
+            }
+        ))
+    })
 }
 
 impl RemoteAgent {
@@ -291,7 +320,12 @@ impl RemoteAgent {
         let url = interface.url.trim_end_matches('/').to_owned();
         let tenant = interface.tenant.clone();
         let request_timeout = options.request_timeout;
+        let grpc = match binding {
+            Binding::Grpc => Some(Arc::new(GrpcAgent::new(card.clone(), interface, options)?)),
+            Binding::JsonRpc | Binding::HttpJson => None,
+        };
         Ok(Self {
+            grpc,
             inner: Arc::new(Inner {
                 http,
                 card,
@@ -386,7 +420,8 @@ impl Inner {
                     .header(CONTENT_TYPE, "application/json")
                     .body(body)
             }
-            Binding::HttpJson => {
+            // gRPC calls never come here: they go through the gRPC client.
+            Binding::HttpJson | Binding::Grpc => {
                 let url = format!("{}{}", self.url, call.rest_path);
                 let mut builder = self
                     .http
@@ -448,9 +483,13 @@ impl Inner {
         })?;
         match self.binding {
             Binding::JsonRpc => decode_jsonrpc(status, &body),
-            Binding::HttpJson if status.is_success() => serde_json::from_slice(&body)
-                .map_err(|e| Error::decode(format!("{}: {e}", call.jsonrpc_method))),
-            Binding::HttpJson => Err(Error::Protocol(parse_rest_error(status, &body))),
+            Binding::HttpJson | Binding::Grpc if status.is_success() => {
+                serde_json::from_slice(&body)
+                    .map_err(|e| Error::decode(format!("{}: {e}", call.jsonrpc_method)))
+            }
+            Binding::HttpJson | Binding::Grpc => {
+                Err(Error::Protocol(parse_rest_error(status, &body)))
+            }
         }
     }
 
@@ -480,9 +519,13 @@ impl Inner {
                 .map_err(|e| transport_error("cannot read the answer", e))?;
             let single: StreamResponse = match self.binding {
                 Binding::JsonRpc => decode_jsonrpc(status, &body)?,
-                Binding::HttpJson if status.is_success() => serde_json::from_slice(&body)
-                    .map_err(|e| Error::decode(format!("{}: {e}", call.jsonrpc_method)))?,
-                Binding::HttpJson => return Err(Error::Protocol(parse_rest_error(status, &body))),
+                Binding::HttpJson | Binding::Grpc if status.is_success() => {
+                    serde_json::from_slice(&body)
+                        .map_err(|e| Error::decode(format!("{}: {e}", call.jsonrpc_method)))?
+                }
+                Binding::HttpJson | Binding::Grpc => {
+                    return Err(Error::Protocol(parse_rest_error(status, &body)));
+                }
             };
             return Ok(EventStream::once(Ok(single)));
         }
@@ -573,7 +616,7 @@ fn decode_jsonrpc<T: DeserializeOwned>(status: StatusCode, body: &[u8]) -> Resul
 fn decode_event(binding: Binding, event: &SseEvent) -> Result<StreamResponse, Error> {
     match binding {
         Binding::JsonRpc => decode_jsonrpc(StatusCode::OK, event.data.as_bytes()),
-        Binding::HttpJson => {
+        Binding::HttpJson | Binding::Grpc => {
             let value: Value = serde_json::from_str(&event.data)
                 .map_err(|e| Error::decode(format!("an event is not JSON: {e}")))?;
             if event.event.as_deref() == Some("error") || value.get("error").is_some() {
@@ -626,6 +669,9 @@ impl AgentTransport for RemoteAgent {
         ctx: &CallContext,
         request: SendMessageRequest,
     ) -> Result<SendMessageResponse, Error> {
+        if let Some(grpc) = &self.grpc {
+            return grpc.send_message(ctx, request).await;
+        }
         let prefix = self.inner.tenant_prefix(&request.tenant);
         let call = Call {
             jsonrpc_method: "SendMessage",
@@ -642,6 +688,9 @@ impl AgentTransport for RemoteAgent {
         ctx: &CallContext,
         request: SendMessageRequest,
     ) -> Result<EventStream, Error> {
+        if let Some(grpc) = &self.grpc {
+            return grpc.send_streaming_message(ctx, request).await;
+        }
         let prefix = self.inner.tenant_prefix(&request.tenant);
         let call = Call {
             jsonrpc_method: "SendStreamingMessage",
@@ -656,6 +705,9 @@ impl AgentTransport for RemoteAgent {
     }
 
     async fn get_task(&self, ctx: &CallContext, request: GetTaskRequest) -> Result<Task, Error> {
+        if let Some(grpc) = &self.grpc {
+            return grpc.get_task(ctx, request).await;
+        }
         let prefix = self.inner.tenant_prefix(&request.tenant);
         let call = Call {
             jsonrpc_method: "GetTask",
@@ -672,6 +724,9 @@ impl AgentTransport for RemoteAgent {
         ctx: &CallContext,
         request: ListTasksRequest,
     ) -> Result<ListTasksResponse, Error> {
+        if let Some(grpc) = &self.grpc {
+            return grpc.list_tasks(ctx, request).await;
+        }
         let prefix = self.inner.tenant_prefix(&request.tenant);
         let mut query = history_query(request.history_length);
         if !request.context_id.is_empty() {
@@ -707,6 +762,9 @@ impl AgentTransport for RemoteAgent {
         ctx: &CallContext,
         request: CancelTaskRequest,
     ) -> Result<Task, Error> {
+        if let Some(grpc) = &self.grpc {
+            return grpc.cancel_task(ctx, request).await;
+        }
         let prefix = self.inner.tenant_prefix(&request.tenant);
         let call = Call {
             jsonrpc_method: "CancelTask",
@@ -723,6 +781,9 @@ impl AgentTransport for RemoteAgent {
         ctx: &CallContext,
         request: SubscribeToTaskRequest,
     ) -> Result<EventStream, Error> {
+        if let Some(grpc) = &self.grpc {
+            return grpc.subscribe_to_task(ctx, request).await;
+        }
         let prefix = self.inner.tenant_prefix(&request.tenant);
         let call = Call {
             jsonrpc_method: "SubscribeToTask",
@@ -741,6 +802,11 @@ impl AgentTransport for RemoteAgent {
         ctx: &CallContext,
         request: TaskPushNotificationConfig,
     ) -> Result<TaskPushNotificationConfig, Error> {
+        if let Some(grpc) = &self.grpc {
+            return grpc
+                .create_task_push_notification_config(ctx, request)
+                .await;
+        }
         let prefix = self.inner.tenant_prefix(&request.tenant);
         let call = Call {
             jsonrpc_method: "CreateTaskPushNotificationConfig",
@@ -761,6 +827,9 @@ impl AgentTransport for RemoteAgent {
         ctx: &CallContext,
         request: GetTaskPushNotificationConfigRequest,
     ) -> Result<TaskPushNotificationConfig, Error> {
+        if let Some(grpc) = &self.grpc {
+            return grpc.get_task_push_notification_config(ctx, request).await;
+        }
         let prefix = self.inner.tenant_prefix(&request.tenant);
         let suffix = format!("/pushNotificationConfigs/{}", urlencode(&request.id));
         let call = Call {
@@ -778,6 +847,9 @@ impl AgentTransport for RemoteAgent {
         ctx: &CallContext,
         request: ListTaskPushNotificationConfigsRequest,
     ) -> Result<ListTaskPushNotificationConfigsResponse, Error> {
+        if let Some(grpc) = &self.grpc {
+            return grpc.list_task_push_notification_configs(ctx, request).await;
+        }
         let prefix = self.inner.tenant_prefix(&request.tenant);
         let mut query = Vec::new();
         if request.page_size != 0 {
@@ -805,6 +877,11 @@ impl AgentTransport for RemoteAgent {
         ctx: &CallContext,
         request: GetTaskPushNotificationConfigRequest,
     ) -> Result<(), Error> {
+        if let Some(grpc) = &self.grpc {
+            return grpc
+                .delete_task_push_notification_config(ctx, request)
+                .await;
+        }
         let prefix = self.inner.tenant_prefix(&request.tenant);
         let suffix = format!("/pushNotificationConfigs/{}", urlencode(&request.id));
         let call = Call {
@@ -823,6 +900,9 @@ impl AgentTransport for RemoteAgent {
         ctx: &CallContext,
         request: GetExtendedAgentCardRequest,
     ) -> Result<AgentCard, Error> {
+        if let Some(grpc) = &self.grpc {
+            return grpc.get_extended_agent_card(ctx, request).await;
+        }
         let prefix = self.inner.tenant_prefix(&request.tenant);
         let call = Call {
             jsonrpc_method: "GetExtendedAgentCard",

@@ -352,7 +352,7 @@ where
 
 /// Each item with its event number, ending after the first error or after the item that
 /// `ends` says is the last.
-fn end_after_last(
+pub(crate) fn end_after_last(
     stream: EventStream,
     ends: fn(&mew_cards::StreamResponse) -> bool,
 ) -> impl futures_util::Stream<Item = (Result<mew_cards::StreamResponse, crate::Error>, Option<u64>)>

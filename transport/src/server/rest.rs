@@ -147,13 +147,22 @@ pub async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Respons
     wrong_method(&format!("{} does not take {method}", uri.path())).into_response()
 }
 
-/// Fallback for paths that are not part of the binding.
-pub(crate) async fn not_found(method: Method, uri: axum::http::Uri) -> Rejection {
-    A2aError::new(
-        ErrorKind::MethodNotFound,
-        format!("no route for {method} {}", uri.path()),
-    )
-    .into()
+/// Fallback for paths that are not part of the binding; a gRPC call of a service that is not
+/// served gets gRPC's `UNIMPLEMENTED`, which its client can read.
+pub(crate) async fn not_found(
+    method: Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response<Body> {
+    let message = format!("no route for {method} {}", uri.path());
+    let grpc = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    if grpc {
+        return tonic::Status::unimplemented(message).into_http();
+    }
+    Rejection::from(A2aError::new(ErrorKind::MethodNotFound, message)).into_response()
 }
 
 /// The checks every operation shares: protocol version, then the caller's context.
