@@ -10,6 +10,21 @@ pub(crate) const ERROR_DOMAIN: &str = "a2a-protocol.org";
 /// The type URL of `google.rpc.ErrorInfo` details.
 pub(crate) const ERROR_INFO_TYPE: &str = "type.googleapis.com/google.rpc.ErrorInfo";
 
+/// The A2A operations by their names, which JSON-RPC methods and gRPC paths share.
+pub(crate) const METHODS: &[&str] = &[
+    "SendMessage",
+    "SendStreamingMessage",
+    "GetTask",
+    "ListTasks",
+    "CancelTask",
+    "SubscribeToTask",
+    "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig",
+    "GetExtendedAgentCard",
+];
+
 /// The protocol version header.
 pub const VERSION_HEADER: &str = "A2A-Version";
 /// The extensions header.

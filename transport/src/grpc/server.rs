@@ -115,21 +115,8 @@ pub fn grpc_router_with(tenants: Arc<dyn Tenants>, options: &ServerOptions) -> a
 
 /// The A2A operation a gRPC path names, if it names one.
 fn method_of(path: &str) -> Option<&'static str> {
-    const METHODS: &[&str] = &[
-        "SendMessage",
-        "SendStreamingMessage",
-        "GetTask",
-        "ListTasks",
-        "CancelTask",
-        "SubscribeToTask",
-        "CreateTaskPushNotificationConfig",
-        "GetTaskPushNotificationConfig",
-        "ListTaskPushNotificationConfigs",
-        "DeleteTaskPushNotificationConfig",
-        "GetExtendedAgentCard",
-    ];
     let name = path.strip_prefix(GRPC_SERVICE_PATH)?;
-    METHODS.iter().copied().find(|m| *m == name)
+    crate::wire::METHODS.iter().copied().find(|m| *m == name)
 }
 
 /// Attaches a [`Served`] to an answer that has none: an error, whose status is in the

@@ -247,23 +247,12 @@ pub(crate) async fn handle(
     Served::name(name, response)
 }
 
-const METHODS: &[&str] = &[
-    "SendMessage",
-    "SendStreamingMessage",
-    "GetTask",
-    "ListTasks",
-    "CancelTask",
-    "SubscribeToTask",
-    "CreateTaskPushNotificationConfig",
-    "GetTaskPushNotificationConfig",
-    "ListTaskPushNotificationConfigs",
-    "DeleteTaskPushNotificationConfig",
-    "GetExtendedAgentCard",
-];
-
 /// The method's name as the binding knows it, if it does.
 fn known(method: &str) -> Option<&'static str> {
-    METHODS.iter().copied().find(|known| *known == method)
+    crate::wire::METHODS
+        .iter()
+        .copied()
+        .find(|known| *known == method)
 }
 
 /// A streaming method's answer: an SSE stream of JSON-RPC responses with the request's id,
