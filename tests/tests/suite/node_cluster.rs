@@ -898,14 +898,14 @@ async fn balancer(
     Ok((process, dir))
 }
 
-/// Waits until HAProxy's last word on server `name` is `state` (`UP` or `DOWN`).
+/// Waits until HAProxy's last word on `server` (`backend/name`) is `state` (`UP` or `DOWN`).
 async fn balancer_says(
     haproxy: &mew_tests::process::ChildProcess,
-    name: &str,
+    server: &str,
     state: &str,
 ) -> anyhow::Result<()> {
-    let prefix = format!("Server mew/{name} is ");
-    poll_until(&format!("haproxy has {name} {state}"), WAIT, || async {
+    let prefix = format!("Server {server} is ");
+    poll_until(&format!("haproxy has {server} {state}"), WAIT, || async {
         let last = haproxy
             .stdout_lines()
             .into_iter()
@@ -917,11 +917,11 @@ async fn balancer_says(
     .await
 }
 
-/// The agent of `role` through the balancer at `lb`: its card fetched there, its interfaces
-/// pointed there (each replica's card names the replica itself).
-async fn through(lb: &str, role: &str) -> anyhow::Result<RemoteAgent> {
+/// The agent of `role` through the balancer at `lb` over `binding`: its card fetched there,
+/// its interfaces pointed there (each replica's card names the replica itself).
+async fn through(lb: &str, role: &str, binding: Binding) -> anyhow::Result<RemoteAgent> {
     let options = mew_transport::ClientOptions {
-        binding: Some(Binding::JsonRpc),
+        binding: Some(binding),
         ..Default::default()
     };
     let base = format!("{lb}/agents/{role}");
@@ -957,10 +957,12 @@ async fn the_compose_balancer_keeps_work_going_while_a_replica_is_killed_and_ano
     let lb_port = free_port()?;
     let (haproxy, _config) = balancer(lb_port, &ports).await?;
     let lb = format!("http://127.0.0.1:{lb_port}");
-    balancer_says(&haproxy, "mew2", "DOWN").await?;
-    balancer_says(&haproxy, "mew3", "DOWN").await?;
+    // Each backend checks on its own: both see the replicas down before they start.
+    for server in ["mew/mew2", "mew/mew3", "mew-grpc/mew2", "mew-grpc/mew3"] {
+        balancer_says(&haproxy, server, "DOWN").await?;
+    }
 
-    let gate_agent = through(&lb, "gate").await?;
+    let gate_agent = through(&lb, "gate", Binding::JsonRpc).await?;
     let task = start(&gate_agent, "go").await?;
     let mut stream = subscribe(&gate_agent, &task.id).await?;
     let mut seen = Vec::new();
@@ -971,8 +973,9 @@ async fn the_compose_balancer_keeps_work_going_while_a_replica_is_killed_and_ano
     for node in &mut nodes[1..] {
         node.launch().await?;
     }
-    balancer_says(&haproxy, "mew2", "UP").await?;
-    balancer_says(&haproxy, "mew3", "UP").await?;
+    for server in ["mew/mew2", "mew/mew3", "mew-grpc/mew2", "mew-grpc/mew3"] {
+        balancer_says(&haproxy, server, "UP").await?;
+    }
 
     // SIGKILL the replica with the task and the stream: the stream ends without the end.
     nodes[0].kill_hard().await?;
@@ -991,23 +994,28 @@ async fn the_compose_balancer_keeps_work_going_while_a_replica_is_killed_and_ano
 
     // Blocking and streaming sends through the balancer go on: it retries elsewhere until
     // its checks take the dead replica out.
-    let upper = through(&lb, "upper").await?;
+    let upper = through(&lb, "upper", Binding::JsonRpc).await?;
+    let upper_grpc = through(&lb, "upper", Binding::Grpc).await?;
+    // Each blocking send goes once over JSON-RPC and once over gRPC (HTTP/2 to the replica).
     let blocking = |text: &'static str| {
-        let upper = &upper;
+        let agents = [&upper, &upper_grpc];
         async move {
-            let response = upper
-                .send_message(&ctx(), SendMessageRequest::new(Message::user_text(text)))
-                .await?;
-            let SendMessageResponse::Task(task) = response else {
-                bail!("a message, not a task: {response:?}");
-            };
-            ensure!(
-                task.status.state == TaskState::Completed
-                    && serde_json::to_string(&task.artifacts)?.contains(&text.to_uppercase()),
-                "{text}: {:?} {}",
-                task.status.state,
-                status_text(&task)
-            );
+            for agent in agents {
+                let response = agent
+                    .send_message(&ctx(), SendMessageRequest::new(Message::user_text(text)))
+                    .await?;
+                let SendMessageResponse::Task(task) = response else {
+                    bail!("a message, not a task: {response:?}");
+                };
+                ensure!(
+                    task.status.state == TaskState::Completed
+                        && serde_json::to_string(&task.artifacts)?.contains(&text.to_uppercase()),
+                    "{text} over {:?}: {:?} {}",
+                    agent.binding(),
+                    task.status.state,
+                    status_text(&task)
+                );
+            }
             anyhow::Ok(())
         }
     };
@@ -1085,7 +1093,63 @@ async fn the_compose_balancer_keeps_work_going_while_a_replica_is_killed_and_ano
     let (restarted, sent) = tokio::join!(restart, sends);
     restarted?;
     sent?;
-    balancer_says(&haproxy, "mew2", "UP").await?;
+    balancer_says(&haproxy, "mew/mew2", "UP").await?;
+    balancer_says(&haproxy, "mew-grpc/mew2", "UP").await?;
     blocking("thirteen").await?;
+    Ok(())
+}
+
+/// The compose balancer tells gRPC (HTTP/2 with prior knowledge) from HTTP/1.1 on its one port
+/// and carries each binding to a replica: blocking and streaming sends over all three.
+#[tokio::test]
+async fn the_compose_balancer_carries_every_binding_to_a_replica() -> anyhow::Result<()> {
+    let mut node = MewNode::new()?;
+    node.write_role("upper.md", &command_role("upper", "tr a-z A-Z"))?;
+    let ports = [free_port()?, free_port()?, free_port()?];
+    node.set_port(ports[0]);
+    let lb_port = free_port()?;
+    let (haproxy, _config) = balancer(lb_port, &ports).await?;
+    // HAProxy speaks of a server when its state changes: the node starts once it is down.
+    balancer_says(&haproxy, "mew/mew1", "DOWN").await?;
+    balancer_says(&haproxy, "mew-grpc/mew1", "DOWN").await?;
+    node.launch().await?;
+    balancer_says(&haproxy, "mew/mew1", "UP").await?;
+    balancer_says(&haproxy, "mew-grpc/mew1", "UP").await?;
+    let lb = format!("http://127.0.0.1:{lb_port}");
+    for binding in [Binding::JsonRpc, Binding::HttpJson, Binding::Grpc] {
+        let upper = through(&lb, "upper", binding).await?;
+        ensure!(upper.binding() == binding, "{:?}", upper.binding());
+        let response = upper
+            .send_message(&ctx(), SendMessageRequest::new(Message::user_text("abc")))
+            .await?;
+        let SendMessageResponse::Task(task) = response else {
+            bail!("{binding:?}: a message, not a task: {response:?}");
+        };
+        ensure!(
+            task.status.state == TaskState::Completed
+                && serde_json::to_string(&task.artifacts)?.contains("ABC"),
+            "{binding:?}: {:?} {}",
+            task.status.state,
+            status_text(&task)
+        );
+        let stream = upper
+            .send_streaming_message(&ctx(), SendMessageRequest::new(Message::user_text("def")))
+            .await?;
+        let events = drain(stream).await?;
+        let Some(StreamResponse::StatusUpdate(last)) = events.last() else {
+            bail!("{binding:?}: the stream ended with {:?}", events.last());
+        };
+        ensure!(
+            last.status.state == TaskState::Completed
+                && serde_json::to_string(&events)?.contains("DEF"),
+            "{binding:?}: {events:?}"
+        );
+        // What was sent through the balancer is read back through it on the same binding.
+        let read = get(&upper, &last.task_id).await?;
+        ensure!(
+            read.status.state == TaskState::Completed,
+            "{binding:?}: {read:?}"
+        );
+    }
     Ok(())
 }
