@@ -671,7 +671,8 @@ mod tests {
         let project = tmp.path().join("project");
         write_skill(&user, "lint", &skill_text("lint", "user lint", "u"));
         let unclosed = write_skill(&project, "lint", "---\nname: lint\ndescription: x\n");
-        let bad_name = write_skill(&project, "bad", &skill_text("\"a b\"", "d", "b"));
+        // A display name gives way to the directory's name, unless that breaks the rule too.
+        let bad_name = write_skill(&project, "bad name", &skill_text("\"a b\"", "d", "b"));
         let bad_yaml = write_skill(&project, "yaml", "---\nname: [\n---\n");
         write_skill(&project, "good", &skill_text("good", "fine", "g"));
         fs::create_dir_all(project.join("no-skill-file")).unwrap();

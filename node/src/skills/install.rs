@@ -572,7 +572,7 @@ pub(crate) async fn install_with(
             "it has no frontmatter (a first line `---`)".to_owned(),
         ));
     }
-    if parsed.name_from_dir {
+    if parsed.name_from_dir && parsed.display_name.is_none() {
         return Err(InstallError::InvalidSkillMd(
             "its frontmatter has no name".to_owned(),
         ));

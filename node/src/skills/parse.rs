@@ -10,7 +10,7 @@
 //! | Field           | Type                                  | When absent or unusable           |
 //! |-----------------|---------------------------------------|-----------------------------------|
 //! | `name`          | string, see [the name rule](#name)    | the directory name, with a warning|
-//! | `description`   | string, at most 1024 characters       | empty, with a warning; cut longer |
+//! | `description`   | string, at most 1024 characters       | the body's first paragraph, with a warning; cut longer |
 //! | `allowed-tools` | list of strings, or one string split on commas and spaces outside parentheses | no list |
 //! | `mode`          | `inline` or `fork`                    | `inline` (a warning if unusable)  |
 //! | `fork-context`  | `none`, `recent` or `full`            | `none` (a warning if unusable)    |
@@ -21,9 +21,15 @@
 //!
 //! Claude Code's `context: fork` means `mode: fork` when `mode` is not given. Its other skill
 //! keys (`argument-hint`, `disable-model-invocation`, `user-invocable`, `agent`, `hooks`,
-//! `version`, `when_to_use`) are kept in [`SkillMeta::extra`] silently; any other unknown key is
-//! kept there too, with a warning, since it is most likely a misspelt field. Values of the wrong
-//! type are ignored with a warning, except for `name`, which is required to be a string.
+//! `version`, `when_to_use`) are kept in [`SkillMeta::extra`] silently. Three more change what
+//! Claude Code does and Mew does not do, so each is kept with a warning that says what is not
+//! honoured: `effort` (the model's reasoning effort while the skill is active: Mew runs the
+//! role's model settings), `paths` (file patterns that limit when Claude Code offers the skill
+//! on its own: Mew lists it always) and `shell` (the shell of Claude Code's `` !`command` ``
+//! preprocessing, which Mew does not run: such text reaches the model as written). Any other
+//! unknown key is kept there too, with a warning, since it is most likely a misspelt field.
+//! Values of the wrong type are ignored with a warning, except for `name`, which is required
+//! to be a string.
 //!
 //! # Name
 //!
@@ -31,8 +37,16 @@
 //! lowercasing changed it), or, when it is absent or empty, the skill's directory name (with a
 //! warning). It must then follow the open format's rule: 1 to 64 characters of `a-z`, `0-9` and
 //! `-`, neither starting nor ending with `-` and without `--`. Anything else (spaces, `/`, `_`,
-//! dots...) makes the skill unusable. A name that differs from the directory name is a
-//! warning: the open format requires them to match, and the frontmatter's name is used.
+//! dots...). A written name that breaks it is a display name (Claude Code's own plugins write
+//! `name: Agent Development`, and Claude Code loads them): the directory name is used
+//! instead, with a warning, when it follows the rule; otherwise the skill is unusable. A
+//! valid name that differs from the directory name is a warning: the open format requires
+//! them to match, and the frontmatter's name is used.
+//!
+//! # Description
+//!
+//! Without a `description`, Claude Code describes the skill by the first paragraph of its
+//! body; so does Mew (headings skipped, the paragraph on one line), with a warning.
 //!
 //! # Frontmatter
 //!
@@ -82,6 +96,24 @@ const TOLERATED_FIELDS: [&str; 7] = [
     "hooks",
     "version",
     "whentouse",
+];
+
+/// Claude Code's skill keys that change what it does, normalized, with what Mew does not do
+/// about them (the warning's text).
+const UNHONOURED_FIELDS: [(&str, &str); 3] = [
+    (
+        "effort",
+        "effort is not honoured: the skill runs with the role's model settings",
+    ),
+    (
+        "paths",
+        "paths is not honoured: the skill is offered whatever files the task works on",
+    ),
+    (
+        "shell",
+        "shell is not honoured: Mew does not run a skill's !`command` lines; they reach the \
+         model as written",
+    ),
 ];
 
 /// How an activated skill runs.
@@ -177,6 +209,9 @@ pub(crate) struct ParsedSkill {
     pub(crate) has_frontmatter: bool,
     /// True when the name was taken from the directory, not from `name`.
     pub(crate) name_from_dir: bool,
+    /// The written `name` when it is a display name (breaks the name rule) and the directory
+    /// name was used instead.
+    pub(crate) display_name: Option<String>,
     /// Values replaced by defaults or ignored, one sentence each.
     pub(crate) warnings: Vec<String>,
 }
@@ -248,8 +283,10 @@ pub(crate) fn parse_skill(text: &str, dir_name: Option<&str>) -> Result<ParsedSk
     };
     let fields = Fields::new(&map, &mut warnings);
 
-    let (name, name_from_dir) = name(fields.get("name"), dir_name, &mut warnings)?;
-    let description = description(fields.get("description"), &mut warnings);
+    let (name, display_name) = name(fields.get("name"), dir_name, &mut warnings)?;
+    let name_from_dir = display_name.is_some() || written_name(fields.get("name"))?.is_none();
+    let body = body.replace("\r\n", "\n").trim().to_owned();
+    let description = description(fields.get("description"), &body, &mut warnings);
     let allowed_tools = allowed_tools(fields.get("allowedtools"), &mut warnings);
     let mode = mode(fields.get("mode"), fields.get("context"), &mut warnings);
     let fork_context = fork_context(fields.get("forkcontext"), mode, &mut warnings);
@@ -280,9 +317,10 @@ pub(crate) fn parse_skill(text: &str, dir_name: Option<&str>) -> Result<ParsedSk
             metadata,
             extra,
         },
-        body: body.replace("\r\n", "\n").trim().to_owned(),
+        body,
         has_frontmatter,
         name_from_dir,
+        display_name,
         warnings,
     })
 }
@@ -369,7 +407,12 @@ impl<'a> Fields<'a> {
             }
             match serde_json::to_value(value) {
                 Ok(json) => {
-                    if !TOLERATED_FIELDS.contains(&normalized.as_str()) {
+                    if let Some((_, unhonoured)) = UNHONOURED_FIELDS
+                        .iter()
+                        .find(|(field, _)| field == normalized)
+                    {
+                        warnings.push((*unhonoured).to_owned());
+                    } else if !TOLERATED_FIELDS.contains(&normalized.as_str()) {
                         warnings.push(format!("unknown field {key} is not used"));
                     }
                     extra.insert(key.clone(), json);
@@ -406,17 +449,23 @@ fn describe(value: &Value) -> String {
     }
 }
 
-/// The name (see the module docs) and whether it came from the directory.
+/// The `name` as written (trimmed), `None` when absent or empty.
+fn written_name(value: Option<&Value>) -> Result<Option<&str>, ParseError> {
+    match value {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.trim()).filter(|s| !s.is_empty())),
+        Some(other) => Err(ParseError::NameNotAString(describe(other))),
+    }
+}
+
+/// The name (see the module docs), and the written display name when the directory's name
+/// replaced it.
 fn name(
     value: Option<&Value>,
     dir_name: Option<&str>,
     warnings: &mut Vec<String>,
-) -> Result<(String, bool), ParseError> {
-    let written = match value {
-        None => None,
-        Some(Value::String(s)) => Some(s.trim()).filter(|s| !s.is_empty()),
-        Some(other) => return Err(ParseError::NameNotAString(describe(other))),
-    };
+) -> Result<(String, Option<String>), ParseError> {
+    let written = written_name(value)?;
     let (raw, from_dir) = match (written, dir_name) {
         (Some(name), _) => (name, false),
         (None, Some(dir)) => {
@@ -427,6 +476,18 @@ fn name(
     };
     let name = raw.to_lowercase();
     if !is_valid_skill_name(&name) {
+        // A display name: the directory's name stands in, as Claude Code does.
+        if !from_dir
+            && let Some(dir) = dir_name
+            && is_valid_skill_name(&dir.to_lowercase())
+        {
+            let dir_lower = dir.to_lowercase();
+            warnings.push(format!(
+                "name {raw:?} is not a skill name (1 to 64 lowercase letters, digits and \
+                 single hyphens); using the directory name {dir_lower:?}"
+            ));
+            return Ok((dir_lower, Some(raw.to_owned())));
+        }
         return Err(ParseError::InvalidName(raw.to_owned()));
     }
     if name != raw {
@@ -440,10 +501,25 @@ fn name(
             "name {name:?} differs from the directory name {dir:?}; using {name:?}"
         ));
     }
-    Ok((name, from_dir))
+    Ok((name, None))
 }
 
-fn description(value: Option<&Value>, warnings: &mut Vec<String>) -> String {
+/// The first paragraph of `body` that is not a heading, on one line.
+fn first_paragraph(body: &str) -> String {
+    body.split("\n\n")
+        .map(|paragraph| {
+            paragraph
+                .lines()
+                .filter(|line| !line.trim_start().starts_with('#'))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .map(|paragraph| paragraph.split_whitespace().collect::<Vec<_>>().join(" "))
+        .find(|paragraph| !paragraph.is_empty())
+        .unwrap_or_default()
+}
+
+fn description(value: Option<&Value>, body: &str, warnings: &mut Vec<String>) -> String {
     let text = match value {
         None => String::new(),
         Some(Value::String(s)) => s.trim().to_owned(),
@@ -455,14 +531,23 @@ fn description(value: Option<&Value>, warnings: &mut Vec<String>) -> String {
             String::new()
         }
     };
-    if text.is_empty() {
+    let text = if text.is_empty() {
+        let paragraph = first_paragraph(body);
+        if paragraph.is_empty() {
+            warnings.push(
+                "description is missing; the model is shown only the name and cannot tell \
+                 when to use the skill"
+                    .to_owned(),
+            );
+            return paragraph;
+        }
         warnings.push(
-            "description is missing; the model is shown only the name and cannot tell when \
-             to use the skill"
-                .to_owned(),
+            "description is missing; the model is shown the body's first paragraph".to_owned(),
         );
-        return text;
-    }
+        paragraph
+    } else {
+        text
+    };
     if text.chars().count() > MAX_DESCRIPTION_LEN {
         warnings.push(format!(
             "description is longer than {MAX_DESCRIPTION_LEN} characters; it is cut"
@@ -789,8 +874,13 @@ mod tests {
             assert!(!is_valid_skill_name(bad), "{bad}");
         }
         for bad in ["my skill", "a/b", "under_score", "x--y", "-x"] {
+            // Without a directory name to fall back on.
             assert_eq!(
-                err(&format!("---\nname: \"{bad}\"\ndescription: d\n---\n")),
+                parse_skill(
+                    &format!("---\nname: \"{bad}\"\ndescription: d\n---\n"),
+                    None
+                )
+                .unwrap_err(),
                 ParseError::InvalidName(bad.to_owned()),
                 "{bad}"
             );
@@ -803,6 +893,68 @@ mod tests {
             err("---\nname: 42\n---\n"),
             ParseError::NameNotAString("42".to_owned())
         );
+    }
+
+    #[test]
+    fn a_display_name_gives_way_to_the_directory_name() {
+        let parsed = parse_skill(
+            "---\nname: Agent Development\ndescription: d\n---\n",
+            Some("agent-development"),
+        )
+        .unwrap();
+        assert_eq!(parsed.meta.name, "agent-development");
+        assert!(parsed.name_from_dir);
+        assert_eq!(parsed.display_name.as_deref(), Some("Agent Development"));
+        assert_eq!(
+            parsed.warnings,
+            [
+                "name \"Agent Development\" is not a skill name (1 to 64 lowercase letters, \
+                 digits and single hyphens); using the directory name \"agent-development\""
+            ]
+        );
+        // A directory name is lowercased as a written name is.
+        let parsed = parse_skill("---\nname: Hook Dev\n---\n", Some("Hook-Dev")).unwrap();
+        assert_eq!(parsed.meta.name, "hook-dev");
+        // Neither usable: the skill is refused, naming what was written.
+        assert_eq!(
+            parse_skill("---\nname: Agent Dev\n---\n", Some("agent dev")).unwrap_err(),
+            ParseError::InvalidName("Agent Dev".to_owned())
+        );
+        assert_eq!(
+            parse_skill("---\nname: Agent Dev\n---\n", None).unwrap_err(),
+            ParseError::InvalidName("Agent Dev".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_missing_description_is_the_bodys_first_paragraph() {
+        let parsed = parse(
+            "---\nname: demo\n---\n# Demo\n\n## Use\nFills PDF forms\nwith data.\n\nSecond.\n",
+        );
+        assert_eq!(parsed.meta.description, "Fills PDF forms with data.");
+        assert_eq!(
+            parsed.warnings,
+            ["description is missing; the model is shown the body's first paragraph"]
+        );
+        let parsed = parse("---\nname: demo\ndescription: \"\"\n---\n\n# Only a title\n");
+        assert_eq!(parsed.meta.description, "");
+    }
+
+    #[test]
+    fn claude_code_fields_mew_does_not_honour_say_so() {
+        let parsed = parse(
+            "---\nname: demo\ndescription: d\neffort: high\npaths: [\"src/**\"]\nshell: bash\n---\n",
+        );
+        assert_eq!(
+            parsed.warnings,
+            [
+                "effort is not honoured: the skill runs with the role's model settings",
+                "paths is not honoured: the skill is offered whatever files the task works on",
+                "shell is not honoured: Mew does not run a skill's !`command` lines; they reach \
+                 the model as written",
+            ]
+        );
+        assert_eq!(parsed.meta.extra.get("effort"), Some(&json!("high")));
     }
 
     #[test]
@@ -863,7 +1015,7 @@ mod tests {
 
     #[test]
     fn description_rules() {
-        let parsed = parse("---\nname: demo\n---\nbody");
+        let parsed = parse("---\nname: demo\n---\n");
         assert_eq!(parsed.meta.description, "");
         assert_eq!(
             parsed.warnings,
@@ -976,10 +1128,10 @@ mod tests {
             [
                 "SKILL.md has no frontmatter (a first line `---`); the whole file is the body",
                 "name is missing; using the directory name \"plain\"",
-                "description is missing; the model is shown only the name and cannot tell \
-                 when to use the skill",
+                "description is missing; the model is shown the body's first paragraph",
             ]
         );
+        assert_eq!(parsed.meta.description, "Do things.");
         // An indented `---` is not a frontmatter opening.
         let parsed = parse_skill("  ---\nname: x\n---\n", Some("plain")).unwrap();
         assert!(!parsed.has_frontmatter);

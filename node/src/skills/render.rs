@@ -57,13 +57,16 @@ fn one_line(text: &str) -> String {
 /// A skill's instructions for one activation with `args` (what followed `/name`, or the
 /// `LoadSkill` call's arguments):
 ///
-/// 1. when the skill lists allowed tools, a first paragraph asks to prefer them;
-/// 2. every `$ARGUMENTS` in the body becomes `args` (trimmed);
-/// 3. when the body has no `$ARGUMENTS` and `args` is not blank, a `## User Request` section
+/// 1. a first line names the skill's directory, as Claude Code's does: most skills refer to
+///    their bundled files by relative path (`read FORMS.md`, `python scripts/fill.py`), and
+///    the task's working directory is the project, not the skill;
+/// 2. when the skill lists allowed tools, a paragraph asks to prefer them;
+/// 3. every `$ARGUMENTS` in the body becomes `args` (trimmed);
+/// 4. when the body has no `$ARGUMENTS` and `args` is not blank, a `## User Request` section
 ///    with `args` ends the text.
 pub(crate) fn render_body(skill: &Skill, args: &str) -> String {
     let args = args.trim();
-    let mut out = String::new();
+    let mut out = base_directory(skill);
     if !skill.meta.allowed_tools.is_empty() {
         out.push_str(&format!(
             "This skill is designed to use only these tools: {}. Prefer them over other tools \
@@ -81,6 +84,15 @@ pub(crate) fn render_body(skill: &Skill, args: &str) -> String {
         }
     }
     out
+}
+
+/// The first lines of a rendered skill: where its files are.
+fn base_directory(skill: &Skill) -> String {
+    format!(
+        "Base directory for this skill: {}\nRelative paths in these instructions are relative \
+         to it.\n\n",
+        skill.dir.display()
+    )
 }
 
 /// `/name args` typed in a chat: the name (lowercase) and the arguments (trimmed, possibly
@@ -304,15 +316,27 @@ mod tests {
         assert_eq!(back, active);
     }
 
+    /// What [`render_body`] puts before the instructions of [`skill`] `name`.
+    fn base(name: &str) -> String {
+        format!(
+            "Base directory for this skill: {name}\nRelative paths in these instructions are \
+             relative to it.\n\n"
+        )
+    }
+
     #[test]
     fn body_with_allowed_tools_gets_the_preamble() {
         let s = skill("s", "d", &["read_file", "Bash(git:*)"], "Do it.");
         assert_eq!(
             render_body(&s, ""),
-            "This skill is designed to use only these tools: read_file, Bash(git:*). Prefer \
-             them over other tools when possible.\n\n---\n\nDo it."
+            base("s")
+                + "This skill is designed to use only these tools: read_file, Bash(git:*). \
+                   Prefer them over other tools when possible.\n\n---\n\nDo it."
         );
-        assert_eq!(render_body(&skill("s", "d", &[], "Do it."), ""), "Do it.");
+        assert_eq!(
+            render_body(&skill("s", "d", &[], "Do it."), ""),
+            base("s") + "Do it."
+        );
     }
 
     #[test]
@@ -325,10 +349,10 @@ mod tests {
         );
         assert_eq!(
             render_body(&s, "  issue 42 \n"),
-            "Fix issue 42.\nThen test issue 42 again."
+            base("s") + "Fix issue 42.\nThen test issue 42 again."
         );
         // No arguments: the placeholder goes, and no request section appears.
-        assert_eq!(render_body(&s, ""), "Fix .\nThen test  again.");
+        assert_eq!(render_body(&s, ""), base("s") + "Fix .\nThen test  again.");
     }
 
     #[test]
@@ -336,12 +360,14 @@ mod tests {
         let s = skill("s", "d", &["bash"], "Steps.");
         assert_eq!(
             render_body(&s, "deploy to staging"),
-            "This skill is designed to use only these tools: bash. Prefer them over other \
-             tools when possible.\n\n---\n\nSteps.\n\n## User Request\n\ndeploy to staging"
+            base("s")
+                + "This skill is designed to use only these tools: bash. Prefer them over \
+                   other tools when possible.\n\n---\n\nSteps.\n\n## User Request\n\n\
+                   deploy to staging"
         );
         assert_eq!(
             render_body(&skill("s", "d", &[], "Steps."), "   "),
-            "Steps."
+            base("s") + "Steps."
         );
     }
 

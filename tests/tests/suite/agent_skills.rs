@@ -17,12 +17,8 @@ async fn node(
     roles: &[(&str, &str)],
     skills: &[(&str, &str)],
 ) -> anyhow::Result<MewNode> {
-    let config = format!(
-        "agent:\n  provider: scripted\n  model: sonnet\nproviders:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n",
-        model.base_url()
-    );
     let mut node = MewNode::new()?;
-    node.write_config(&config)?;
+    node.write_config(&config(model))?;
     for (file, text) in roles {
         node.write_role(file, text)?;
     }
@@ -33,6 +29,77 @@ async fn node(
     }
     node.launch().await?;
     Ok(node)
+}
+
+/// A Claude Code plugin's kind of skill: a display name, no description, and a bundled script
+/// its body names by a path relative to the skill's directory.
+const PLUGIN_SKILL: &str = "---\nname: Greeting Style\nversion: 0.1.0\n---\n\n# Greeting Style\n\n\
+    Greets people in the house style.\n\nRun `bash scripts/greet.sh NAME` and give back what it \
+    prints.\n";
+
+/// The skill's script: it prints the greeting and leaves it in the working directory.
+const GREET_SCRIPT: &str =
+    "#!/bin/sh\nprintf 'hello from the skill, %s\\n' \"$1\" | tee greeted.txt\n";
+
+#[tokio::test]
+async fn a_claude_code_skill_with_a_display_name_runs_its_bundled_script() -> anyhow::Result<()> {
+    let mut node = MewNode::new()?;
+    let skill_dir = node.project_dir().join(".claude/skills/greeting-style");
+    std::fs::create_dir_all(skill_dir.join("scripts"))?;
+    let skill_dir = skill_dir.canonicalize()?;
+    std::fs::write(skill_dir.join("SKILL.md"), PLUGIN_SKILL)?;
+    std::fs::write(skill_dir.join("scripts/greet.sh"), GREET_SCRIPT)?;
+    let script = skill_dir.join("scripts/greet.sh");
+    let base = format!("Base directory for this skill: {}", skill_dir.display());
+    let model = ScriptedModel::start(vec![
+        // Listed under its directory's name, described by its body's first paragraph.
+        Step::tool_call("call_1", "LoadSkill", json!({"name": "greeting-style"}))
+            .expect_system("- **greeting-style**: Greets people in the house style."),
+        // The model is told where the skill lives, so it can run the script by its path.
+        Step::tool_call(
+            "call_2",
+            "bash",
+            json!({"command": format!("bash {} Ada", script.display())}),
+        )
+        .expect_tool_results(["call_1"])
+        .expect_last_user(base),
+        Step::text("The skill says hello to Ada.")
+            .expect_tool_results(["call_2"])
+            .expect_last_user("hello from the skill, Ada"),
+    ])?;
+    // Running the script is the user's to allow, as any command is.
+    node.write_config(&format!(
+        "{}permissions:\n  allow: [\"Bash(bash:*)\"]\n",
+        config(&model)
+    ))?;
+    node.write_role("greeter.md", &role("greeter", "tools: [bash]\n"))?;
+    node.launch().await?;
+    let task = send(&node, "greeter", Message::user_text("greet Ada")).await?;
+    ensure!(
+        task.status.state == TaskState::Completed && said(&task) == "The skill says hello to Ada.",
+        "{:?}: {}",
+        task.status.state,
+        said(&task)
+    );
+    let greeted = std::fs::read_to_string(node.project_dir().join("greeted.txt"))
+        .context("the skill's script did not run in the project")?;
+    ensure!(greeted == "hello from the skill, Ada\n", "{greeted:?}");
+    // `mew skills list` names the skill and says what it made of the display name.
+    let (code, listed, errors) = node.client(&["skills", "list"]).await?;
+    ensure!(
+        code == 0 && listed.contains("greeting-style"),
+        "skills list ({code}):\n{listed}{errors}"
+    );
+    model.assert_done();
+    Ok(())
+}
+
+/// A node configuration whose model roles run on `model` (OpenAI-compatible API).
+fn config(model: &ScriptedModel) -> String {
+    format!(
+        "agent:\n  provider: scripted\n  model: sonnet\nproviders:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n",
+        model.base_url()
+    )
 }
 
 fn role(name: &str, frontmatter: &str) -> String {
