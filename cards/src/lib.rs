@@ -8,6 +8,7 @@
 mod build;
 mod card;
 mod error;
+mod frontmatter;
 mod ids;
 mod jcs;
 mod message;
@@ -28,6 +29,7 @@ pub use card::{
     WELL_KNOWN_CARD_PATH, binding,
 };
 pub use error::{A2aError, ErrorKind};
+pub use frontmatter::{Frontmatter, parse_yaml as parse_frontmatter_yaml};
 pub use ids::{ArtifactId, ContextId, MessageId, TaskId};
 pub use jcs::{CanonicalError, canonical_card, canonicalize};
 pub use message::{Artifact, MAX_PARTS, Message, Metadata, Part, PartContent, Role, join_text};

@@ -14,8 +14,9 @@ use serde_yaml_ng::{Mapping, Value};
 /// Turns a role runs when its `maxTurns` is 0 (unset).
 pub const DEFAULT_MAX_TURNS: u32 = 25;
 
-/// Longest accepted role name, in characters.
-const MAX_NAME_LEN: usize = 32;
+/// Longest accepted role name, in characters. Claude Code has no limit; a role name is a path
+/// segment, a gRPC tenant and a metric label, so it has one, far above the names people write.
+const MAX_NAME_LEN: usize = 128;
 
 /// Longest accepted concrete model id, in characters.
 const MAX_MODEL_LEN: usize = 128;
@@ -354,7 +355,7 @@ pub enum RoleErrorKind {
     /// The name breaks the naming rule.
     #[error(
         "name {0:?} is invalid: must start with a letter and contain only letters, digits, \
-         '-' or '_' (at most 32 characters)"
+         '-', '_' or '.', not end with '.' (at most 128 characters)"
     )]
     InvalidName(String),
     /// A field has the right type but an unusable value.
@@ -410,12 +411,14 @@ fn is_delimiter(line: &str) -> bool {
     line.trim_end_matches(['\n', '\r', ' ', '\t']) == "---"
 }
 
-/// True when `name` matches `^[A-Za-z][A-Za-z0-9_-]{0,31}$`.
+/// True when `name` matches `^[A-Za-z][A-Za-z0-9._-]{0,127}$` and does not end with `.`
+/// (Claude Code agents are named `python.pro` or `api-documenter-v2.1`).
 pub fn is_valid_role_name(name: &str) -> bool {
     let mut chars = name.chars();
     name.len() <= MAX_NAME_LEN
         && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !name.ends_with('.')
 }
 
 /// Parses a role file's text; `path` is only used in messages and kept in the definition.
@@ -445,7 +448,7 @@ fn parse(
     warnings: &mut Vec<String>,
 ) -> Result<RoleDefinition, RoleErrorKind> {
     let (yaml, body) = split_frontmatter(text)?;
-    let map = parse_mapping(yaml)?;
+    let map = parse_mapping(yaml, warnings)?;
     let get = |key: &str| map.get(key).filter(|value| !value.is_null());
 
     let name = required_string(get("name"), "name")?;
@@ -498,8 +501,9 @@ fn parse(
     })
 }
 
-/// Parses the frontmatter YAML into a mapping; an empty frontmatter is an empty mapping.
-fn parse_mapping(yaml: &str) -> Result<Mapping, RoleErrorKind> {
+/// Parses the frontmatter YAML into a mapping, as Claude Code reads it (see
+/// [`crate::frontmatter`]); an empty frontmatter is an empty mapping.
+fn parse_mapping(yaml: &str, warnings: &mut Vec<String>) -> Result<Mapping, RoleErrorKind> {
     // The leading newline stands for the opening `---` line, so that the parser's line numbers,
     // in `location()` and in its message, are line numbers in the file.
     let padded = format!("\n{yaml}");
@@ -510,13 +514,17 @@ fn parse_mapping(yaml: &str) -> Result<Mapping, RoleErrorKind> {
             column: Some(deep.column),
         }
     })?;
-    let mut value = serde_yaml_ng::from_str::<Value>(&padded)
-        .and_then(|mut value| value.apply_merge().map(|()| value))
-        .map_err(|err| RoleErrorKind::Yaml {
-            message: err.to_string(),
-            line: err.location().map(|at| at.line()),
-            column: err.location().map(|at| at.column()),
-        })?;
+    let read = crate::frontmatter::parse_yaml(&padded).map_err(|err| RoleErrorKind::Yaml {
+        message: err.to_string(),
+        line: err.location().map(|at| at.line()),
+        column: err.location().map(|at| at.column()),
+    })?;
+    for key in &read.quoted {
+        warnings.push(format!(
+            "{key} is not valid YAML as written (quote it); read as plain text, as Claude Code does"
+        ));
+    }
+    let mut value = read.value;
     match value {
         Value::Mapping(ref mut map) => Ok(std::mem::take(map)),
         Value::Null => Ok(Mapping::new()),

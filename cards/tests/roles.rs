@@ -224,10 +224,10 @@ fn duplicate_keys_are_a_yaml_error() {
 
 #[test]
 fn name_boundaries() {
-    let name32 = format!("a{}", "b".repeat(31));
-    let name33 = format!("a{}", "b".repeat(32));
-    assert!(is_valid_role_name(&name32));
-    assert!(!is_valid_role_name(&name33));
+    let longest = format!("a{}", "b".repeat(127));
+    let too_long = format!("a{}", "b".repeat(128));
+    assert!(is_valid_role_name(&longest));
+    assert!(!is_valid_role_name(&too_long));
     assert!(is_valid_role_name("a"));
     assert!(is_valid_role_name("a-b_C"));
     assert!(is_valid_role_name("Explore"));
@@ -236,13 +236,17 @@ fn name_boundaries() {
     assert!(!is_valid_role_name("-x"));
     assert!(!is_valid_role_name("_x"));
     assert!(!is_valid_role_name("a b"));
-    assert!(!is_valid_role_name("a.b"));
+    assert!(is_valid_role_name("a.b"));
+    assert!(is_valid_role_name("api-documenter-v2.1"));
+    assert!(!is_valid_role_name("a."));
+    assert!(!is_valid_role_name(".a"));
+    assert!(!is_valid_role_name("a/b"));
     assert!(!is_valid_role_name("café"));
 
-    let text = format!("---\nname: {name32}\ndescription: d\n---\n");
-    assert_eq!(parse(&text).definition.name, name32);
-    let text = format!("---\nname: {name33}\ndescription: d\n---\n");
-    assert_eq!(error(&text).kind, RoleErrorKind::InvalidName(name33));
+    let text = format!("---\nname: {longest}\ndescription: d\n---\n");
+    assert_eq!(parse(&text).definition.name, longest);
+    let text = format!("---\nname: {too_long}\ndescription: d\n---\n");
+    assert_eq!(error(&text).kind, RoleErrorKind::InvalidName(too_long));
 }
 
 #[test]
@@ -251,7 +255,7 @@ fn invalid_name_message() {
     assert_eq!(
         err.to_string(),
         "agents/foo.md: name \"9x\" is invalid: must start with a letter and contain only \
-         letters, digits, '-' or '_' (at most 32 characters)"
+         letters, digits, '-', '_' or '.', not end with '.' (at most 128 characters)"
     );
 }
 
@@ -890,4 +894,28 @@ fn command_and_remote_together_is_an_error_naming_the_file() {
         text.contains("command") && text.contains("remote"),
         "{text}"
     );
+}
+
+#[test]
+fn a_claude_code_description_with_colons_loads_as_plain_text() {
+    let parsed = parse(
+        "---\nname: code-reviewer\ndescription: Use this agent when: the user asks for a review. \
+         Examples: <example>user: \"review it\"</example>\ntools: Read, Grep\n---\nYou review.\n",
+    );
+    assert_eq!(
+        parsed.definition.description,
+        "Use this agent when: the user asks for a review. Examples: <example>user: \"review \
+         it\"</example>"
+    );
+    assert_eq!(parsed.definition.tools, ["Read", "Grep"]);
+    assert_eq!(
+        warnings(&parsed),
+        [
+            "agents/foo.md: description is not valid YAML as written (quote it); read as plain \
+          text, as Claude Code does"
+        ]
+    );
+    // Broken in another way, it is still the YAML error, at its line.
+    let err = error("---\nname: x\ndescription: d\ntools: [Read\n---\n");
+    assert!(matches!(err.kind, RoleErrorKind::Yaml { .. }), "{err:?}");
 }

@@ -4,10 +4,17 @@
 //! the same name from an earlier one:
 //!
 //! 1. builtin: `Explore`, `Plan` and `general-purpose`, compiled in from `builtin/*.md`;
-//! 2. user: `~/.mew/agents/`;
-//! 3. claude-project: `<project>/.claude/agents/`, so Claude Code agent files work unchanged;
-//! 4. project: `<project>/.mew/agents/`, which wins over `.claude/agents/` of the same project;
-//! 5. extra directories, in the order given, each a layer of its own.
+//! 2. claude-user: `~/.claude/agents/`, the user's Claude Code agents;
+//! 3. user: `~/.mew/agents/`, which wins over the user's Claude Code agent of that name;
+//! 4. claude-project: `<project>/.claude/agents/`, so Claude Code agent files work unchanged;
+//! 5. project: `<project>/.mew/agents/`, which wins over `.claude/agents/` of the same project;
+//! 6. extra directories, in the order given, each a layer of its own.
+//!
+//! The two Claude Code layers are read with their subdirectories, as Claude Code reads them
+//! (collections are filed by topic: `.claude/agents/review/security.md`), at most
+//! [`MAX_CLAUDE_DEPTH`] levels down, skipping directories whose names start with `.`; a
+//! role's name is its `name`, wherever the file is. Mew's own directories are flat: a
+//! subdirectory there may hold a command role's scripts.
 //!
 //! Nothing in a role file can stop the node: a file that cannot be read or parsed becomes a
 //! [`Problem`] and is skipped, and the earlier layers' role of that name, if any, stays.
@@ -38,10 +45,15 @@ const BUILTIN_ROLES: [(&str, &str); 3] = [
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
 const MAX_ROLE_FILE_BYTES: u64 = crate::user_file::MAX_USER_FILE_BYTES;
 
+/// How many levels of subdirectories of a Claude Code agents directory are read.
+const MAX_CLAUDE_DEPTH: u32 = 4;
+
 /// The directories roles are loaded from, besides the builtin ones. `None` skips a layer.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RoleDirs {
+    /// The user's Claude Code agents, `~/.claude/agents`.
+    pub(crate) claude_user: Option<PathBuf>,
     /// The user's roles, `~/.mew/agents`.
     pub(crate) user: Option<PathBuf>,
     /// The project's roles, `<project>/.mew/agents`.
@@ -57,15 +69,19 @@ pub(crate) struct RoleDirs {
 impl RoleDirs {
     /// The standard directories for a home directory (if known) and a project root.
     ///
-    /// When the project is the home directory, its `.mew/agents` is the user layer only, so the
-    /// same files are not loaded twice.
+    /// When the project is the home directory, its `.mew/agents` and `.claude/agents` are the
+    /// user layers only, so the same files are not loaded twice.
     pub(crate) fn standard(home: Option<&Path>, project: &Path) -> Self {
         let user = home.map(|home| home.join(".mew").join("agents"));
+        let claude_user = home.map(|home| home.join(".claude").join("agents"));
         let project_dir = project.join(".mew").join("agents");
+        let claude_project = project.join(".claude").join("agents");
         Self {
             project: (user.as_ref() != Some(&project_dir)).then_some(project_dir),
+            claude_project: (claude_user.as_ref() != Some(&claude_project))
+                .then_some(claude_project),
             user,
-            claude_project: Some(project.join(".claude").join("agents")),
+            claude_user,
             extra: Vec::new(),
         }
     }
@@ -76,7 +92,13 @@ impl RoleDirs {
     /// was added, changed or removed.
     pub(crate) fn stamp(&self) -> crate::user_file::Stamp {
         let mut stamp = crate::user_file::Stamp::default();
-        for dir in [&self.user, &self.claude_project, &self.project]
+        for dir in [&self.claude_user, &self.claude_project]
+            .into_iter()
+            .flatten()
+        {
+            stamp.add_dir(dir, MAX_CLAUDE_DEPTH);
+        }
+        for dir in [&self.user, &self.project]
             .into_iter()
             .flatten()
             .chain(&self.extra)
@@ -180,6 +202,7 @@ impl RoleCatalog {
             .collect();
         catalog.add_layer(RoleSource::Builtin, builtin);
         let layers = [
+            (RoleSource::ClaudeUser, dirs.claude_user.as_deref()),
             (RoleSource::User, dirs.user.as_deref()),
             (RoleSource::ClaudeProject, dirs.claude_project.as_deref()),
             (RoleSource::Project, dirs.project.as_deref()),
@@ -192,7 +215,11 @@ impl RoleCatalog {
                 .map(|dir| (RoleSource::User, dir.as_path())),
         );
         for (source, dir) in layers {
-            let files = catalog.read_dir(dir);
+            let depth = match source {
+                RoleSource::ClaudeUser | RoleSource::ClaudeProject => MAX_CLAUDE_DEPTH,
+                _ => 0,
+            };
+            let files = catalog.read_dir(dir, depth);
             catalog.add_layer(source, files);
         }
         catalog
@@ -301,6 +328,13 @@ impl RoleCatalog {
             }
             self.problems
                 .extend(parsed.warnings.into_iter().map(Problem::from));
+            if let Some(message) = missing_tools(&role) {
+                self.problems.push(Problem {
+                    path: path.clone(),
+                    severity: Severity::Warning,
+                    message,
+                });
+            }
             in_layer.insert(role.name.clone(), path);
             let name = role.name.clone();
             if let Some(previous) = self.roles.insert(name.clone(), Arc::new(role)) {
@@ -312,9 +346,10 @@ impl RoleCatalog {
         }
     }
 
-    /// The role files of `dir`, in file-name order, as (display path, text or read error).
-    /// Problems with the directory itself are recorded here.
-    fn read_dir(&mut self, dir: &Path) -> Vec<(String, Result<String, String>)> {
+    /// The role files of `dir`, in file-name order, then those of its subdirectories (in name
+    /// order, `depth` levels down, not those starting with `.`), as (display path, text or
+    /// read error). Problems with the directories themselves are recorded here.
+    fn read_dir(&mut self, dir: &Path, depth: u32) -> Vec<(String, Result<String, String>)> {
         let entries = match fs::read_dir(dir) {
             Ok(entries) => entries,
             Err(err) if err.kind() == io::ErrorKind::NotFound => return Vec::new(),
@@ -336,21 +371,59 @@ impl RoleCatalog {
                 )),
             }
         }
+        names.sort();
         // Directories (even one called `x.md`) hold no role; anything else that is not a
         // regular file (a FIFO, a device) is reported when it is read.
-        names.retain(|name| {
-            is_role_file_name(name) && !fs::metadata(dir.join(name)).is_ok_and(|m| m.is_dir())
-        });
-        names.sort();
-        names
+        let (subdirs, names): (Vec<OsString>, Vec<OsString>) = names
             .into_iter()
+            .partition(|name| fs::metadata(dir.join(name)).is_ok_and(|m| m.is_dir()));
+        let mut files: Vec<_> = names
+            .into_iter()
+            .filter(|name| is_role_file_name(name))
             .map(|name| {
                 let path = dir.join(name);
                 let text = read_role_file(&path);
                 (path.display().to_string(), text)
             })
-            .collect()
+            .collect();
+        if depth > 0 {
+            for subdir in subdirs {
+                if !subdir.as_encoded_bytes().starts_with(b".") {
+                    files.extend(self.read_dir(&dir.join(subdir), depth - 1));
+                }
+            }
+        }
+        files
     }
+}
+
+/// The warning for a model role whose `tools` name tools Mew does not provide (Claude Code's
+/// `WebSearch`, `NotebookEdit`...): the role runs without them, and may be left with no
+/// useful tool, so the user is told which.
+fn missing_tools(role: &RoleDefinition) -> Option<String> {
+    if role.is_command() || role.is_remote() {
+        return None;
+    }
+    let unknown = crate::tools::registry::unknown_tools(&role.tools);
+    if unknown.is_empty() {
+        return None;
+    }
+    let left = role.tools.len() - unknown.len();
+    let (noun, verb) = if unknown.len() == 1 {
+        ("tool", "is")
+    } else {
+        ("tools", "are")
+    };
+    Some(format!(
+        "{noun} {} {verb} not provided by Mew; the role runs without {}{}",
+        unknown.join(", "),
+        if unknown.len() == 1 { "it" } else { "them" },
+        if left == 0 {
+            ", with none of the tools it lists"
+        } else {
+            ""
+        }
+    ))
 }
 
 /// True for `*.md` names that do not start with a dot.
@@ -735,6 +808,128 @@ mod tests {
     }
 
     #[test]
+    fn tools_mew_does_not_provide_are_named_per_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let researcher = write(
+            dir.path(),
+            "researcher.md",
+            "---\nname: researcher\ndescription: d\ntools: Read, WebFetch, WebSearch, \
+             mcp__search__query, Bash(git:*)\n---\nYou research.\n",
+        );
+        let writer = write(
+            dir.path(),
+            "writer.md",
+            "---\nname: writer\ndescription: d\ntools: [NotebookEdit]\n---\nYou write.\n",
+        );
+        write(
+            dir.path(),
+            "fine.md",
+            "---\nname: fine\ndescription: d\ntools: [Read, Task, Agent, LoadSkill]\n---\nOk.\n",
+        );
+        let catalog = RoleCatalog::load(&only(dir.path()));
+        let problems: Vec<(String, Severity, String)> = catalog
+            .problems()
+            .iter()
+            .map(|p| (p.path.clone(), p.severity, p.message.clone()))
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                (
+                    display(&researcher),
+                    Severity::Warning,
+                    "tools WebFetch, WebSearch are not provided by Mew; the role runs without \
+                     them"
+                        .to_owned()
+                ),
+                (
+                    display(&writer),
+                    Severity::Warning,
+                    "tool NotebookEdit is not provided by Mew; the role runs without it, with \
+                     none of the tools it lists"
+                        .to_owned()
+                ),
+            ]
+        );
+        assert_eq!(catalog.len(), BUILTIN_ROLES.len() + 3);
+    }
+
+    #[test]
+    fn claude_code_agents_load_from_subdirectories_and_the_users_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (home, project) = (tmp.path().join("home"), tmp.path().join("project"));
+        let claude_user = home.join(".claude/agents");
+        let claude_project = project.join(".claude/agents");
+        write(&claude_user, "mine.md", role("mine", "user claude"));
+        write(&claude_user, "shared.md", role("shared", "user claude"));
+        write(
+            &home.join(".mew/agents"),
+            "shared.md",
+            role("shared", "user mew"),
+        );
+        write(
+            &claude_project.join("review"),
+            "security.md",
+            role("security", "nested"),
+        );
+        write(
+            &claude_project.join("a/b/c/d"),
+            "deep.md",
+            role("deep", "four down"),
+        );
+        write(
+            &claude_project.join("a/b/c/d/e"),
+            "deeper.md",
+            role("deeper", "five down"),
+        );
+        write(
+            &claude_project.join(".hidden"),
+            "hidden.md",
+            role("hidden", "hidden"),
+        );
+        write(
+            &project.join(".mew/agents/scripts"),
+            "flat.md",
+            role("flat", "not read"),
+        );
+        let catalog = RoleCatalog::load(&RoleDirs::standard(Some(&home), &project));
+        let mine = catalog.get("mine").unwrap();
+        assert_eq!(mine.source, RoleSource::ClaudeUser);
+        // Mew's own user directory wins over the user's Claude Code agents.
+        assert_eq!(catalog.get("shared").unwrap().description, "user mew");
+        assert_eq!(
+            catalog.shadowed("shared"),
+            [(
+                RoleSource::ClaudeUser,
+                display(&claude_user.join("shared.md"))
+            )]
+        );
+        let security = catalog.get("security").unwrap();
+        assert_eq!(security.source, RoleSource::ClaudeProject);
+        assert_eq!(
+            security.path,
+            display(&claude_project.join("review/security.md"))
+        );
+        assert!(catalog.get("deep").is_some());
+        for skipped in ["deeper", "hidden", "flat"] {
+            assert!(catalog.get(skipped).is_none(), "{skipped}");
+        }
+        // A change in a subdirectory is a change of the catalog.
+        let dirs = RoleDirs::standard(Some(&home), &project);
+        let before = dirs.stamp();
+        write(
+            &claude_project.join("review"),
+            "style.md",
+            role("style", "new"),
+        );
+        assert_ne!(dirs.stamp(), before);
+        // The home as the project: its Claude Code agents are the user layer, read once.
+        let dirs = RoleDirs::standard(Some(&home), &home);
+        assert_eq!(dirs.claude_project, None);
+        assert!(RoleCatalog::load(&dirs).problems().is_empty());
+    }
+
+    #[test]
     fn user_explore_overrides_the_builtin_one() {
         let tmp = tempfile::tempdir().unwrap();
         let dirs = RoleDirs {
@@ -790,6 +985,10 @@ mod tests {
             dirs.claude_project,
             Some(PathBuf::from("/src/app/.claude/agents"))
         );
+        assert_eq!(
+            dirs.claude_user,
+            Some(PathBuf::from("/home/u/.claude/agents"))
+        );
         assert!(dirs.extra.is_empty());
 
         let no_home = RoleDirs::standard(None, Path::new("/src/app"));
@@ -800,9 +999,10 @@ mod tests {
         assert_eq!(at_home.user, Some(PathBuf::from("/home/u/.mew/agents")));
         assert_eq!(at_home.project, None);
         assert_eq!(
-            at_home.claude_project,
+            at_home.claude_user,
             Some(PathBuf::from("/home/u/.claude/agents"))
         );
+        assert_eq!(at_home.claude_project, None);
     }
 
     #[test]

@@ -271,7 +271,7 @@ pub(crate) fn parse_skill(text: &str, dir_name: Option<&str>) -> Result<ParsedSk
         .count();
     let text = after_blank_lines;
     let (map, body, has_frontmatter) = match split_frontmatter(text) {
-        Ok((yaml, body)) => (parse_mapping(yaml, blank_lines)?, body, true),
+        Ok((yaml, body)) => (parse_mapping(yaml, blank_lines, &mut warnings)?, body, true),
         Err(FrontmatterError::Missing) => {
             warnings.push(
                 "SKILL.md has no frontmatter (a first line `---`); the whole file is the body"
@@ -339,7 +339,11 @@ fn skip_blank_lines(mut text: &str) -> &str {
 
 /// Parses the frontmatter YAML into a mapping; an empty frontmatter is an empty mapping.
 /// `blank_lines` is the number of lines skipped before the opening `---`.
-fn parse_mapping(yaml: &str, blank_lines: usize) -> Result<Mapping, ParseError> {
+fn parse_mapping(
+    yaml: &str,
+    blank_lines: usize,
+    warnings: &mut Vec<String>,
+) -> Result<Mapping, ParseError> {
     // The YAML starts after the opening line; leading newlines keep the parser's line numbers
     // those of the file (the opening line, plus the blank lines skipped before it).
     let padded = format!("{}{yaml}", "\n".repeat(blank_lines + 1));
@@ -347,13 +351,17 @@ fn parse_mapping(yaml: &str, blank_lines: usize) -> Result<Mapping, ParseError> 
         message: deep.to_string(),
         line: Some(deep.line),
     })?;
-    let value = serde_yaml_ng::from_str::<Value>(&padded)
-        .and_then(|mut value| value.apply_merge().map(|()| value))
-        .map_err(|err| ParseError::Yaml {
-            message: err.to_string(),
-            line: err.location().map(|at| at.line()),
-        })?;
-    match value {
+    // Claude Code's reading: a top-level value that is not YAML as written is plain text.
+    let read = mew_cards::parse_frontmatter_yaml(&padded).map_err(|err| ParseError::Yaml {
+        message: err.to_string(),
+        line: err.location().map(|at| at.line()),
+    })?;
+    for key in &read.quoted {
+        warnings.push(format!(
+            "{key} is not valid YAML as written (quote it); read as plain text, as Claude Code does"
+        ));
+    }
+    match read.value {
         Value::Mapping(map) => Ok(map),
         Value::Null => Ok(Mapping::new()),
         other => Err(ParseError::NotAMapping(describe(&other))),

@@ -81,6 +81,41 @@ pub(crate) fn canonical_name(name: &str) -> &str {
         .map_or(name, |(_, canonical)| canonical)
 }
 
+/// The tools the agent runtime adds to a model role's registry besides the built-ins and the
+/// MCP tools: delegation, skills and task management (each tool's `name()`).
+pub(crate) const AGENT_TOOLS: &[&str] = &[
+    "Agent",
+    "InstallSkill",
+    "LoadSkill",
+    "SendMessage",
+    "TaskGet",
+    "TaskList",
+    "TaskStop",
+];
+
+/// The entries of a role's `tools` list that name no tool Mew provides (Claude Code's
+/// `WebSearch`, a misspelt name), as written, in order. MCP names, patterns ending in `*`
+/// and argument rules (`Bash(git:*)`, checked by the name before the parenthesis) are not
+/// judged: which MCP tools exist is known only once the servers answer.
+pub(crate) fn unknown_tools(entries: &[String]) -> Vec<&str> {
+    let builtin = ToolRegistry::builtin();
+    entries
+        .iter()
+        .map(String::as_str)
+        .filter(|entry| {
+            let name = entry
+                .split_once('(')
+                .map_or(*entry, |(name, _)| name)
+                .trim();
+            let name = canonical_name(name);
+            !(name.starts_with(MCP_PREFIX)
+                || name.ends_with('*')
+                || AGENT_TOOLS.contains(&name)
+                || builtin.get(name).is_some())
+        })
+        .collect()
+}
+
 /// What narrows a registry for a child agent, applied by [`ToolRegistry::filter`] in this
 /// order after starting from every tool of the parent.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
