@@ -445,7 +445,7 @@ impl Agent {
             }
             return Err(AgentError::HookStopped(reason));
         }
-        let calls: Vec<(String, String, Value)> = calls
+        let mut calls: Vec<(String, String, Value)> = calls
             .into_iter()
             .zip(&pre)
             .map(|((id, name, input), outcome)| {
@@ -463,7 +463,7 @@ impl Agent {
         {
             children.set_fork_source(session.messages.clone());
         }
-        let decisions: Vec<Verdict> = calls
+        let mut decisions: Vec<Verdict> = calls
             .iter()
             .zip(&pre)
             .map(|((_, name, input), outcome)| self.decide(name, input, outcome))
@@ -485,6 +485,16 @@ impl Agent {
             };
             if let Verdict::Ask(question, why) = &decisions[index] {
                 let (id, name, input) = &calls[index];
+                if let Some((verdict, updated)) =
+                    self.permission_request(id, name, input, question).await
+                {
+                    // A hook answered for the user: the call runs or is refused as it said.
+                    if let Some(updated) = updated {
+                        calls[index].2 = updated;
+                    }
+                    decisions[index] = verdict;
+                    continue;
+                }
                 self.notify("permission_prompt", question).await;
                 return Ok(Some(Outcome::NeedsApproval(PendingCall {
                     id: id.clone(),
@@ -602,9 +612,9 @@ impl Agent {
         .await
     }
 
-    /// Dispatches `PostToolUse` for a call that ran: added context and a block's reason
-    /// (the call already ran: the reason is feedback) are appended to its result. Returns the
-    /// reason of a `continue: false`.
+    /// Dispatches `PostToolUse` for a call that ran, and `PostToolUseFailure` too when it
+    /// failed: added context and a block's reason (the call already ran: the reason is
+    /// feedback) are appended to its result. Returns the reason of a `continue: false`.
     async fn post_tool_use(
         &self,
         id: &str,
@@ -613,23 +623,89 @@ impl Agent {
         output: &mut ToolOutput,
     ) -> Option<String> {
         let hooks = super::scope::hooks(&self.context)?;
-        let outcome = hooks
-            .dispatch(Payload::post_tool_use(
-                name,
-                input,
-                id,
-                &output.text_content(),
-                output.is_error,
-            ))
-            .await;
-        append_text(output, &outcome.additional_context);
-        if let Some(blocked) = &outcome.blocked {
-            append_text(
-                output,
-                &[format!("[hook {}] {}", blocked.hook, blocked.reason)],
+        let text = output.text_content();
+        let mut outcomes = vec![
+            hooks
+                .dispatch(Payload::post_tool_use(
+                    name,
+                    input,
+                    id,
+                    &text,
+                    output.response.as_ref(),
+                    output.is_error,
+                ))
+                .await,
+        ];
+        if output.is_error {
+            let interrupted = self.context.cancel.is_cancelled();
+            outcomes.push(
+                hooks
+                    .dispatch(Payload::post_tool_use_failure(
+                        name,
+                        input,
+                        id,
+                        &text,
+                        interrupted,
+                    ))
+                    .await,
             );
         }
-        outcome.stop
+        let mut stop = None;
+        for outcome in outcomes {
+            append_text(output, &outcome.additional_context);
+            if let Some(blocked) = &outcome.blocked {
+                append_text(
+                    output,
+                    &[format!("[hook {}] {}", blocked.hook, blocked.reason)],
+                );
+            }
+            stop = stop.or(outcome.stop);
+        }
+        stop
+    }
+
+    /// Dispatches `PermissionRequest` for a call that needs approval: what its hooks decide
+    /// stands for the user's answer (the call runs, with their updated input, or is
+    /// refused); `None` when no hook decided and the user is asked.
+    async fn permission_request(
+        &self,
+        id: &str,
+        name: &str,
+        input: &Value,
+        question: &str,
+    ) -> Option<(Verdict, Option<Value>)> {
+        let hooks = super::scope::hooks(&self.context)?;
+        let outcome = hooks
+            .dispatch(Payload::permission_request(name, input, id, question))
+            .await;
+        if let Some((hook, reason)) = outcome.refusal() {
+            return Some((
+                Verdict::Refuse(ToolOutput::error(format!("[hook {hook}] {reason}"))),
+                None,
+            ));
+        }
+        let permission = outcome.permission.as_ref()?;
+        if permission.decision != PermissionDecision::Allow {
+            return None;
+        }
+        // The policy's deny rules and plan mode still hold for the input the hook gives.
+        let updated = outcome.updated_input.filter(|updated| updated.is_object());
+        let category = self.tools.get(name)?.category();
+        match &updated {
+            Some(updated) => {
+                match self
+                    .permissions
+                    .check(self.settings.mode, name, category, updated)
+                {
+                    Decision::Deny { reason } => Some((
+                        Verdict::Refuse(ToolOutput::error(format!("permission denied: {reason}"))),
+                        None,
+                    )),
+                    _ => Some((Verdict::Run(category), Some(updated.clone()))),
+                }
+            }
+            None => Some((Verdict::Run(category), None)),
+        }
     }
 
     /// Dispatches a `Notification` (information only: its outcome is not used).

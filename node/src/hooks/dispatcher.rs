@@ -2,15 +2,16 @@
 //!
 //! [`HookDispatcher::dispatch`] runs the rules of the event in their load order:
 //!
-//! 1. a rule matches when its Claude Code `matcher` (settings-file hooks) and its `if:`
-//!    (`hooks.yaml`) both hold for the payload;
+//! 1. a rule matches when its Claude Code `matcher` and `if` (settings-file hooks) and its
+//!    `if:` (`hooks.yaml`) all hold for the payload; a settings-file `PostToolUse` hook sees
+//!    only the calls that succeeded, as in Claude Code (`PostToolUseFailure` sees the others);
 //! 2. an `only_once` rule runs at most once per session id, until
 //!    [`HookDispatcher::reset_session`];
 //! 3. a synchronous rule runs to its end (at most its timeout; the dispatch's cancellation
 //!    kills it) and its answer is merged into the [`HookOutcome`]; a block, a deny or a stop
 //!    ends the dispatch;
-//! 4. an `async` rule (never on a blocking event) is started on the dispatcher's task tracker and
-//!    the dispatch goes on without it: its answer is only logged. It is killed when its
+//! 4. an `async` rule is started on the dispatcher's task tracker and the dispatch goes on
+//!    without it: its answer is only logged, so it cannot block, even on a blocking event. It is killed when its
 //!    timeout passes, when the dispatch's cancellation token fires (the task it belongs to was
 //!    canceled), or at [`HookDispatcher::shutdown`].
 //!
@@ -30,6 +31,7 @@ use super::condition::{claude_code_tool_name, field_text, lookup_dotted};
 use super::event::{HookEvent, Payload};
 use super::output::{self, HookOutcome};
 use super::rules::HookRule;
+use crate::permission::rules::{Call, Dirs};
 
 /// What the dispatcher needs from the node.
 #[derive(Debug, Clone, Default)]
@@ -115,6 +117,8 @@ pub(crate) struct HookDispatcher {
     fired: Mutex<HashMap<String, HashSet<String>>>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
+    /// Where a settings-file hook's `if` anchors relative and `~/` paths.
+    dirs: Dirs,
 }
 
 impl std::fmt::Debug for HookDispatcher {
@@ -132,9 +136,14 @@ impl HookDispatcher {
         rules: Vec<HookRule>,
         settings: HookSettings,
     ) -> Result<Self, HookDispatcherError> {
+        let dirs = Dirs {
+            project: settings.project_dir.clone(),
+            home: settings.env.get("HOME").map(PathBuf::from),
+        };
         Ok(Self {
             rules: rules.into_iter().map(Arc::new).collect(),
             settings: Arc::new(settings),
+            dirs,
             subagents: None,
             http: http_client().map_err(HookDispatcherError)?,
             fired: Mutex::new(HashMap::new()),
@@ -191,14 +200,14 @@ impl HookDispatcher {
         let cwd = ctx.cwd.display().to_string();
         let mut json = payload.to_json(&ctx.session_id, &cwd, &ctx.mode);
         for rule in self.rules.iter().filter(|rule| rule.event == event) {
-            if !matches(rule, &json) {
+            if !self.matches(rule, &json) {
                 continue;
             }
             if rule.only_once && !self.first_time(&ctx.session_id, &rule.name) {
                 continue;
             }
             let presented = present(rule, &json);
-            if rule.run_async && !event.is_blocking() {
+            if rule.run_async {
                 self.spawn_async(rule, presented.into_owned(), ctx);
                 continue;
             }
@@ -272,6 +281,43 @@ impl HookDispatcher {
         outcome
     }
 
+    /// Whether `rule`'s matcher, `if` and condition hold for `payload`.
+    fn matches(&self, rule: &HookRule, payload: &Value) -> bool {
+        if let (Some(matcher), Some(field)) = (&rule.matcher, rule.event.matcher_field()) {
+            let Some(value) = lookup_dotted(payload, field).and_then(field_text) else {
+                return false;
+            };
+            let hit = if field == "tool_name" {
+                matcher.is_match_tool(&value)
+            } else {
+                matcher.is_match(&value)
+            };
+            if !hit {
+                return false;
+            }
+        }
+        if rule.event == HookEvent::PostToolUse
+            && rule.wants_claude_code_names()
+            && payload.get("is_error") == Some(&Value::Bool(true))
+        {
+            return false;
+        }
+        if let Some(tool_if) = &rule.tool_if {
+            let (Some(Value::String(tool)), Some(input)) =
+                (payload.get("tool_name"), payload.get("tool_input"))
+            else {
+                return false;
+            };
+            let call = Call::new(tool, input, &self.dirs);
+            if !tool_if.matches(&call, &self.dirs) {
+                return false;
+            }
+        }
+        rule.condition
+            .as_ref()
+            .is_none_or(|condition| condition.is_match(payload))
+    }
+
     /// Marks `rule` as run in `session`; false when it already was.
     fn first_time(&self, session: &str, rule: &str) -> bool {
         self.fired
@@ -318,6 +364,13 @@ impl HookDispatcher {
             };
             let reply = output::interpret(rule.event, &rule.name, result);
             crate::metrics::hook_run(rule.event.as_str(), reply_outcome(&reply));
+            if rule.event.is_blocking() && (reply.block.is_some() || reply.permission.is_some()) {
+                tracing::warn!(
+                    hook = %rule.name,
+                    event = %rule.event,
+                    "an async hook cannot block or decide; its answer is only logged"
+                );
+            }
             match &reply.error {
                 Some(error) => {
                     tracing::warn!(hook = %rule.name, event = %rule.event, "async hook failed: {error}");
@@ -344,26 +397,6 @@ fn reply_outcome(reply: &output::HookReply) -> &'static str {
     } else {
         "ok"
     }
-}
-
-/// Whether `rule`'s matcher and condition hold for `payload`.
-fn matches(rule: &HookRule, payload: &Value) -> bool {
-    if let (Some(matcher), Some(field)) = (&rule.matcher, rule.event.matcher_field()) {
-        let Some(value) = lookup_dotted(payload, field).and_then(field_text) else {
-            return false;
-        };
-        let hit = if field == "tool_name" {
-            matcher.is_match_tool(&value)
-        } else {
-            matcher.is_match(&value)
-        };
-        if !hit {
-            return false;
-        }
-    }
-    rule.condition
-        .as_ref()
-        .is_none_or(|condition| condition.is_match(payload))
 }
 
 /// The payload as `rule` expects it: hooks from Claude Code settings files see Claude Code's

@@ -10,6 +10,8 @@
 //! | `PreUserMessage` | before each model request | — |
 //! | `PreToolUse` | before each tool call, before the permission check | the call is refused; the model sees the reason |
 //! | `PostToolUse` | after a tool call has its result | the reason is fed back to the model (the call already ran) |
+//! | `PostToolUseFailure` | after a tool call failed (its result is an error) | the reason is fed back to the model |
+//! | `PermissionRequest` | a tool call needs approval, before the question is asked | the call is refused; the model sees the reason |
 //! | `PreCompact` | before the conversation is compacted | — |
 //! | `PostCompact` | after it was compacted | — |
 //! | `Notification` | a permission question is asked, or a model request failed | — |
@@ -25,9 +27,17 @@
 //! caller ends the run after [`MAX_STOP_BLOCKS`] blocks in a row.
 //!
 //! The *blocking* events ([`HookEvent::is_blocking`]) are the ones whose caller waits for the
-//! decision: `PreToolUse`, `UserPromptSubmit`, `TaskReceived`, `DelegationStart`, `Stop` and
-//! `SubagentStop`. An `async` hook may not listen to them, and `fail: closed` is allowed only on
-//! the four that prevent something ([`BlockEffect::Prevent`]).
+//! decision: `PreToolUse`, `PermissionRequest`, `UserPromptSubmit`, `TaskReceived`,
+//! `DelegationStart`, `Stop` and `SubagentStop`. An `async` hook may listen to them too, as in
+//! Claude Code, but it cannot block: the caller goes on without its answer, which is only
+//! logged. `fail: closed` is allowed only on the events that prevent something
+//! ([`BlockEffect::Prevent`]).
+//!
+//! `PostToolUse` follows every call that ran; hooks from Claude Code settings files see it
+//! only for calls that succeeded, as in Claude Code, and `PostToolUseFailure` for the others.
+//! A `PermissionRequest` hook answers for the user: `hookSpecificOutput.decision.behavior`
+//! `allow` runs the call without the question (with its `updatedInput`, if any), `deny`
+//! refuses it with `message`; no decision leaves the question to the user.
 //!
 //! # Payload
 //!
@@ -74,6 +84,10 @@ pub(crate) enum HookEvent {
     PreToolUse,
     /// After a tool call.
     PostToolUse,
+    /// After a tool call that failed.
+    PostToolUseFailure,
+    /// A tool call needs approval.
+    PermissionRequest,
     /// Before compaction.
     PreCompact,
     /// After compaction.
@@ -107,7 +121,7 @@ pub(crate) enum BlockEffect {
 
 impl HookEvent {
     /// Every event, in the order of the table above.
-    pub(crate) const ALL: [Self; 16] = [
+    pub(crate) const ALL: [Self; 18] = [
         Self::SessionStart,
         Self::SessionEnd,
         Self::SessionResume,
@@ -116,6 +130,8 @@ impl HookEvent {
         Self::PreUserMessage,
         Self::PreToolUse,
         Self::PostToolUse,
+        Self::PostToolUseFailure,
+        Self::PermissionRequest,
         Self::PreCompact,
         Self::PostCompact,
         Self::Notification,
@@ -137,6 +153,8 @@ impl HookEvent {
             Self::PreUserMessage => "PreUserMessage",
             Self::PreToolUse => "PreToolUse",
             Self::PostToolUse => "PostToolUse",
+            Self::PostToolUseFailure => "PostToolUseFailure",
+            Self::PermissionRequest => "PermissionRequest",
             Self::PreCompact => "PreCompact",
             Self::PostCompact => "PostCompact",
             Self::Notification => "Notification",
@@ -157,11 +175,12 @@ impl HookEvent {
     pub(crate) fn block_effect(self) -> BlockEffect {
         match self {
             Self::PreToolUse
+            | Self::PermissionRequest
             | Self::UserPromptSubmit
             | Self::TaskReceived
             | Self::DelegationStart => BlockEffect::Prevent,
             Self::Stop | Self::SubagentStop => BlockEffect::Continue,
-            Self::PostToolUse => BlockEffect::Feedback,
+            Self::PostToolUse | Self::PostToolUseFailure => BlockEffect::Feedback,
             _ => BlockEffect::None,
         }
     }
@@ -183,12 +202,27 @@ impl HookEvent {
         )
     }
 
+    /// Whether the event is about one tool call: its payload has `tool_name` and
+    /// `tool_input`, and a settings-file hook's `if` (a permission rule) is tested on it.
+    pub(crate) fn is_tool_event(self) -> bool {
+        matches!(
+            self,
+            Self::PreToolUse
+                | Self::PostToolUse
+                | Self::PostToolUseFailure
+                | Self::PermissionRequest
+        )
+    }
+
     /// The payload field a Claude Code `matcher` is tested against on this event, if any
     /// (`tool_name` for tool events, `source` for `SessionStart`, ...). Events without one
     /// ignore the matcher, as Claude Code does.
     pub(crate) fn matcher_field(self) -> Option<&'static str> {
         match self {
-            Self::PreToolUse | Self::PostToolUse => Some("tool_name"),
+            Self::PreToolUse
+            | Self::PostToolUse
+            | Self::PostToolUseFailure
+            | Self::PermissionRequest => Some("tool_name"),
             Self::SessionStart | Self::SessionResume => Some("source"),
             Self::SessionEnd => Some("reason"),
             Self::PreCompact | Self::PostCompact => Some("trigger"),
@@ -199,6 +233,38 @@ impl HookEvent {
             Self::UserPromptSubmit | Self::Stop | Self::PreUserMessage => None,
         }
     }
+}
+
+/// Why Mew has no event of this name, for the events Claude Code has and a node does not:
+/// what a settings file's hooks for it are skipped with.
+pub(crate) fn missing_claude_code_event(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "Setup" => {
+            "it runs for `claude --init` and `--maintenance`; a node has no such start (SessionStart runs when a session starts)"
+        }
+        "ConfigChange" => {
+            "a node reads its settings files when it starts; a change takes effect at the next start"
+        }
+        "InstructionsLoaded" => "Mew loads no CLAUDE.md or rules files into a role's context",
+        "PermissionDenied" => {
+            "it follows Claude Code's auto-mode denials, which Mew does not have; a denied call is answered to the model"
+        }
+        "StopFailure" => {
+            "Notification with notification_type stream_error reports a failed model request"
+        }
+        "PostToolBatch" => "PostToolUse runs after each call of a batch",
+        "UserPromptExpansion" => "UserPromptSubmit sees the message, slash commands included",
+        "TaskCreated" => "TaskReceived runs when a task arrives at the node",
+        "TeammateIdle" => "Mew has no agent teams",
+        "Elicitation" | "ElicitationResult" => {
+            "Mew does not yet answer an MCP server's elicitation requests"
+        }
+        "WorktreeCreate" | "WorktreeRemove" => "Mew creates no git worktrees",
+        "CwdChanged" | "FileChanged" => {
+            "a role's working directory is fixed and Mew watches no files for hooks"
+        }
+        _ => return None,
+    })
 }
 
 impl fmt::Display for HookEvent {
@@ -283,22 +349,60 @@ impl Payload {
             .with("tool_use_id", tool_use_id)
     }
 
-    /// `PostToolUse`: the call and its result (`tool_response` for Claude Code's scripts,
-    /// `tool_result` and `is_error` for the seed's).
+    /// `PostToolUse`: the call and its result (`tool_response` for Claude Code's scripts: the
+    /// tool's structured answer where it gives one, else its text; `tool_result` and
+    /// `is_error` for the seed's).
     pub(crate) fn post_tool_use(
         tool_name: &str,
         tool_input: &Value,
         tool_use_id: &str,
         result: &str,
+        response: Option<&Value>,
         is_error: bool,
     ) -> Self {
         Self::new(HookEvent::PostToolUse)
             .with("tool_name", tool_name)
             .with("tool_input", tool_input.clone())
             .with("tool_use_id", tool_use_id)
-            .with("tool_response", result)
+            .with(
+                "tool_response",
+                response.cloned().unwrap_or_else(|| Value::from(result)),
+            )
             .with("tool_result", result)
             .with("is_error", is_error)
+    }
+
+    /// `PostToolUseFailure`: a call whose result is an error (`error` is its text, as in
+    /// Claude Code; `is_interrupt` is true when the task was canceled under it).
+    pub(crate) fn post_tool_use_failure(
+        tool_name: &str,
+        tool_input: &Value,
+        tool_use_id: &str,
+        error: &str,
+        is_interrupt: bool,
+    ) -> Self {
+        Self::new(HookEvent::PostToolUseFailure)
+            .with("tool_name", tool_name)
+            .with("tool_input", tool_input.clone())
+            .with("tool_use_id", tool_use_id)
+            .with("error", error)
+            .with("is_interrupt", is_interrupt)
+    }
+
+    /// `PermissionRequest`: a call that needs approval, and the question the user would be
+    /// asked (`permission_suggestions` is empty: Mew offers no rule to add from here).
+    pub(crate) fn permission_request(
+        tool_name: &str,
+        tool_input: &Value,
+        tool_use_id: &str,
+        question: &str,
+    ) -> Self {
+        Self::new(HookEvent::PermissionRequest)
+            .with("tool_name", tool_name)
+            .with("tool_input", tool_input.clone())
+            .with("tool_use_id", tool_use_id)
+            .with("permission_suggestions", Value::Array(Vec::new()))
+            .with("question", question)
     }
 
     /// `PreCompact`; `trigger` is `auto` or `manual`.
@@ -417,7 +521,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), HookEvent::ALL.len());
         assert_eq!(HookEvent::parse("pretooluse"), None);
-        assert_eq!(HookEvent::parse("PermissionRequest"), None);
+        assert_eq!(HookEvent::parse("PermissionDenied"), None);
     }
 
     #[test]
@@ -432,6 +536,7 @@ mod tests {
                 HookEvent::UserPromptSubmit,
                 HookEvent::Stop,
                 HookEvent::PreToolUse,
+                HookEvent::PermissionRequest,
                 HookEvent::SubagentStop,
                 HookEvent::TaskReceived,
                 HookEvent::DelegationStart,
@@ -454,7 +559,9 @@ mod tests {
             Payload::stop(3, false, "done"),
             Payload::pre_user_message(1),
             Payload::pre_tool_use("bash", &input, "c"),
-            Payload::post_tool_use("bash", &input, "c", "out", false),
+            Payload::post_tool_use("bash", &input, "c", "out", None, false),
+            Payload::post_tool_use_failure("bash", &input, "c", "exit code 1", false),
+            Payload::permission_request("bash", &input, "c", "run ls?"),
             Payload::pre_compact("auto", 100),
             Payload::post_compact("auto", 100, 10),
             Payload::notification("permission_prompt", "run ls?"),
@@ -476,8 +583,8 @@ mod tests {
             }
         }
         assert_eq!(payloads[4].fields()["stop_hook_active"], false);
-        assert_eq!(payloads[12].fields()["stop_hook_active"], true);
-        assert_eq!(payloads[10].fields()["message"], "run ls?");
+        assert_eq!(payloads[14].fields()["stop_hook_active"], true);
+        assert_eq!(payloads[12].fields()["message"], "run ls?");
     }
 
     #[test]
@@ -501,10 +608,16 @@ mod tests {
         // An event field cannot pass itself off as a common one.
         let forged = Payload::new(HookEvent::Stop).with("session_id", "other");
         assert_eq!(forged.to_json("s-1", "/p", "plan")["session_id"], "s-1");
-        let post =
-            Payload::post_tool_use("bash", &json!({}), "c", "out", true).to_json("s", "/", "m");
+        let post = Payload::post_tool_use("bash", &json!({}), "c", "out", None, true)
+            .to_json("s", "/", "m");
         assert_eq!(post["tool_response"], "out");
         assert_eq!(post["tool_result"], "out");
         assert_eq!(post["is_error"], true);
+        // A tool's structured answer is Claude Code's `tool_response`; the text stays the seed's.
+        let response = json!({"stdout": "out", "stderr": "", "interrupted": false});
+        let post = Payload::post_tool_use("bash", &json!({}), "c", "out", Some(&response), false)
+            .to_json("s", "/", "m");
+        assert_eq!(post["tool_response"], response);
+        assert_eq!(post["tool_result"], "out");
     }
 }

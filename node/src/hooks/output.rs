@@ -29,6 +29,7 @@
 //! | `hookSpecificOutput.permissionDecision` | `allow`, `ask` or `deny` (`PreToolUse` only), with `permissionDecisionReason` |
 //! | `hookSpecificOutput.updatedInput` | the tool input to use instead (`PreToolUse` only; an object) |
 //! | `hookSpecificOutput.additionalContext` | context for the model |
+//! | `hookSpecificOutput.decision` | on `PermissionRequest`: `{behavior: allow, updatedInput}` or `{behavior: deny, message, interrupt}` |
 //!
 //! # The outcome of a dispatch
 //!
@@ -262,6 +263,18 @@ struct HookSpecific {
     permission_decision_reason: Option<String>,
     updated_input: Option<Value>,
     additional_context: Option<String>,
+    decision: Option<RequestDecision>,
+}
+
+/// A `PermissionRequest` hook's answer for the user.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestDecision {
+    behavior: String,
+    updated_input: Option<Value>,
+    message: Option<String>,
+    #[serde(default)]
+    interrupt: bool,
 }
 
 /// Characters of stderr quoted in an error.
@@ -478,6 +491,9 @@ fn apply_specific(
             )),
         }
     }
+    if let Some(decision) = specific.decision {
+        apply_request_decision(event, decision, reply, problems);
+    }
     if let Some(input) = specific.updated_input {
         match (event, input) {
             (HookEvent::PreToolUse, input @ Value::Object(_)) => reply.updated_input = Some(input),
@@ -493,6 +509,44 @@ fn apply_specific(
         && !context.trim().is_empty()
     {
         reply.context.push(context);
+    }
+}
+
+/// A `PermissionRequest` hook's `decision`: allow (with an updated input) or deny.
+fn apply_request_decision(
+    event: HookEvent,
+    decision: RequestDecision,
+    reply: &mut HookReply,
+    problems: &mut Vec<String>,
+) {
+    if event != HookEvent::PermissionRequest {
+        problems.push(format!(
+            "decision is only for PermissionRequest, not {event}; ignored"
+        ));
+        return;
+    }
+    match decision.behavior.as_str() {
+        "allow" => {
+            reply.permission = Some((PermissionDecision::Allow, String::new()));
+            match decision.updated_input {
+                None => {}
+                Some(input @ Value::Object(_)) => reply.updated_input = Some(input),
+                Some(_) => problems.push("updatedInput must be an object; ignored".to_owned()),
+            }
+        }
+        "deny" => {
+            let message = decision
+                .message
+                .filter(|message| !message.trim().is_empty())
+                .unwrap_or_else(|| "denied by a PermissionRequest hook".to_owned());
+            if decision.interrupt {
+                reply.stop = Some(message.clone());
+            }
+            reply.permission = Some((PermissionDecision::Deny, message));
+        }
+        other => problems.push(format!(
+            "unknown decision.behavior `{other}` (expected allow or deny)"
+        )),
     }
 }
 

@@ -29,7 +29,7 @@
 //!       type: shell                  # shell | http | prompt | subagent
 //!       command: "echo no >&2; exit 2"
 //!     only_once: false               # once per session
-//!     async: false                   # run in the background; not on blocking events
+//!     async: false                   # run in the background; it cannot block
 //!     timeout: 30s                   # default 30s; 500ms, 2m, or an integer of seconds
 //!     fail: open                     # open (default) | closed: a failing hook blocks
 //! ```
@@ -43,8 +43,10 @@
 //! type, missing a required field or holding a field of another type; `if` with both or
 //! neither of `all_of` and `any_of`, or an empty list; an atom without `field` or `match`; a
 //! matcher that does not compile or has no value; `not` without `inner`; a bad timeout (zero,
-//! over 10 minutes, or unparsable); `async` on a blocking event; an `async` prompt (its text
-//! would go nowhere); `fail: closed` on an event where a block prevents nothing.
+//! over 10 minutes, or unparsable); `async` with `fail: closed`; an `async` prompt (its text
+//! would go nowhere); `fail: closed` on an event where a block prevents nothing. An `async`
+//! rule may listen to a blocking event (`Stop`, `PreToolUse`): it runs, but the caller goes
+//! on without its answer.
 //!
 //! # Claude Code settings files
 //!
@@ -61,6 +63,12 @@
 //! default 60, and the optional `async` and `once`) and `type: "http"` (`url`, `headers`) are
 //! supported; other types (`prompt`, `agent`, ...) and events Mew does not have are reported
 //! and skipped. Such hooks are named `<file>#<Event>[i][j]`.
+//!
+//! A hook's `if` is a permission rule in Claude Code's syntax (`Bash(git commit:*)`,
+//! `Edit(src/**)`, see [`crate::permission::rules`]): the hook runs only for tool calls the
+//! rule matches, a chained command matching when any of its commands does. It is tested on the
+//! tool events alone; on another event it is a reported problem, since Claude Code never runs
+//! such a hook.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -75,8 +83,9 @@ use serde_yaml_ng::Value as Yaml;
 
 use super::action::{Action, HttpAction};
 use super::condition::{Atom, Combine, Condition, NameMatcher, compile_match};
-use super::event::{BlockEffect, HookEvent};
+use super::event::{BlockEffect, HookEvent, missing_claude_code_event};
 use super::trust::{TrustStore, content_hash};
+use crate::permission::rules::{Rule, from_claude_settings};
 
 /// The timeout of a `hooks.yaml` rule that names none (the seed's).
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -220,11 +229,15 @@ pub(crate) struct HookRule {
     pub(crate) condition: Option<Condition>,
     /// A Claude Code `matcher`, for settings-file hooks.
     pub(crate) matcher: Option<NameMatcher>,
+    /// A settings-file hook's `if`: a permission rule the event's tool call must match
+    /// (`Bash(git commit:*)`), tested as a deny rule tests a call, so a chained command
+    /// matches when one of its commands does.
+    pub(crate) tool_if: Option<Rule>,
     /// What it does.
     pub(crate) action: Action,
     /// Once per session.
     pub(crate) only_once: bool,
-    /// In the background; never on blocking events.
+    /// In the background: the caller does not wait, and its answer is only logged.
     pub(crate) run_async: bool,
     /// How long the action may take.
     pub(crate) timeout: Duration,
@@ -568,6 +581,7 @@ fn compile_rule(raw: RawRule, source: &Arc<RuleSource>) -> Result<HookRule, Stri
         event,
         condition,
         matcher: None,
+        tool_if: None,
         action,
         only_once: raw.only_once,
         run_async: raw.run_async,
@@ -588,12 +602,15 @@ fn parse_event(name: &str) -> Result<HookEvent, String> {
     })
 }
 
-/// The checks that tie `async` and `fail` to the event.
+/// The checks that tie `async` and `fail` to the event. An `async` hook may listen to any
+/// event, as in Claude Code, but cannot block: failing closed needs the caller to wait.
 fn check_modes(event: HookEvent, run_async: bool, fail: FailMode) -> Result<(), String> {
-    if run_async && event.is_blocking() {
-        return Err(format!(
-            "`async: true` is not allowed on {event}: the caller waits for its decision"
-        ));
+    if run_async && fail == FailMode::Closed {
+        return Err(
+            "`async: true` and `fail: closed` do not go together: nothing waits for an async \
+             hook, so its failure cannot block"
+                .to_owned(),
+        );
     }
     if fail == FailMode::Closed && event.block_effect() != BlockEffect::Prevent {
         return Err(format!(
@@ -777,9 +794,11 @@ pub(crate) fn parse_settings(
     let mut problems = Vec::new();
     for (event_name, entries) in &events {
         let Some(event) = HookEvent::parse(event_name) else {
+            let why = missing_claude_code_event(event_name)
+                .map_or_else(String::new, |why| format!(": {why}"));
             problems.push(HookProblem::file(
                 path,
-                format!("hooks for `{event_name}` skipped: Mew has no such event"),
+                format!("hooks for `{event_name}` skipped: Mew has no such event{why}"),
             ));
             continue;
         };
@@ -892,11 +911,25 @@ fn compile_settings_hook(
     };
     let run_async = flag("async")?;
     check_modes(event, run_async, FailMode::Open)?;
+    let tool_if = match string("if")? {
+        None => None,
+        Some(_) if !event.is_tool_event() => {
+            return Err(format!(
+                "`if` is tested on tool events only (PreToolUse, PostToolUse, \
+                 PostToolUseFailure, PermissionRequest); on {event} this hook would never run"
+            ));
+        }
+        Some(text) => Some(
+            Rule::parse(&from_claude_settings(&text))
+                .map_err(|err| format!("`if: {text}` is not a permission rule: {err}"))?,
+        ),
+    };
     Ok(HookRule {
         name: name.to_owned(),
         event,
         condition: None,
         matcher: event.matcher_field().and(matcher),
+        tool_if,
         action,
         only_once: flag("once")?,
         run_async,
@@ -1097,12 +1130,9 @@ mod tests {
             "`timeout` is over the limit of 600s"
         );
         assert_eq!(
-            problem(&format!("{GOOD}\nasync: true")),
-            "`async: true` is not allowed on PreToolUse: the caller waits for its decision"
-        );
-        assert_eq!(
-            problem("name: r\nevent: Stop\nasync: true\naction: {type: shell, command: x}"),
-            "`async: true` is not allowed on Stop: the caller waits for its decision"
+            problem(&format!("{GOOD}\nasync: true\nfail: closed")),
+            "`async: true` and `fail: closed` do not go together: nothing waits for an async \
+             hook, so its failure cannot block"
         );
         assert_eq!(
             problem("name: r\nevent: PostToolUse\nasync: true\naction: {type: prompt, text: x}"),
@@ -1216,36 +1246,63 @@ mod tests {
     fn settings_problems_skip_only_what_is_wrong() {
         let (rules, problems) = settings(
             r#"{"hooks": {
-                "PermissionRequest": [{"hooks": [{"type": "command", "command": "x"}]}],
+                "InstructionsLoaded": [{"hooks": [{"type": "command", "command": "x"}]}],
+                "NoSuchEvent": [{"hooks": [{"type": "command", "command": "x"}]}],
                 "PreToolUse": [
                   {"matcher": "(", "hooks": [{"type": "command", "command": "x"}]},
                   {"matcher": "Bash", "hooks": [
                     {"type": "prompt", "prompt": "is it safe?"},
                     {"type": "command"},
-                    {"type": "command", "command": "x", "async": true},
+                    {"type": "command", "command": "x", "if": "Bash(git"},
                     {"type": "command", "command": "x", "timeout": -1},
                     {"type": "command", "command": "ok"}
                   ]}
                 ],
+                "SessionStart": [{"hooks": [{"type": "command", "command": "x", "if": "Bash"}]}],
                 "Stop": {"hooks": []}
             }}"#,
         );
         assert_eq!(rules.len(), 1);
         let messages: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        assert_eq!(messages.len(), 7, "{messages:#?}");
-        assert!(
-            messages[0].ends_with("hooks for `PermissionRequest` skipped: Mew has no such event")
-        );
-        assert!(messages[1].contains(
+        assert_eq!(messages.len(), 9, "{messages:#?}");
+        assert!(messages[0].ends_with(
+            "hooks for `InstructionsLoaded` skipped: Mew has no such event: Mew loads no \
+             CLAUDE.md or rules files into a role's context"
+        ));
+        assert!(messages[1].ends_with("hooks for `NoSuchEvent` skipped: Mew has no such event"));
+        assert!(messages[2].contains(
             "hook `~/.claude/settings.json#PreToolUse[0]` skipped: bad matcher: bad regex `(`"
         ));
-        assert!(messages[2].contains("hooks of type `prompt` are not supported"));
-        assert!(messages[3].ends_with("a command hook needs `command`"));
-        assert!(messages[4].ends_with(
-            "`async: true` is not allowed on PreToolUse: the caller waits for its decision"
+        assert!(messages[3].contains("hooks of type `prompt` are not supported"));
+        assert!(messages[4].ends_with("a command hook needs `command`"));
+        assert!(
+            messages[5].contains("`if: Bash(git` is not a permission rule"),
+            "{}",
+            messages[5]
+        );
+        assert!(messages[6].ends_with("`timeout` must be a positive number of seconds"));
+        assert!(messages[7].ends_with(
+            "`if` is tested on tool events only (PreToolUse, PostToolUse, PostToolUseFailure, \
+             PermissionRequest); on SessionStart this hook would never run"
         ));
-        assert!(messages[5].ends_with("`timeout` must be a positive number of seconds"));
-        assert!(messages[6].ends_with("`hooks.Stop` must be a list of {matcher, hooks} entries"));
+        assert!(messages[8].ends_with("`hooks.Stop` must be a list of {matcher, hooks} entries"));
+
+        // Claude Code allows `async` on any event: it runs, but cannot block.
+        let (rules, problems) = settings(
+            r#"{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x", "async": true}]}],
+                "PreToolUse": [{"matcher": "Bash", "hooks": [
+                  {"type": "command", "command": "x", "async": true, "if": "Bash(git commit:*)"}]}]}}"#,
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        assert!(rules.iter().all(|rule| rule.run_async));
+        assert_eq!(
+            rules[0]
+                .tool_if
+                .as_ref()
+                .map(ToString::to_string)
+                .as_deref(),
+            Some("Bash(git commit:*)")
+        );
 
         assert!(settings("{").1[0].message.starts_with("invalid JSON"));
         assert_eq!(

@@ -531,7 +531,8 @@ async fn async_hooks_run_in_the_background_and_die_at_shutdown() {
     sleeper["async"] = json!(true);
     sleeper["timeout"] = json!("10m");
     let dispatcher = dispatcher(dir.path(), json!([logger, sleeper]));
-    let payload = Payload::post_tool_use("bash", &json!({"command": "ls"}), "c", "a b", false);
+    let payload =
+        Payload::post_tool_use("bash", &json!({"command": "ls"}), "c", "a b", None, false);
     // The dispatch does not wait for them, and their answers do not count.
     let outcome = dispatcher.dispatch(payload, &ctx(dir.path())).await;
     assert_eq!(outcome, HookOutcome::default());
@@ -981,4 +982,142 @@ async fn subagent_failures_are_hook_errors() {
 fn without_runs(mut outcome: HookOutcome) -> HookOutcome {
     outcome.runs.clear();
     outcome
+}
+
+/// A dispatcher for the `hooks` of a Claude Code settings file (a user file: trusted).
+fn claude_dispatcher(dir: &Path, hooks: Value) -> HookDispatcher {
+    let source = Arc::new(RuleSource {
+        path: dir.join("settings.json"),
+        scope: Scope::User,
+        format: Format::ClaudeSettings,
+        hash: String::new(),
+    });
+    let (rules, problems) =
+        super::rules::parse_settings(&json!({ "hooks": hooks }).to_string(), &source);
+    assert_eq!(problems, [], "the test's hooks must compile");
+    HookDispatcher::new(rules, settings(dir)).unwrap()
+}
+
+#[tokio::test]
+async fn a_settings_hooks_if_runs_it_only_for_the_calls_its_rule_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let dispatcher = claude_dispatcher(
+        dir.path(),
+        json!({"PreToolUse": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "if": "Bash(git commit:*)",
+             "command": format!("cat >> '{0}'; echo 'no commits' >&2; exit 2", log.display())},
+        ]}, {"matcher": "Edit", "hooks": [
+            {"type": "command", "if": "Edit(src/**)", "command": "echo 'src is frozen' >&2; exit 2"},
+        ]}]}),
+    );
+    let ctx = ctx(dir.path());
+    // Not a commit: the hook does not run at all (nothing reaches its log).
+    let outcome = dispatcher.dispatch(bash_call("git status"), &ctx).await;
+    assert_eq!(without_runs(outcome), HookOutcome::default());
+    assert!(!log.exists());
+    // A commit, alone or chained after another command, is refused.
+    for command in ["git commit -m x", "cargo fmt && git commit -am wip"] {
+        let outcome = dispatcher.dispatch(bash_call(command), &ctx).await;
+        assert_eq!(outcome.refusal().map(|(_, why)| why), Some("no commits"));
+    }
+    assert_eq!(fs::read_to_string(&log).unwrap().lines().count(), 2);
+    // Path rules anchor at the project, as permission rules do.
+    let edit = |path: &str| {
+        Payload::pre_tool_use(
+            "edit_file",
+            &json!({"file_path": path, "old_string": "a", "new_string": "b"}),
+            "c",
+        )
+    };
+    let outcome = dispatcher.dispatch(edit("src/lib.rs"), &ctx).await;
+    assert_eq!(outcome.refusal().map(|(_, why)| why), Some("src is frozen"));
+    let outcome = dispatcher.dispatch(edit("docs/a.md"), &ctx).await;
+    assert_eq!(outcome.refusal(), None);
+}
+
+#[tokio::test]
+async fn settings_post_tool_use_sees_successes_and_post_tool_use_failure_the_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, failed) = (dir.path().join("ok"), dir.path().join("failed"));
+    let dispatcher = claude_dispatcher(
+        dir.path(),
+        json!({
+            "PostToolUse": [{"matcher": "Bash", "hooks": [
+                {"type": "command", "command": format!("cat >> '{}'", ok.display())}]}],
+            "PostToolUseFailure": [{"matcher": "Bash", "hooks": [
+                {"type": "command", "command": format!("cat >> '{}'; echo 'try --force' >&2; exit 2", failed.display())}]}],
+        }),
+    );
+    let ctx = ctx(dir.path());
+    let input = json!({"command": "ls"});
+    let response = json!({"stdout": "a\n", "stderr": "", "interrupted": false, "isImage": false});
+    let success = Payload::post_tool_use("bash", &input, "c1", "a", Some(&response), false);
+    dispatcher.dispatch(success, &ctx).await;
+    let failure = Payload::post_tool_use("bash", &input, "c2", "exit code 1", None, true);
+    assert!(dispatcher.dispatch(failure, &ctx).await.runs.is_empty());
+    let failure = Payload::post_tool_use_failure("bash", &input, "c2", "exit code 1", false);
+    let outcome = dispatcher.dispatch(failure, &ctx).await;
+    // A block after the fact is feedback for the model.
+    assert_eq!(outcome.additional_context, ["try --force"]);
+
+    let seen: Value = serde_json::from_str(&fs::read_to_string(&ok).unwrap()).unwrap();
+    assert_eq!(seen["tool_name"], "Bash");
+    assert_eq!(seen["tool_response"], response);
+    assert_eq!(seen["tool_use_id"], "c1");
+    let seen: Value = serde_json::from_str(&fs::read_to_string(&failed).unwrap()).unwrap();
+    assert_eq!(seen["hook_event_name"], "PostToolUseFailure");
+    assert_eq!(seen["error"], "exit code 1");
+    assert_eq!(seen["is_interrupt"], false);
+    assert_eq!(seen["tool_use_id"], "c2");
+}
+
+#[tokio::test]
+async fn a_permission_request_hook_allows_or_denies_for_the_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let dispatcher = claude_dispatcher(
+        dir.path(),
+        json!({"PermissionRequest": [
+            {"matcher": "Bash", "hooks": [{"type": "command", "if": "Bash(npm test:*)", "command":
+                r#"echo '{"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow", "updatedInput": {"command": "npm test --silent"}}}}'"#}]},
+            {"matcher": "Bash", "hooks": [{"type": "command", "if": "Bash(rm:*)", "command":
+                r#"echo '{"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {"behavior": "deny", "message": "never rm", "interrupt": true}}}'"#}]},
+        ]}),
+    );
+    let ctx = ctx(dir.path());
+    let request = |command: &str| {
+        Payload::permission_request("bash", &json!({"command": command}), "c", "run it?")
+    };
+    let outcome = dispatcher.dispatch(request("npm test"), &ctx).await;
+    assert_eq!(
+        outcome.permission.as_ref().map(|p| p.decision),
+        Some(PermissionDecision::Allow)
+    );
+    assert_eq!(
+        outcome.updated_input,
+        Some(json!({"command": "npm test --silent"}))
+    );
+    let outcome = dispatcher.dispatch(request("rm -rf x"), &ctx).await;
+    assert_eq!(outcome.refusal().map(|(_, why)| why), Some("never rm"));
+    assert_eq!(outcome.stop.as_deref(), Some("never rm"));
+    // No hook decides: the user is asked.
+    let outcome = dispatcher.dispatch(request("make"), &ctx).await;
+    assert_eq!(without_runs(outcome), HookOutcome::default());
+}
+
+#[tokio::test]
+async fn an_async_stop_hook_runs_but_cannot_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("stopped");
+    let dispatcher = claude_dispatcher(
+        dir.path(),
+        json!({"Stop": [{"hooks": [{"type": "command", "async": true, "command":
+            format!("cat > '{0}'; echo 'keep going' >&2; exit 2", marker.display())}]}]}),
+    );
+    let stop = Payload::stop(1, false, "done");
+    let outcome = dispatcher.dispatch(stop, &ctx(dir.path())).await;
+    assert_eq!(outcome.refusal(), None);
+    let seen: Value = serde_json::from_str(&wait_for_file(&marker).await).unwrap();
+    assert_eq!(seen["hook_event_name"], "Stop");
+    dispatcher.shutdown().await;
 }

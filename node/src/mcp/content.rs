@@ -34,10 +34,17 @@ pub(super) fn output(result: CallToolResult) -> ToolOutput {
     if parts.is_empty() {
         parts.push(text("(no content)".to_owned()));
     }
+    // Claude Code hands hooks an MCP tool's structured content where it has one, else its
+    // content blocks.
+    let response = result
+        .structured_content
+        .clone()
+        .or_else(|| serde_json::to_value(&result.content).ok());
     ToolOutput {
         content: parts,
         is_error: result.is_error == Some(true),
         relay: None,
+        response,
     }
 }
 

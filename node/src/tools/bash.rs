@@ -277,17 +277,19 @@ fn render(ending: &Ending, out: &Captured, err: &Captured, timeout: Duration) ->
         err_text.chars().count(),
         MAX_OUTPUT_CHARS,
     );
+    let stdout = cap(&out_text, out_budget, out.total);
+    let stderr = cap(&err_text, err_budget, err.total);
     let mut text = String::new();
     if !out_text.is_empty() {
         text.push_str("stdout:\n");
-        text.push_str(&cap(&out_text, out_budget, out.total));
+        text.push_str(&stdout);
         if !text.ends_with('\n') {
             text.push('\n');
         }
     }
     if !err_text.is_empty() {
         text.push_str("stderr:\n");
-        text.push_str(&cap(&err_text, err_budget, err.total));
+        text.push_str(&stderr);
         if !text.ends_with('\n') {
             text.push('\n');
         }
@@ -295,14 +297,14 @@ fn render(ending: &Ending, out: &Captured, err: &Captured, timeout: Duration) ->
     if text.is_empty() {
         text.push_str("(no output)\n");
     }
-    match ending {
+    let interrupted = !matches!(ending, Ending::Exited(_));
+    let output = match ending {
         Ending::Exited(status) => match status.code() {
             Some(code) => {
                 text.push_str(&format!("exit code {code}"));
                 ToolOutput {
-                    content: ToolOutput::text(text).content,
                     is_error: code != 0,
-                    relay: None,
+                    ..ToolOutput::text(text)
                 }
             }
             None => {
@@ -316,7 +318,14 @@ fn render(ending: &Ending, out: &Captured, err: &Captured, timeout: Duration) ->
             ToolOutput::error(format!("timed out after {}\n{text}", seconds(timeout)))
         }
         Ending::Canceled => ToolOutput::error(format!("canceled\n{text}")),
-    }
+    };
+    // Claude Code's Bash result, for hooks: the same capped texts.
+    output.with_response(serde_json::json!({
+        "stdout": stdout,
+        "stderr": stderr,
+        "interrupted": interrupted,
+        "isImage": false,
+    }))
 }
 
 /// `timeout` as the user wrote it: whole seconds as `120s`, else milliseconds.
@@ -376,17 +385,25 @@ mod tests {
     use super::*;
     use crate::tools::test_support::context;
 
+    /// The call's answer as the model sees it (its structured form for hooks left out).
     async fn call(dir: &Path, input: Value) -> ToolOutput {
-        Bash.call(input, &context(dir)).await
+        let out = Bash.call(input, &context(dir)).await;
+        ToolOutput {
+            response: None,
+            ..out
+        }
     }
 
     #[tokio::test]
     async fn returns_stdout_stderr_and_exit_code() {
         let dir = tempfile::tempdir().unwrap();
-        let out = call(dir.path(), json!({"command": "echo hello; echo oops >&2"})).await;
+        let input = json!({"command": "echo hello; echo oops >&2"});
+        let out = Bash.call(input, &context(dir.path())).await;
         assert_eq!(
             out,
-            ToolOutput::text("stdout:\nhello\nstderr:\noops\nexit code 0")
+            ToolOutput::text("stdout:\nhello\nstderr:\noops\nexit code 0").with_response(
+                json!({"stdout": "hello\n", "stderr": "oops\n", "interrupted": false, "isImage": false})
+            )
         );
     }
 
@@ -477,7 +494,12 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(out, ToolOutput::error("canceled\n(no output)\n"));
+        assert_eq!(
+            out,
+            ToolOutput::error("canceled\n(no output)\n").with_response(
+                json!({"stdout": "", "stderr": "", "interrupted": true, "isImage": false})
+            )
+        );
         eof.recv_timeout(Duration::from_secs(10)).unwrap();
     }
 

@@ -143,7 +143,16 @@ fn edit(path: &Path, input: &Input) -> ToolOutput {
     } else {
         format!("{count} occurrences")
     };
-    ToolOutput::text(format!("Edited {shown}: replaced {occurrences}"))
+    ToolOutput::text(format!("Edited {shown}: replaced {occurrences}")).with_response(
+        serde_json::json!({
+            "filePath": path.display().to_string(),
+            "oldString": input.old_string,
+            "newString": input.new_string,
+            "replaceAll": input.replace_all,
+            "userModified": false,
+            "success": true,
+        }),
+    )
 }
 
 #[cfg(test)]
@@ -174,6 +183,14 @@ mod tests {
         assert_eq!(
             out,
             ToolOutput::text(format!("Edited {}: replaced 1 occurrence", path.display()))
+                .with_response(json!({
+                    "filePath": path.display().to_string(),
+                    "oldString": "let x = 1;",
+                    "newString": "let x = 2;",
+                    "replaceAll": false,
+                    "userModified": false,
+                    "success": true,
+                }))
         );
         assert_eq!(
             fs::read_to_string(&path).unwrap(),
@@ -201,9 +218,11 @@ mod tests {
         let input = json!({"file_path": "code.rs", "old_string": "foo", "new_string": "bar", "replace_all": true});
         let out = call(dir.path(), input).await;
         assert_eq!(
-            out,
-            ToolOutput::text(format!("Edited {}: replaced 3 occurrences", path.display()))
+            out.text_content(),
+            format!("Edited {}: replaced 3 occurrences", path.display())
         );
+        assert!(!out.is_error);
+        assert_eq!(out.response.unwrap()["replaceAll"], true);
         assert_eq!(
             fs::read_to_string(&path).unwrap(),
             "a = bar; b = bar; c = bar;"

@@ -94,6 +94,10 @@ pub(crate) struct ToolOutput {
     /// user may make: the run stops and puts the question (the content) to the user, whose
     /// reply goes to that task through [`Tool::answer`].
     pub(crate) relay: Option<String>,
+    /// The answer as structured JSON, in the shape Claude Code's hooks read as
+    /// `tool_response` (`{stdout, stderr, interrupted}` for `bash`, `{filePath, ..}` for the
+    /// file tools, an MCP tool's result); hooks only, the model sees `content`.
+    pub(crate) response: Option<Value>,
 }
 
 impl ToolOutput {
@@ -103,6 +107,7 @@ impl ToolOutput {
             content: vec![ResultPart::Text { text: text.into() }],
             is_error: false,
             relay: None,
+            response: None,
         }
     }
 
@@ -112,7 +117,15 @@ impl ToolOutput {
             content: vec![ResultPart::Text { text: text.into() }],
             is_error: true,
             relay: None,
+            response: None,
         }
+    }
+
+    /// The same answer, with `response` as its structured form for hooks.
+    #[must_use]
+    pub(crate) fn with_response(mut self, response: Value) -> Self {
+        self.response = Some(response);
+        self
     }
 
     /// The text parts joined by newlines (images are left out).

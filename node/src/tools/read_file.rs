@@ -198,6 +198,7 @@ fn read_image(
             },
         ],
         is_error: false,
+        response: None,
         relay: None,
     })
 }

@@ -92,6 +92,11 @@ fn write(path: &Path, content: &str) -> ToolOutput {
         Ok(()) => {
             let verb = if existed { "Overwrote" } else { "Created" };
             ToolOutput::text(format!("{verb} {shown}: wrote {} bytes", content.len()))
+                .with_response(serde_json::json!({
+                    "type": if existed { "update" } else { "create" },
+                    "filePath": path.display().to_string(),
+                    "success": true,
+                }))
         }
         Err(err) => ToolOutput::error(format!("cannot write {shown}: {err}")),
     }
@@ -118,7 +123,9 @@ mod tests {
         let path = dir.path().join("a/b/c.txt");
         assert_eq!(
             out,
-            ToolOutput::text(format!("Created {}: wrote 7 bytes", path.display()))
+            ToolOutput::text(format!("Created {}: wrote 7 bytes", path.display())).with_response(
+                json!({"type": "create", "filePath": path.display().to_string(), "success": true})
+            )
         );
         assert_eq!(fs::read_to_string(&path).unwrap(), "héllo\n");
         assert_eq!(dir_names(&dir.path().join("a/b")), ["c.txt"]);
@@ -134,6 +141,7 @@ mod tests {
         assert_eq!(
             out,
             ToolOutput::text(format!("Overwrote {absolute}: wrote 3 bytes"))
+                .with_response(json!({"type": "update", "filePath": absolute, "success": true}))
         );
         assert_eq!(fs::read_to_string(&path).unwrap(), "new");
         assert_eq!(dir_names(dir.path()), ["f.txt"]);

@@ -493,3 +493,99 @@ async fn prompt_completion_and_subagent_hooks_fire_on_a_running_node() -> anyhow
     model.assert_done();
     Ok(())
 }
+
+/// `.claude/settings.json` with the hook shapes Claude Code users write: a `PreToolUse` hook
+/// narrowed by `if` to commits, a `PermissionRequest` hook that approves `false` for the
+/// user, a `PostToolUseFailure` logger and an `async` `Stop` hook.
+const CLAUDE_EVENTS_SETTINGS: &str = r#"{
+  "permissions": {"allow": ["Bash(echo:*)"]},
+  "hooks": {
+    "PreToolUse": [{"matcher": "Bash", "hooks": [
+      {"type": "command", "if": "Bash(git commit:*)",
+       "command": "echo 'commits go through review' >&2; exit 2"}
+    ]}],
+    "PermissionRequest": [{"matcher": "Bash", "hooks": [
+      {"type": "command", "if": "Bash(false)",
+       "command": "echo '{\"hookSpecificOutput\": {\"hookEventName\": \"PermissionRequest\", \"decision\": {\"behavior\": \"allow\"}}}'"}
+    ]}],
+    "PostToolUseFailure": [{"matcher": "Bash", "hooks": [
+      {"type": "command", "command": "cat > \"$CLAUDE_PROJECT_DIR/failure.json\""}
+    ]}],
+    "Stop": [{"hooks": [
+      {"type": "command", "async": true,
+       "command": "cat > \"$CLAUDE_PROJECT_DIR/stop.json\"; echo 'an async hook cannot keep the run going' >&2; exit 2"}
+    ]}]
+  }
+}
+"#;
+
+#[tokio::test]
+async fn claude_code_if_permission_request_failure_and_async_stop_hooks_on_a_node()
+-> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("call_1", "bash", json!({"command": "git commit -am wip"})),
+        // The `if` hook refused the commit before it ran.
+        Step::tool_call("call_2", "bash", json!({"command": "echo hi"}))
+            .expect_tool_results(["call_1"])
+            .expect_last_user("commits go through review"),
+        // `echo` is allowed, and the commit hook's `if` does not match it.
+        Step::tool_call("call_3", "bash", json!({"command": "false"}))
+            .expect_tool_results(["call_2"])
+            .expect_last_user("hi"),
+        // `false` would ask the user; the PermissionRequest hook approved it, and it failed.
+        Step::text("Done.")
+            .expect_tool_results(["call_3"])
+            .expect_last_user("exit code 1"),
+    ])?;
+    let mut node = model_node(
+        &model,
+        &[("committer.md", &role("committer", "tools: [bash]\n"))],
+    )?;
+    let project = node.project_dir();
+    write(
+        &project.join(".claude/settings.json"),
+        CLAUDE_EVENTS_SETTINGS,
+    )?;
+    mew(&node, &["hooks", "trust"]).await?;
+    let listed = mew(&node, &["hooks", "list"]).await?;
+    ensure!(
+        listed.contains("PermissionRequest") && listed.contains("PostToolUseFailure"),
+        "hooks list:\n{listed}"
+    );
+
+    node.launch().await?;
+    let task = send_text(&node, "committer", "commit and check").await?;
+    ensure!(
+        task.status.state == TaskState::Completed && status_text(&task) == "Done.",
+        "state {:?}: {}",
+        task.status.state,
+        status_text(&task)
+    );
+    model.assert_done();
+
+    let failure: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(project.join("failure.json"))?)?;
+    ensure!(
+        failure["hook_event_name"] == "PostToolUseFailure"
+            && failure["tool_name"] == "Bash"
+            && failure["tool_input"]["command"] == "false"
+            && failure["error"]
+                .as_str()
+                .is_some_and(|error| error.contains("exit code 1")),
+        "PostToolUseFailure payload: {failure}"
+    );
+    // The async Stop hook runs after the answer; its exit 2 could not keep the run going.
+    let stop = project.join("stop.json");
+    let seen = mew_tests::node::poll_until(
+        "the async Stop hook's payload",
+        std::time::Duration::from_secs(60),
+        || async {
+            Ok(std::fs::read_to_string(&stop)
+                .ok()
+                .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok()))
+        },
+    )
+    .await?;
+    ensure!(seen["hook_event_name"] == "Stop", "Stop payload: {seen}");
+    Ok(())
+}
