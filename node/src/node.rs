@@ -918,6 +918,7 @@ fn load_hooks(
         extra_env: config.hooks.env.clone(),
         project_dir: config.project_dir.clone(),
         ledger_dir: Some(ledger.to_path_buf()),
+        transcript_dir: Some(config.node.data_dir.join("transcripts")),
     };
     let subagents =
         crate::agent::hook_subagent::HookSubagents::new(directory.clone(), config.agent.max_depth);

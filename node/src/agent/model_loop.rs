@@ -279,6 +279,7 @@ impl Agent {
                 }
             }
             if let Some(hooks) = super::scope::hooks(&self.context) {
+                hooks.record_transcript(&session.messages).await;
                 let outcome = hooks
                     .dispatch(Payload::pre_user_message(session.model_calls + 1))
                     .await;
@@ -321,6 +322,10 @@ impl Agent {
                 .collect();
             let text = assistant.text();
             session.messages.push(assistant);
+            // The tool and stop hooks that follow read the answer in the transcript.
+            if let Some(hooks) = super::scope::hooks(&self.context) {
+                hooks.record_transcript(&session.messages).await;
+            }
             if let Some(usage) = response.usage {
                 // Without a report, the next request's size is estimated from the text.
                 super::compact::record_usage(session, usage);

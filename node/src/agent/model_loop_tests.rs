@@ -364,6 +364,7 @@ fn run_hooks(dir: &std::path::Path, rules: Value) -> Arc<crate::hooks::RunHooks>
         extra_env: Vec::new(),
         project_dir: dir.to_owned(),
         ledger_dir: None,
+        transcript_dir: None,
     };
     let dispatcher = crate::hooks::HookDispatcher::new(rules, settings).unwrap();
     Arc::new(crate::hooks::RunHooks {

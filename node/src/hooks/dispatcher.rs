@@ -46,6 +46,9 @@ pub(crate) struct HookSettings {
     /// The process ledger directory ([`crate::process::ledger_dir`]), so that hook processes a
     /// killed node left running are reaped at the next start.
     pub(crate) ledger_dir: Option<PathBuf>,
+    /// Where sessions' transcripts are written for hooks ([`super::transcript`]); without
+    /// one, payloads have no `transcript_path`.
+    pub(crate) transcript_dir: Option<PathBuf>,
 }
 
 /// The dispatcher could not be built.
@@ -170,6 +173,13 @@ impl HookDispatcher {
         self.rules.iter().any(|rule| rule.event == event)
     }
 
+    /// The transcript file of `session` that payloads name, when hooks are loaded and the
+    /// node keeps transcripts.
+    pub(crate) fn transcript_file(&self, session: &str) -> Option<PathBuf> {
+        let dir = self.settings.transcript_dir.as_deref()?;
+        (!self.rules.is_empty()).then(|| super::transcript::path(dir, session))
+    }
+
     /// Forgets which `only_once` rules ran in `session_id` (a cleared or ended session).
     pub(crate) fn reset_session(&self, session_id: &str) {
         self.fired
@@ -199,6 +209,13 @@ impl HookDispatcher {
         }
         let cwd = ctx.cwd.display().to_string();
         let mut json = payload.to_json(&ctx.session_id, &cwd, &ctx.mode);
+        if let (Some(path), Value::Object(map)) = (self.transcript_file(&ctx.session_id), &mut json)
+        {
+            map.insert(
+                "transcript_path".to_owned(),
+                Value::String(path.display().to_string()),
+            );
+        }
         for rule in self.rules.iter().filter(|rule| rule.event == event) {
             if !self.matches(rule, &json) {
                 continue;

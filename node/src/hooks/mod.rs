@@ -22,6 +22,7 @@ pub(crate) mod dispatcher;
 pub(crate) mod event;
 pub(crate) mod output;
 pub(crate) mod rules;
+pub(crate) mod transcript;
 pub(crate) mod trust;
 
 #[cfg(test)]
@@ -60,6 +61,18 @@ impl RunHooks {
             }
         }
         outcome
+    }
+
+    /// Writes the session's conversation where hooks read it (`transcript_path`), when hooks
+    /// are loaded; a failure is logged, and the hooks run without it.
+    pub(crate) async fn record_transcript(&self, messages: &[crate::conversation::ChatMessage]) {
+        let session = self.ctx.session_id();
+        let Some(path) = self.dispatcher.transcript_file(session) else {
+            return;
+        };
+        if let Err(err) = transcript::write(&path, session, messages).await {
+            tracing::warn!(path = %path.display(), "cannot write the transcript for hooks: {err}");
+        }
     }
 }
 

@@ -47,6 +47,7 @@ fn settings(dir: &Path) -> HookSettings {
         extra_env: Vec::new(),
         project_dir: dir.to_owned(),
         ledger_dir: None,
+        transcript_dir: None,
     }
 }
 

@@ -587,5 +587,31 @@ async fn claude_code_if_permission_request_failure_and_async_stop_hooks_on_a_nod
     )
     .await?;
     ensure!(seen["hook_event_name"] == "Stop", "Stop payload: {seen}");
+    // Claude Code's transcript_path: the conversation as JSON Lines, the answer included.
+    let transcript = seen["transcript_path"]
+        .as_str()
+        .context("the Stop payload has no transcript_path")?;
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(transcript)?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let said = |role: &str, text: &str| {
+        lines.iter().any(|line| {
+            line["type"] == role
+                && line["message"]["content"]
+                    .as_array()
+                    .is_some_and(|blocks| blocks.iter().any(|b| b["text"] == text))
+        })
+    };
+    ensure!(
+        said("user", "commit and check") && said("assistant", "Done."),
+        "transcript: {lines:#?}"
+    );
+    ensure!(
+        lines
+            .iter()
+            .any(|line| line["message"]["content"][0]["name"] == "Bash"),
+        "the transcript names tools as Claude Code does: {lines:#?}"
+    );
     Ok(())
 }
