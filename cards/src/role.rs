@@ -124,6 +124,8 @@ pub enum RoleSource {
     ClaudeProject,
     /// The user's `~/.claude/agents`.
     ClaudeUser,
+    /// An installed Claude Code plugin's `agents`.
+    Plugin,
     /// Published by a peer node.
     Peer,
 }
@@ -137,6 +139,7 @@ impl RoleSource {
             Self::Project => "project",
             Self::ClaudeProject => "claude-project",
             Self::ClaudeUser => "claude-user",
+            Self::Plugin => "plugin",
             Self::Peer => "peer",
         }
     }

@@ -820,6 +820,7 @@ fn role_sources_display_as_lowercase_words() {
         RoleSource::Project,
         RoleSource::ClaudeProject,
         RoleSource::ClaudeUser,
+        RoleSource::Plugin,
         RoleSource::Peer,
     ]
     .iter()
@@ -833,6 +834,7 @@ fn role_sources_display_as_lowercase_words() {
             "project",
             "claude-project",
             "claude-user",
+            "plugin",
             "peer"
         ]
     );

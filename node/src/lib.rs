@@ -14,6 +14,7 @@ mod metrics;
 mod node;
 mod peers;
 mod permission;
+mod plugins;
 mod process;
 mod provider;
 mod push;

@@ -20,19 +20,21 @@ use crate::agent::runner::ModelExecutor;
 use crate::agent::skill_tools::{InstallSkill, LoadSkill};
 use crate::agent::task_tools::{TaskGet, TaskList, TaskStop};
 use crate::config::Config;
+use crate::hooks::rules::HookFile;
 use crate::hooks::{
     HookDispatcher, HookSettings, TrustStore, default_trust_file, load, standard_files,
 };
 use crate::mcp::{McpContext, McpManager};
 use crate::peers::Peers;
 use crate::permission::PermissionPolicy;
+use crate::plugins::{LoadedPlugins, Plugin, PluginScope};
 use crate::process::{ledger_dir, reap_orphans};
 use crate::provider::Providers;
 use crate::roles::catalog::{RoleCatalog, RoleDirs, Severity};
 use crate::roles::command::CommandExecutor;
 use crate::server::PublishedRole;
 use crate::server::agent::RoleAgent;
-use crate::skills::catalog::{SkillCatalog, standard_roots};
+use crate::skills::catalog::{SkillCatalog, SkillRoot, SkillSource, standard_roots};
 use crate::tasks::executor::Executor;
 use crate::tasks::manager::{Limits, Roles, TaskManager};
 use crate::tasks::store::TaskStore;
@@ -72,11 +74,71 @@ impl Roles for NodeRoles {
     }
 }
 
-/// The directories roles are loaded from: the standard ones plus `roles.dirs`.
+/// The directories roles are loaded from: the installed plugins' agents, the standard ones,
+/// and `roles.dirs`.
 fn role_dirs(config: &Config) -> RoleDirs {
     let mut dirs = RoleDirs::standard(config.home_dir.as_deref(), &config.project_dir);
     dirs.extra.extend(config.roles.dirs.iter().cloned());
+    dirs.plugins = load_plugins(config)
+        .plugins
+        .iter()
+        .flat_map(Plugin::agent_paths)
+        .collect();
     dirs
+}
+
+/// The installed plugins of the user and the project, each verified against its lock file
+/// (a changed one is a problem, and none of its parts load).
+pub(crate) fn load_plugins(config: &Config) -> LoadedPlugins {
+    crate::plugins::load(&crate::plugins::standard_roots(
+        config.home_dir.as_deref(),
+        &config.project_dir,
+    ))
+}
+
+/// The skill roots: the standard ones and `skills.roots`, after the plugins' skills, which
+/// the user's and the project's own skills of the same name win over.
+pub(crate) fn skill_roots(config: &Config, plugins: &LoadedPlugins) -> Vec<SkillRoot> {
+    let mut roots: Vec<SkillRoot> = plugins
+        .plugins
+        .iter()
+        .flat_map(Plugin::skill_paths)
+        .map(|dir| SkillRoot::new(dir, SkillSource::Plugin))
+        .collect();
+    roots.extend(standard_roots(
+        config.home_dir.as_deref(),
+        &config.project_dir,
+        &config.skills.roots,
+    ));
+    roots
+}
+
+/// Every hook file, in the order its rules run: the user's and the project's, then the
+/// plugins' (a project's plugin's hooks, like the project's own, run once trusted).
+pub(crate) fn hook_files(config: &Config, plugins: &LoadedPlugins) -> Vec<HookFile> {
+    let mut files = standard_files(config.home_dir.as_deref(), &config.project_dir);
+    files.extend(plugin_hook_files(plugins, None));
+    files
+}
+
+/// The hooks files of the plugins (of one scope, when given).
+pub(crate) fn plugin_hook_files(
+    plugins: &LoadedPlugins,
+    scope: Option<PluginScope>,
+) -> Vec<HookFile> {
+    plugins
+        .plugins
+        .iter()
+        .filter(|plugin| scope.is_none_or(|scope| plugin.scope == scope))
+        .filter_map(|plugin| {
+            let file = plugin.hooks_file()?;
+            let scope = match plugin.scope {
+                PluginScope::User => crate::hooks::rules::Scope::User,
+                PluginScope::Project => crate::hooks::rules::Scope::Project,
+            };
+            Some(HookFile::plugin(file, scope, plugin.root.clone()))
+        })
+        .collect()
 }
 
 /// Loads the role catalog from the standard directories plus `roles.dirs`.
@@ -289,15 +351,15 @@ impl Runtime {
             ),
         );
         let directory = Arc::new(Directory::new(peers.clone()));
-        let skills = Arc::new(SkillCatalog::load(standard_roots(
-            config.home_dir.as_deref(),
-            &config.project_dir,
-            &config.skills.roots,
-        )));
+        let plugins = load_plugins(&config);
+        for problem in &plugins.problems {
+            warn!("plugin: {problem}");
+        }
+        let skills = Arc::new(SkillCatalog::load(skill_roots(&config, &plugins)));
         for problem in skills.problems() {
             warn!(path = %problem.path, "skill: {}", problem.message);
         }
-        let (hooks, hook_problems) = load_hooks(&config, &env, &ledger, &directory)?;
+        let (hooks, hook_problems) = load_hooks(&config, &plugins, &env, &ledger, &directory)?;
         let hooks = Arc::new(hooks);
         let model_tools = {
             let mut tools = ToolRegistry::builtin();
@@ -891,6 +953,7 @@ impl RoleChanges {
 /// the roles of `directory`.
 fn load_hooks(
     config: &Config,
+    plugins: &LoadedPlugins,
     env: &Arc<HashMap<String, String>>,
     ledger: &Path,
     directory: &Arc<Directory>,
@@ -906,10 +969,7 @@ fn load_hooks(
             })
         })
         .unwrap_or_default();
-    let loaded = load(
-        &standard_files(config.home_dir.as_deref(), &config.project_dir),
-        &trust,
-    );
+    let loaded = load(&hook_files(config, plugins), &trust);
     for problem in &loaded.problems {
         warn!("hook: {problem}");
     }

@@ -43,7 +43,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the configuration, typed at load", &["config"]),
     (
         "extensions and the network around a task",
-        &["hooks", "mcp", "peers", "push"],
+        &["hooks", "mcp", "peers", "plugins", "push"],
     ),
     ("the agent loop", &["agent"]),
     ("the A2A surface", &["server"]),

@@ -355,6 +355,7 @@ fn run_hooks(dir: &std::path::Path, rules: Value) -> Arc<crate::hooks::RunHooks>
         scope: Scope::User,
         format: Format::Mew,
         hash: String::new(),
+        plugin_root: None,
     });
     let (rules, problems) = parse_mew(&json!({ "hooks": rules }).to_string(), &source);
     assert_eq!(problems, [], "the test's rules must compile");

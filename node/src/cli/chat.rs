@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::hooks::{HookContext, HookOutcome, Payload};
 use crate::node::{Runtime, load_catalog};
 use crate::roles::catalog::{RoleCatalog, render_agents};
-use crate::skills::catalog::{SkillCatalog, standard_roots};
+use crate::skills::catalog::SkillCatalog;
 
 /// How many characters of a task's prompt a listing shows.
 const PROMPT_CHARS: usize = 60;
@@ -205,10 +205,9 @@ impl NodeBackend {
             config: config.clone(),
             front: Arc::new(front),
             catalog: Arc::new(load_catalog(config)),
-            skills: SkillCatalog::load(standard_roots(
-                config.home_dir.as_deref(),
-                &config.project_dir,
-                &config.skills.roots,
+            skills: SkillCatalog::load(crate::node::skill_roots(
+                config,
+                &crate::node::load_plugins(config),
             )),
             agents: HashMap::new(),
         }

@@ -16,9 +16,7 @@ use serde_json::{Value, json};
 use super::{Context, Failure};
 use crate::hooks::rules::{Format, Scope, SourceStatus};
 use crate::hooks::trust::FileTrust;
-use crate::hooks::{
-    TrustStore, default_trust_file, load, standard_files, trust_project, untrust_project,
-};
+use crate::hooks::{TrustStore, default_trust_file, load, trust_project, untrust_project};
 
 /// `mew hooks ...`.
 #[derive(Debug, Subcommand)]
@@ -96,7 +94,7 @@ fn list(context: &Context, out: &mut dyn Write) -> anyhow::Result<()> {
 /// The JSON form of `mew hooks list`: `{rules, files, problems}`.
 fn listing(context: &Context) -> Value {
     let config = &context.config;
-    let files = standard_files(config.home_dir.as_deref(), &config.project_dir);
+    let files = crate::node::hook_files(config, &crate::node::load_plugins(config));
     let mut problems: Vec<Value> = Vec::new();
     let trust = match trust_file(context) {
         Ok(file) => TrustStore::load(&file).unwrap_or_else(|error| {
@@ -266,7 +264,11 @@ fn render_list(listing: &Value) -> String {
 fn trust(context: &Context, out: &mut dyn Write) -> anyhow::Result<()> {
     let trust_file = trust_file(context)?;
     let project = &context.config.project_dir;
-    let report = trust_project(&trust_file, project)?;
+    let plugins = crate::node::plugin_hook_files(
+        &crate::node::load_plugins(&context.config),
+        Some(crate::plugins::PluginScope::Project),
+    );
+    let report = trust_project(&trust_file, project, &plugins)?;
     let mut broken = Vec::new();
     let files: Vec<Value> = report
         .iter()
@@ -327,7 +329,11 @@ fn trust(context: &Context, out: &mut dyn Write) -> anyhow::Result<()> {
 fn untrust(context: &Context, out: &mut dyn Write) -> anyhow::Result<()> {
     let trust_file = trust_file(context)?;
     let project = &context.config.project_dir;
-    let removed = untrust_project(&trust_file, project)?;
+    let plugins = crate::node::plugin_hook_files(
+        &crate::node::load_plugins(&context.config),
+        Some(crate::plugins::PluginScope::Project),
+    );
+    let removed = untrust_project(&trust_file, project, &plugins)?;
     if context.json {
         let removed: Vec<String> = removed.iter().map(|p| p.display().to_string()).collect();
         write_json(

@@ -19,6 +19,7 @@ mod logging;
 mod mcp;
 mod output;
 mod peers;
+mod plugins;
 mod remote;
 mod run;
 mod send;
@@ -172,6 +173,10 @@ pub(crate) enum Command {
     /// List skills; install them from GitHub, remove them, verify them against the lock file
     #[command(subcommand)]
     Skills(skills::SkillsCommand),
+    /// List Claude Code plugins; install them from a folder or a git URL, remove them, verify
+    /// them against the lock file
+    #[command(subcommand)]
+    Plugins(plugins::PluginsCommand),
     /// List the hook rules; trust or untrust the project's hook files
     #[command(subcommand)]
     Hooks(hooks::HooksCommand),
@@ -210,6 +215,7 @@ impl Command {
             | Command::Peers
             | Command::Mcp(_)
             | Command::Skills(_)
+            | Command::Plugins(_)
             | Command::Hooks(_)
             | Command::Healthcheck(_)
             | Command::Completions { .. } => None,
@@ -401,6 +407,9 @@ async fn run(command: Command, context: Context) -> Result<(), Failure> {
             .map_err(Failure::Runtime),
         Command::Skills(command) => {
             skills::run(&command, &context, &mut std::io::stdout().lock()).await
+        }
+        Command::Plugins(command) => {
+            plugins::run(&command, &context, &mut std::io::stdout().lock()).await
         }
         Command::Hooks(command) => hooks::run(&command, &context, &mut std::io::stdout().lock()),
         Command::Completions { shell } => {

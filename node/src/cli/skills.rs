@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::{Context, Failure};
 use crate::peers::one_line;
-use crate::skills::catalog::{Snapshot, standard_roots};
+use crate::skills::catalog::Snapshot;
 use crate::skills::install::{self, InstallError, InstallScope, Installed, Removed};
 use crate::skills::lock::{self, LockEntry, LockFile, VerifyReport};
 
@@ -156,11 +156,7 @@ impl Lock {
 /// them. Broken skills and lock files are listed as problems; they do not fail the command.
 fn list(context: &Context, out: &mut dyn Write) -> anyhow::Result<()> {
     let config = &context.config;
-    let roots = standard_roots(
-        config.home_dir.as_deref(),
-        &config.project_dir,
-        &config.skills.roots,
-    );
+    let roots = crate::node::skill_roots(config, &crate::node::load_plugins(config));
     let snapshot = Snapshot::load(&roots);
     let mut problems: Vec<Value> = snapshot
         .problems()

@@ -270,6 +270,8 @@ pub(crate) struct ActionContext<'a> {
     pub(crate) subagents: Option<&'a dyn SubagentRunner>,
     /// The process ledger, with the session and hook names to record there.
     pub(crate) ledger: Option<(&'a Path, &'a str, &'a str)>,
+    /// `CLAUDE_PLUGIN_ROOT`, for a hook of a plugin.
+    pub(crate) plugin_root: Option<&'a Path>,
 }
 
 /// How an action ended.
@@ -478,6 +480,9 @@ async fn run_shell(
     );
     cmd.env("MEW_PROJECT_DIR", ctx.project_dir)
         .env("CLAUDE_PROJECT_DIR", ctx.project_dir);
+    if let Some(root) = ctx.plugin_root {
+        cmd.env("CLAUDE_PLUGIN_ROOT", root);
+    }
     // Recorded in the ledger before it exists, so a crash of the node cannot leave it unknown;
     // a ledger that cannot be written costs the hook its record, not its run.
     let spawned = match ctx.ledger {

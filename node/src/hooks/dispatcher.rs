@@ -241,6 +241,7 @@ impl HookDispatcher {
                 http: &self.http,
                 subagents: self.subagents.as_deref(),
                 ledger,
+                plugin_root: rule.source.plugin_root.as_deref(),
             };
             let span = crate::telemetry::span!(
                 "hook",
@@ -371,6 +372,7 @@ impl HookDispatcher {
                 http: &http,
                 subagents: subagents.as_deref(),
                 ledger,
+                plugin_root: rule.source.plugin_root.as_deref(),
             };
             // Shutdown cancels through `run`, which kills and reaps the process group; the
             // task's cancellation drops `run`, which kills the group too.

@@ -123,6 +123,8 @@ pub(crate) struct HookFile {
     pub(crate) scope: Scope,
     /// How it is written.
     pub(crate) format: Format,
+    /// The folder of the plugin it belongs to: `CLAUDE_PLUGIN_ROOT` for its hooks.
+    pub(crate) plugin_root: Option<PathBuf>,
 }
 
 impl HookFile {
@@ -131,6 +133,18 @@ impl HookFile {
             path,
             scope,
             format,
+            plugin_root: None,
+        }
+    }
+
+    /// The hooks file of a plugin in `root` (a settings file's `{"hooks": ..}` shape). A
+    /// project's plugin is project scope: its hooks run once trusted.
+    pub(crate) fn plugin(path: PathBuf, scope: Scope, root: PathBuf) -> Self {
+        Self {
+            path,
+            scope,
+            format: Format::ClaudeSettings,
+            plugin_root: Some(root),
         }
     }
 }
@@ -206,6 +220,8 @@ pub(crate) struct RuleSource {
     /// SHA-256 (hex) of its hook content: the whole `hooks.yaml`, or the `hooks` section of a
     /// settings file (see [`super::trust::content_hash`]).
     pub(crate) hash: String,
+    /// The plugin's folder, for a plugin's hooks file.
+    pub(crate) plugin_root: Option<PathBuf>,
 }
 
 /// What a failing hook means.
@@ -383,6 +399,7 @@ pub(crate) fn parse_file(
                 scope: file.scope,
                 format: file.format,
                 hash: String::new(),
+                plugin_root: file.plugin_root.clone(),
             });
             let report = SourceReport {
                 source,
@@ -400,6 +417,7 @@ pub(crate) fn parse_file(
         scope: file.scope,
         format: file.format,
         hash,
+        plugin_root: file.plugin_root.clone(),
     });
     if file.scope == Scope::Project && !trust.is_trusted(&file.path, &source.hash) {
         let problem = HookProblem::file(
@@ -757,8 +775,16 @@ pub(crate) fn settings_hooks(text: &str) -> Result<Option<Value>, String> {
     Ok(map.remove("hooks").filter(|hooks| !hooks.is_null()))
 }
 
-/// A short label for hook names: `~/.claude/settings.json` style, by scope.
+/// A short label for hook names: `~/.claude/settings.json` style, by scope; a plugin's file
+/// as `plugin NAME/PATH`.
 fn settings_label(source: &RuleSource) -> String {
+    if let Some(root) = &source.plugin_root {
+        let name = root
+            .file_name()
+            .map_or_else(String::new, |name| name.to_string_lossy().into_owned());
+        let inside = source.path.strip_prefix(root).unwrap_or(&source.path);
+        return format!("plugin {name}/{}", inside.display());
+    }
     let file = source
         .path
         .file_name()
@@ -953,6 +979,7 @@ mod tests {
             scope: Scope::User,
             format,
             hash: "h".to_owned(),
+            plugin_root: None,
         })
     }
 

@@ -58,6 +58,7 @@ fn dispatcher_with(rules: Value, settings: HookSettings) -> HookDispatcher {
         scope: Scope::User,
         format: Format::Mew,
         hash: String::new(),
+        plugin_root: None,
     });
     let (rules, problems) = parse_mew(&json!({ "hooks": rules }).to_string(), &source);
     assert_eq!(problems, [], "the test's rules must compile");
@@ -640,7 +641,7 @@ exit 0
     )
     .unwrap();
     let trust_file = dir.path().join("trusted-hooks.json");
-    trust_project(&trust_file, &project).unwrap();
+    trust_project(&trust_file, &project, &[]).unwrap();
     let loaded = load(
         &project_files(&project),
         &TrustStore::load(&trust_file).unwrap(),
@@ -829,6 +830,7 @@ async fn http_body_templates_substitute_fields_only_and_stay_valid_json() {
         scope: Scope::User,
         format: Format::Mew,
         hash: String::new(),
+        plugin_root: None,
     });
     for body in [
         "{{ printf \"%s\" .x }}",
@@ -992,6 +994,7 @@ fn claude_dispatcher(dir: &Path, hooks: Value) -> HookDispatcher {
         scope: Scope::User,
         format: Format::ClaudeSettings,
         hash: String::new(),
+        plugin_root: None,
     });
     let (rules, problems) =
         super::rules::parse_settings(&json!({ "hooks": hooks }).to_string(), &source);

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::rules::{Format, project_files, settings_hooks};
+use super::rules::{Format, HookFile, project_files, settings_hooks};
 
 /// The trust file's name in the user's `~/.mew`.
 pub(crate) const TRUST_FILE_NAME: &str = "trusted-hooks.json";
@@ -204,17 +204,21 @@ pub(crate) enum FileTrust {
 }
 
 /// Trusts the current content of every hook file of `project` (`.mew/hooks.yaml`,
-/// `.claude/settings.json`, `.claude/settings.local.json`), recording it in the trust file at
+/// `.claude/settings.json`, `.claude/settings.local.json`) and of its plugins, recording it in the trust file at
 /// `trust_file`. Returns what became of each file. This is what `mew hooks trust` runs.
 ///
 /// Does blocking file I/O.
 pub(crate) fn trust_project(
     trust_file: &Path,
     project: &Path,
+    plugins: &[HookFile],
 ) -> Result<Vec<(PathBuf, FileTrust)>, TrustError> {
     let mut store = TrustStore::load(trust_file)?;
     let mut report = Vec::new();
-    for file in project_files(project) {
+    for file in project_files(project)
+        .into_iter()
+        .chain(plugins.iter().cloned())
+    {
         let outcome =
             match crate::user_file::read_text(&file.path, crate::user_file::MAX_USER_FILE_BYTES) {
                 Err(crate::user_file::ReadError::NotFound) => FileTrust::NoHooks,
@@ -240,14 +244,16 @@ pub(crate) fn trust_project(
     Ok(report)
 }
 
-/// Forgets the trust of every hook file of `project`; returns the files that were trusted.
+/// Forgets the trust of every hook file of `project` and of its plugins; returns the files that were trusted.
 pub(crate) fn untrust_project(
     trust_file: &Path,
     project: &Path,
+    plugins: &[HookFile],
 ) -> Result<Vec<PathBuf>, TrustError> {
     let mut store = TrustStore::load(trust_file)?;
     let removed: Vec<PathBuf> = project_files(project)
         .into_iter()
+        .chain(plugins.iter().cloned())
         .filter(|file| store.remove(&file.path))
         .map(|file| file.path)
         .collect();
@@ -337,7 +343,7 @@ mod tests {
         assert_eq!(loaded.sources[1].status, SourceStatus::Untrusted);
 
         // Trusted: all run.
-        let report = trust_project(&trust_file, &project).unwrap();
+        let report = trust_project(&trust_file, &project, &[]).unwrap();
         assert!(matches!(report[0].1, FileTrust::Trusted { .. }));
         assert!(matches!(report[1].1, FileTrust::Trusted { .. }));
         assert_eq!(report[2].1, FileTrust::NoHooks);
@@ -361,9 +367,9 @@ mod tests {
         assert_eq!(names(&store), ["u", ".claude/settings.json#Stop[0][0]"]);
 
         // Trusted again, then untrusted.
-        trust_project(&trust_file, &project).unwrap();
+        trust_project(&trust_file, &project, &[]).unwrap();
         assert_eq!(names(&TrustStore::load(&trust_file).unwrap()).len(), 3);
-        let removed = untrust_project(&trust_file, &project).unwrap();
+        let removed = untrust_project(&trust_file, &project, &[]).unwrap();
         assert_eq!(removed.len(), 2);
         assert_eq!(names(&TrustStore::load(&trust_file).unwrap()), ["u"]);
     }
@@ -386,6 +392,6 @@ mod tests {
                 .ends_with("unknown version 2")
         );
         // Trusting over a broken file fails instead of erasing it.
-        assert!(trust_project(&path, dir.path()).is_err());
+        assert!(trust_project(&path, dir.path(), &[]).is_err());
     }
 }

@@ -4,13 +4,15 @@
 //! the same name from an earlier one:
 //!
 //! 1. builtin: `Explore`, `Plan` and `general-purpose`, compiled in from `builtin/*.md`;
-//! 2. claude-user: `~/.claude/agents/`, the user's Claude Code agents;
-//! 3. user: `~/.mew/agents/`, which wins over the user's Claude Code agent of that name;
-//! 4. claude-project: `<project>/.claude/agents/`, so Claude Code agent files work unchanged;
-//! 5. project: `<project>/.mew/agents/`, which wins over `.claude/agents/` of the same project;
-//! 6. extra directories, in the order given, each a layer of its own.
+//! 2. plugin: the `agents` of installed Claude Code plugins (see [`crate::plugins`]), each
+//!    a layer, so the user's and the project's own roles win over a plugin's;
+//! 3. claude-user: `~/.claude/agents/`, the user's Claude Code agents;
+//! 4. user: `~/.mew/agents/`, which wins over the user's Claude Code agent of that name;
+//! 5. claude-project: `<project>/.claude/agents/`, so Claude Code agent files work unchanged;
+//! 6. project: `<project>/.mew/agents/`, which wins over `.claude/agents/` of the same project;
+//! 7. extra directories, in the order given, each a layer of its own.
 //!
-//! The two Claude Code layers are read with their subdirectories, as Claude Code reads them
+//! The Claude Code layers (plugins' too) are read with their subdirectories, as Claude Code reads them
 //! (collections are filed by topic: `.claude/agents/review/security.md`), at most
 //! [`MAX_CLAUDE_DEPTH`] levels down, skipping directories whose names start with `.`; a
 //! role's name is its `name`, wherever the file is. Mew's own directories are flat: a
@@ -63,6 +65,9 @@ pub(crate) struct RoleDirs {
     /// Further directories (from configuration or the command line), loaded last, in order, as
     /// [`RoleSource::User`]: the user named them.
     pub(crate) extra: Vec<PathBuf>,
+    /// The agent folders of installed plugins, loaded first after the builtin roles, as
+    /// Claude Code agent files ([`RoleSource::Plugin`]).
+    pub(crate) plugins: Vec<PathBuf>,
 }
 
 #[cfg_attr(not(test), allow(dead_code))] // wired by the node
@@ -83,6 +88,7 @@ impl RoleDirs {
             user,
             claude_user,
             extra: Vec::new(),
+            plugins: Vec::new(),
         }
     }
 }
@@ -95,6 +101,7 @@ impl RoleDirs {
         for dir in [&self.claude_user, &self.claude_project]
             .into_iter()
             .flatten()
+            .chain(&self.plugins)
         {
             stamp.add_dir(dir, MAX_CLAUDE_DEPTH);
         }
@@ -201,25 +208,38 @@ impl RoleCatalog {
             .map(|&(path, text)| (path.to_owned(), Ok(text.to_owned())))
             .collect();
         catalog.add_layer(RoleSource::Builtin, builtin);
-        let layers = [
-            (RoleSource::ClaudeUser, dirs.claude_user.as_deref()),
-            (RoleSource::User, dirs.user.as_deref()),
-            (RoleSource::ClaudeProject, dirs.claude_project.as_deref()),
-            (RoleSource::Project, dirs.project.as_deref()),
-        ]
-        .into_iter()
-        .filter_map(|(source, dir)| dir.map(|dir| (source, dir)))
-        .chain(
-            dirs.extra
-                .iter()
-                .map(|dir| (RoleSource::User, dir.as_path())),
+        let plugins = dirs
+            .plugins
+            .iter()
+            .map(|dir| (RoleSource::Plugin, dir.as_path()));
+        let layers = plugins.chain(
+            [
+                (RoleSource::ClaudeUser, dirs.claude_user.as_deref()),
+                (RoleSource::User, dirs.user.as_deref()),
+                (RoleSource::ClaudeProject, dirs.claude_project.as_deref()),
+                (RoleSource::Project, dirs.project.as_deref()),
+            ]
+            .into_iter()
+            .filter_map(|(source, dir)| dir.map(|dir| (source, dir)))
+            .chain(
+                dirs.extra
+                    .iter()
+                    .map(|dir| (RoleSource::User, dir.as_path())),
+            ),
         );
         for (source, dir) in layers {
             let depth = match source {
-                RoleSource::ClaudeUser | RoleSource::ClaudeProject => MAX_CLAUDE_DEPTH,
+                RoleSource::ClaudeUser | RoleSource::ClaudeProject | RoleSource::Plugin => {
+                    MAX_CLAUDE_DEPTH
+                }
                 _ => 0,
             };
-            let files = catalog.read_dir(dir, depth);
+            // A plugin's manifest may name its agent files one by one.
+            let files = if source == RoleSource::Plugin && dir.is_file() {
+                vec![(dir.display().to_string(), read_role_file(dir))]
+            } else {
+                catalog.read_dir(dir, depth)
+            };
             catalog.add_layer(source, files);
         }
         catalog

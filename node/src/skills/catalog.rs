@@ -62,6 +62,8 @@ pub(crate) enum SkillSource {
     Project,
     /// A root named in the configuration.
     Configured,
+    /// An installed Claude Code plugin's `skills`.
+    Plugin,
 }
 
 impl SkillSource {
@@ -71,6 +73,7 @@ impl SkillSource {
             Self::User => "user",
             Self::Project => "project",
             Self::Configured => "configured",
+            Self::Plugin => "plugin",
         }
     }
 }

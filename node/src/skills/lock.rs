@@ -189,14 +189,25 @@ pub(crate) fn write_lock(
     rename: fn(&Path, &Path) -> io::Result<()>,
 ) -> Result<(), LockError> {
     let path = lock_path(root);
-    let temp = root.join(format!(".{LOCK_FILE}.{}", super::unique_suffix()));
-    let io_error = |action, source| LockError::Io {
-        action,
-        path: path.clone(),
+    write_json(&path, lock, rename).map_err(|source| LockError::Io {
+        action: "write",
+        path,
         source,
-    };
-    let mut text = serde_json::to_string_pretty(lock)
-        .map_err(|err| io_error("encode", io::Error::other(err)))?;
+    })
+}
+
+/// Writes `value` as pretty JSON to `path` whole: to a temporary file next to it, synced, then
+/// moved over it with `rename`; a failure leaves `path` as it was and no temporary file.
+pub(crate) fn write_json(
+    path: &Path,
+    value: &impl Serialize,
+    rename: fn(&Path, &Path) -> io::Result<()>,
+) -> io::Result<()> {
+    let file_name = path
+        .file_name()
+        .map_or_else(String::new, |name| name.to_string_lossy().into_owned());
+    let temp = path.with_file_name(format!(".{file_name}.{}", super::unique_suffix()));
+    let mut text = serde_json::to_string_pretty(value).map_err(io::Error::other)?;
     text.push('\n');
     let written = fs::OpenOptions::new()
         .write(true)
@@ -206,12 +217,11 @@ pub(crate) fn write_lock(
             file.write_all(text.as_bytes())?;
             file.sync_all()
         })
-        .and_then(|()| rename(&temp, &path));
-    if let Err(err) = written {
+        .and_then(|()| rename(&temp, path));
+    if written.is_err() {
         let _ = fs::remove_file(&temp);
-        return Err(io_error("write", err));
     }
-    Ok(())
+    written
 }
 
 /// The installed skills of `root`, by name.
@@ -294,19 +304,30 @@ pub(crate) fn verify(root: &Path) -> Result<VerifyReport, LockError> {
 }
 
 fn verify_skill(dir: &Path, name: &str, entry: &LockEntry) -> SkillDrift {
+    verify_files(dir, name, &entry.files)
+}
+
+/// Compares the directory `dir` (called `name` in the report) with the files and hashes it
+/// had when it was installed. Symlinks are never followed. Blocking.
+pub(crate) fn verify_files(
+    dir: &Path,
+    name: &str,
+    files: &BTreeMap<String, FileHash>,
+) -> SkillDrift {
+    let entry_files = files;
     let mut drift = SkillDrift {
         name: name.to_owned(),
         ..SkillDrift::default()
     };
     if !fs::symlink_metadata(dir).is_ok_and(|meta| meta.is_dir()) {
         drift.missing_dir = true;
-        drift.missing = entry.files.keys().cloned().collect();
+        drift.missing = entry_files.keys().cloned().collect();
         return drift;
     }
     let mut on_disk: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut others: Vec<String> = Vec::new();
     walk(dir, "", &mut on_disk, &mut others);
-    for (path, expected) in &entry.files {
+    for (path, expected) in entry_files {
         match on_disk.remove(path) {
             None => drift.missing.push(path.clone()),
             Some(file) => match hash_file(&file) {
@@ -342,6 +363,17 @@ fn walk(dir: &Path, prefix: &str, files: &mut BTreeMap<String, PathBuf>, others:
             _ => others.push(rel),
         }
     }
+}
+
+/// The hash of every regular file under `dir`, by relative path with `/` separators, without
+/// following symlinks (what a lock entry records). Blocking.
+pub(crate) fn hash_dir(dir: &Path) -> io::Result<BTreeMap<String, FileHash>> {
+    let mut on_disk: BTreeMap<String, PathBuf> = BTreeMap::new();
+    walk(dir, "", &mut on_disk, &mut Vec::new());
+    on_disk
+        .into_iter()
+        .map(|(rel, path)| Ok((rel, hash_file(&path)?)))
+        .collect()
 }
 
 fn hash_file(path: &Path) -> io::Result<FileHash> {

@@ -27,7 +27,7 @@ static UNIQUE: AtomicU64 = AtomicU64::new(0);
 
 /// A suffix for temporary names that no other name of this process uses: pid, time and a
 /// counter.
-fn unique_suffix() -> String {
+pub(crate) fn unique_suffix() -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_nanos());
