@@ -74,10 +74,12 @@ fn quote_plain_values(yaml: &str) -> Option<(String, Vec<String>)> {
         };
         // A value that is YAML by itself stays as written, and so does one that opens a
         // structure (a flow list or mapping, a block scalar, an anchor, alias or tag): a
-        // broken one is the author's to fix, not text.
-        if value.starts_with(['[', '{', '|', '>', '&', '*', '!'])
-            || serde_yaml_ng::from_str::<Value>(line).is_ok_and(|v| v.is_mapping())
-        {
+        // broken one is the author's to fix, not text. A flow list or mapping closed on its
+        // line and followed by more is text, as Claude Code's own example
+        // `argument-hint: [pr-number] [priority]` is.
+        let valid = serde_yaml_ng::from_str::<Value>(line).is_ok_and(|v| v.is_mapping());
+        let flow_then_text = value.starts_with(['[', '{']) && brackets_balance(value);
+        if valid || (value.starts_with(['[', '{', '|', '>', '&', '*', '!']) && !flow_then_text) {
             out.push(line.to_owned());
             continue;
         }
@@ -98,6 +100,21 @@ fn quote_plain_values(yaml: &str) -> Option<(String, Vec<String>)> {
         quoted.push(key.to_owned());
     }
     (!quoted.is_empty()).then(|| (out.join("\n"), quoted))
+}
+
+/// True when every `[` and `{` of `value` is closed, in order, and nothing closes what was not
+/// opened.
+fn brackets_balance(value: &str) -> bool {
+    let mut open = Vec::new();
+    for c in value.chars() {
+        match c {
+            '[' | '{' => open.push(c),
+            ']' if open.pop() != Some('[') => return false,
+            '}' if open.pop() != Some('{') => return false,
+            _ => {}
+        }
+    }
+    open.is_empty()
 }
 
 #[cfg(test)]
@@ -146,9 +163,32 @@ mod tests {
     }
 
     #[test]
+    fn a_closed_flow_list_followed_by_text_is_plain_text() {
+        let read = parse_yaml(
+            "description: d\nargument-hint: [pr-number] [priority] [assignee]\n\
+             other-hint: add [tagId] | remove [tagId]\nlist: [a, b]\n",
+        )
+        .unwrap();
+        assert_eq!(read.quoted, ["argument-hint"]);
+        assert_eq!(
+            string(&read.value, "argument-hint"),
+            "[pr-number] [priority] [assignee]"
+        );
+        assert_eq!(
+            string(&read.value, "other-hint"),
+            "add [tagId] | remove [tagId]"
+        );
+        assert_eq!(read.value["list"][1].as_str(), Some("b"));
+        assert!(
+            brackets_balance("[a] {b: [c]}") && !brackets_balance("[a}") && !brackets_balance("][")
+        );
+    }
+
+    #[test]
     fn yaml_broken_in_another_way_is_the_strict_error() {
         for yaml in [
             "name: [a\n",
+            "name: [a] [b\n",
             "  - x\n- y: [\n",
             "name: a\n bad: indent: x\n",
         ] {

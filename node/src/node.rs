@@ -508,7 +508,7 @@ impl Runtime {
         let stamp = {
             let mut stamp = self.role_dirs.stamp();
             for root in self.skills.roots() {
-                stamp.add_dir(&root.dir, 1);
+                stamp.add_dir(&root.dir, root.depth());
             }
             stamp
         };

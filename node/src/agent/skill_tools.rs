@@ -223,6 +223,18 @@ impl Tool for LoadSkill {
             Ok(input) => input,
             Err(e) => return ToolOutput::error(format!("invalid input for LoadSkill: {e}")),
         };
+        // Claude Code's `disable-model-invocation`: the user's `/name` only.
+        if let Some(skills) = super::scope::skills(ctx)
+            && let Some(skill) = skills.catalog.get(&input.name)
+            && skill.meta.disable_model_invocation
+        {
+            return ToolOutput::error(format!(
+                "the {} {} runs only when a user types /{}: it sets disable-model-invocation",
+                skill.kind.as_str(),
+                skill.name(),
+                skill.name()
+            ));
+        }
         run_skill(&self.directory, ctx, &input.name, &input.args).await
     }
 }

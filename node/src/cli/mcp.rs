@@ -10,6 +10,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::Context;
+use crate::config::mcp::McpProblem;
 use crate::mcp::{McpContext, McpManager, ServerState, ServerStatus};
 use crate::peers::one_line;
 use crate::tools::{Category, Tool};
@@ -21,7 +22,8 @@ const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
 #[derive(Debug, Subcommand)]
 pub(crate) enum McpCommand {
     /// Connect to every configured MCP server and list its transport, state, tool count and
-    /// last error; exit 1 if one is not connected
+    /// last error, then the entries skipped for configuration problems; exit 1 if a server is
+    /// not connected or an entry was skipped
     List,
     /// Connect and list the tools of every server (or of SERVER): the name a model calls,
     /// its category (read or exec) and its description
@@ -96,15 +98,46 @@ fn list(manager: &McpManager, context: &Context, out: &mut dyn Write) -> anyhow:
         .filter(|s| s.state != ServerState::Connected)
         .map(|s| s.name.as_str())
         .collect();
+    let mut failures = Vec::new();
     if !down.is_empty() {
-        bail!(
+        failures.push(format!(
             "{} of {} MCP servers not connected: {}",
             down.len(),
             statuses.len(),
             down.join(", ")
-        );
+        ));
+    }
+    if let Some(skipped) = skipped_summary(problems) {
+        failures.push(skipped);
+    }
+    if !failures.is_empty() {
+        bail!("{}", failures.join("; "));
     }
     Ok(())
+}
+
+/// What was skipped for configuration problems, on one line (server names, or the files that
+/// could not be read), or `None` when nothing was.
+fn skipped_summary(problems: &[McpProblem]) -> Option<String> {
+    if problems.is_empty() {
+        return None;
+    }
+    let what: Vec<&str> = problems
+        .iter()
+        .map(|problem| {
+            if problem.server.is_empty() {
+                problem.origin.as_str()
+            } else {
+                problem.server.as_str()
+            }
+        })
+        .collect();
+    Some(format!(
+        "{} MCP server {} skipped for configuration problems: {}",
+        what.len(),
+        if what.len() == 1 { "entry" } else { "entries" },
+        what.join(", ")
+    ))
 }
 
 /// Each server as a block: its name, then `transport:`, `state:`, `tools:`, and `error:`,
@@ -273,5 +306,30 @@ mod tests {
              \x20 undefined: TOKEN (expanded to empty text)\n"
         );
         assert!(render_list(&[]).starts_with("no MCP servers configured"));
+    }
+
+    #[test]
+    fn skipped_entries_are_summed_up_by_server_or_file() {
+        let problem = |server: &str, origin: &str| McpProblem {
+            server: server.to_owned(),
+            origin: origin.to_owned(),
+            message: "bad".to_owned(),
+        };
+        assert_eq!(skipped_summary(&[]), None);
+        assert_eq!(
+            skipped_summary(&[problem("api", ".mcp.json:3")]).as_deref(),
+            Some("1 MCP server entry skipped for configuration problems: api")
+        );
+        assert_eq!(
+            skipped_summary(&[
+                problem("api", ".mcp.json:3"),
+                problem("", "broken/.mcp.json")
+            ])
+            .as_deref(),
+            Some(
+                "2 MCP server entries skipped for configuration problems: api, \
+                 broken/.mcp.json"
+            )
+        );
     }
 }

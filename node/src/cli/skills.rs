@@ -25,8 +25,10 @@ const DESCRIPTION_WIDTH: usize = 80;
 /// `mew skills ...`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum SkillsCommand {
-    /// List the skills of every root: name, source (user, project or configured), mode,
-    /// whether Mew installed it (locked), description, and the problems of broken skills
+    /// List the skills of every root, and the Claude Code commands of ~/.claude/commands and
+    /// the project's .claude/commands: name, source (user, project or configured; "command"
+    /// for a command), mode, whether Mew installed it (locked), description, and the problems
+    /// of broken skills and commands
     List,
     /// Install the skill at URL from GitHub (a github.com tree URL, a raw.githubusercontent.com
     /// SKILL.md URL or a skills.sh URL) into ~/.mew/skills or, with --scope project, the
@@ -197,10 +199,14 @@ fn list(context: &Context, out: &mut dyn Write) -> anyhow::Result<()> {
                 .collect();
             json!({
                 "name": skill.name(),
+                "kind": skill.kind,
                 "source": skill.source,
                 "mode": skill.meta.mode,
                 "description": skill.meta.description,
+                "argumentHint": skill.meta.argument_hint,
+                "modelInvocable": !skill.meta.disable_model_invocation,
                 "dir": skill.dir,
+                "path": skill.path(),
                 "locked": installed.is_some(),
                 "installed": installed,
                 "shadows": shadows,
@@ -232,9 +238,13 @@ fn render_list(listing: &Value) -> String {
                 Some(scope) => format!("yes ({scope})"),
                 None => "no".to_owned(),
             };
+            let source = match skill["kind"].as_str() {
+                Some("command") => format!("{} command", text(&skill["source"])),
+                _ => text(&skill["source"]),
+            };
             [
                 text(&skill["name"]),
-                text(&skill["source"]),
+                source,
                 text(&skill["mode"]),
                 locked,
                 shorten(&one_line(&text(&skill["description"])), DESCRIPTION_WIDTH),
@@ -849,6 +859,36 @@ mod tests {
         assert_eq!(value["skills"][0]["locked"], false);
         assert_eq!(value["skills"][0]["installed"], Value::Null);
         assert_eq!(value["problems"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn list_shows_claude_code_commands_as_commands() {
+        let dir = TempDir::new().unwrap();
+        let context = context(dir.path(), "", false);
+        let commands = context.config.project_dir.join(".claude/commands");
+        let file = commands.join("git/commit.md");
+        write(
+            &file,
+            "---\ndescription: Commits.\nargument-hint: \"[message]\"\n\
+             disable-model-invocation: true\n---\nCommit $ARGUMENTS.\n",
+        );
+        let (ok, text) = output(|out| list(&context, out));
+        assert!(ok);
+        assert!(
+            text.contains("git:commit  project command  inline  no      Commits."),
+            "{text}"
+        );
+        let context = Context {
+            json: true,
+            ..context
+        };
+        let (_, text) = output(|out| list(&context, out));
+        let value: Value = serde_json::from_str(&text).unwrap();
+        let command = &value["skills"][0];
+        assert_eq!(command["kind"], "command");
+        assert_eq!(command["argumentHint"], "[message]");
+        assert_eq!(command["modelInvocable"], false);
+        assert_eq!(command["path"], json!(file));
     }
 
     #[test]

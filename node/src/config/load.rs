@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_yaml_ng::Value;
 
 use super::check::{check_layer, line_of};
-use super::mcp_entries::{Environment, McpSources, read_mcp_json};
+use super::mcp_entries::{Dialect, Environment, McpSources, read_mcp_json};
 use super::merge::{merge, singleton};
 use super::schema::Settings;
 use super::{Config, ConfigError, LogFormat, Origin};
@@ -183,7 +183,7 @@ impl Config {
             let layer = match kind {
                 FileKind::Yaml { required } => {
                     read_file_layer(&path, required, &defaults)?.map(|(layer, text)| {
-                        mcp.record(&layer, "mcp_servers", &path, &text);
+                        mcp.record(&layer, Dialect::Mew, &path, &text);
                         layer
                     })
                 }

@@ -7,8 +7,8 @@
 //!                                  # `__`; its tools are mcp__github__<tool>
 //!     type: stdio                  # stdio | http; may be left out when only one of
 //!                                  # command (stdio) and url (http) is given
-//!     command: npx                 # stdio: required; never expanded
-//!     args: [-y, "@modelcontextprotocol/server-github"]   # never expanded
+//!     command: npx                 # stdio: required; not expanded here
+//!     args: [-y, "@modelcontextprotocol/server-github"]   # not expanded here
 //!     env: {GITHUB_TOKEN: "${GITHUB_TOKEN}"}              # ${VAR} and ${VAR:-default} expanded
 //!     cwd: tools/github            # relative to the project directory; default: the project
 //!     connect_timeout: 30s         # connecting and listing the tools
@@ -18,31 +18,46 @@
 //!     deny_tools: [delete_repo]
 //!   search:
 //!     type: http
-//!     url: https://mcp.example.com/mcp                    # http: required; never expanded
+//!     url: https://mcp.example.com/mcp                    # http: required; not expanded here
 //!     headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}  # expanded
 //!   docs:
 //!     enabled: false               # switches off a server a lower layer defines
 //! ```
 //!
 //! The layers, lowest first: `~/.mew/config.yaml`, the project's `.mcp.json` (Claude Code's
-//! `{"mcpServers": {NAME: {type, command, args, env, url, headers}}}`, read with the same
-//! rules; an entry without `type` is stdio when it has a `command`), the project's
-//! `.mew/config.yaml`, `--config`. A server in a higher layer replaces a same-named one of a
-//! lower layer whole: no field of the lower entry is kept.
+//! `{"mcpServers": {NAME: {type, command, args, env, url, headers}}}`; an entry without `type`
+//! is stdio when it has a `command`), the project's `.mew/config.yaml`, `--config`. A server in
+//! a higher layer replaces a same-named one of a lower layer whole: no field of the lower entry
+//! is kept, and the entry is read by the rules of the file it is written in.
 //!
-//! `${VAR}` and `${VAR:-default}` (the default also stands in for an empty value) are expanded
-//! in the values of `env` and `headers` only, from [`Sources::env`](super::Sources::env);
-//! `$VAR`, nesting and any other shell syntax are left as written, and `command`, `args`,
-//! `url` and `cwd` never have variables expanded (a `${` in a `url` is a problem; `cwd` may
-//! start with `~`). A variable that is not set expands to empty text and is listed in
-//! [`McpServerConfig::undefined_vars`]; [`Config::log_mcp_warnings`] warns once per server.
+//! # Variables
+//!
+//! `${VAR}` and `${VAR:-default}` (the default also stands in for an empty value) are
+//! expanded from [`Sources::env`](super::Sources::env); `$VAR`, nesting and any other shell
+//! syntax are left as written, and an expanded value is not expanded again. Where, and what an
+//! unset variable does, depends on the file:
+//!
+//! - Mew's own files (`~/.mew/config.yaml`, `.mew/config.yaml`, `--config`) keep the seed's
+//!   stricter rule: only the values of `env` and `headers` are expanded, so a program and its
+//!   arguments are never chosen by the environment. `command` and `args` are used as written
+//!   (a `${VAR}` in them is a warning), a `${` in a `url` is a problem, and `cwd` may start
+//!   with `~`. A variable that is not set expands to empty text and is listed in
+//!   [`McpServerConfig::undefined_vars`]; [`Config::log_mcp_warnings`] warns once per server.
+//! - The project's `.mcp.json` is Claude Code's file and follows Claude Code's rules:
+//!   `command`, `args`, `url`, and the values of `env` and `headers` are expanded, and a
+//!   variable that is not set and has no default makes the entry a problem (Claude Code does
+//!   not start that server either), skipped with a message that names the variable.
+//!
+//! # Problems and warnings
 //!
 //! `enabled: false` drops the server without requiring the rest of a server (its keys must
 //! still be known ones); `enabled: true` is the default.
 //!
-//! A bad entry (an unknown key, a missing `command` or `url`, `type: sse`, a bad name or
-//! value) is reported in [`Config::mcp_problems`](super::Config) and skipped, as is a
-//! `.mcp.json` that cannot be read or parsed; none of them stops the node.
+//! A bad entry (a missing `command` or `url`, `type: sse`, a bad name or value) is reported in
+//! [`Config::mcp_problems`](super::Config) and skipped, as is a `.mcp.json` that cannot be read
+//! or parsed; none of them stops the node. An unknown key skips the entry in Mew's files, where
+//! it is most likely a misspelt setting; in a `.mcp.json` (where other tools write keys such as
+//! `description`) it is ignored with a warning, kept in [`McpServerConfig::warnings`].
 //!
 //! Secrets: the values of `env` and `headers` are shown as `***` by `mew config show` (and in
 //! debug output), whether they were written literally or came from `${VAR}`, since both are
@@ -66,16 +81,17 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_MAX_RESTARTS: u32 = 5;
 
 /// `mcp_servers.NAME:` — one MCP server, resolved: variables expanded, defaults filled in.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+///
+/// Serialized (as `mew config show` prints it) and debug-printed with `command`, `args` and
+/// `url` as written when variables were expanded in them (see [`as_written`](Self::as_written)),
+/// and with the values of `env` and `headers` masked.
+#[derive(Clone, PartialEq)]
 pub struct McpServerConfig {
     /// How to reach it.
-    #[serde(flatten)]
     pub transport: McpTransport,
     /// The limit on connecting (the initialize handshake) and listing its tools.
-    #[serde(serialize_with = "duration::serialize")]
     pub connect_timeout: Duration,
     /// The limit on one tool call.
-    #[serde(serialize_with = "duration::serialize")]
     pub call_timeout: Duration,
     /// Only these tools (their names on the server); empty: all of them.
     pub allow_tools: Vec<String>,
@@ -84,11 +100,67 @@ pub struct McpServerConfig {
     /// How many times a stdio server that died is restarted before it is given up.
     pub max_restarts: u32,
     /// Where it was defined: a file, with the line when known.
-    #[serde(skip)]
     pub origin: String,
     /// `${VAR}`s it refers to that are not set (each once); they expanded to empty text.
-    #[serde(skip)]
     pub undefined_vars: Vec<String>,
+    /// What its user should know about the entry though it is used: keys ignored, values
+    /// passed as written. One sentence each, without the origin.
+    pub warnings: Vec<String>,
+    /// [`transport`](Self::transport) with `command`, `args` and `url` as written, when
+    /// expanding variables changed them (a `.mcp.json` expands them): what is shown, since the
+    /// values of variables may be secrets.
+    pub as_written: Option<McpTransport>,
+}
+
+impl McpServerConfig {
+    /// The transport as shown: with `command`, `args` and `url` as written.
+    fn shown_transport(&self) -> &McpTransport {
+        self.as_written.as_ref().unwrap_or(&self.transport)
+    }
+}
+
+impl Serialize for McpServerConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// The settings as `mew config show` prints them.
+        #[derive(Serialize)]
+        struct Shown<'a> {
+            #[serde(flatten)]
+            transport: &'a McpTransport,
+            #[serde(serialize_with = "duration::serialize")]
+            connect_timeout: Duration,
+            #[serde(serialize_with = "duration::serialize")]
+            call_timeout: Duration,
+            allow_tools: &'a [String],
+            deny_tools: &'a [String],
+            max_restarts: u32,
+        }
+        Shown {
+            transport: self.shown_transport(),
+            connect_timeout: self.connect_timeout,
+            call_timeout: self.call_timeout,
+            allow_tools: &self.allow_tools,
+            deny_tools: &self.deny_tools,
+            max_restarts: self.max_restarts,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl fmt::Debug for McpServerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpServerConfig")
+            .field("transport", self.shown_transport())
+            .field("connect_timeout", &self.connect_timeout)
+            .field("call_timeout", &self.call_timeout)
+            .field("allow_tools", &self.allow_tools)
+            .field("deny_tools", &self.deny_tools)
+            .field("max_restarts", &self.max_restarts)
+            .field("origin", &self.origin)
+            .field("undefined_vars", &self.undefined_vars)
+            .field("warnings", &self.warnings)
+            .field("expanded", &self.as_written.is_some())
+            .finish()
+    }
 }
 
 /// How an MCP server is reached. Serialized and debug-printed with the values of `env` and
@@ -229,14 +301,18 @@ impl McpServerConfig {
 }
 
 impl Config {
-    /// Logs one warning for each skipped MCP server entry (or unreadable `.mcp.json`) and one
-    /// for each server that refers to variables that are not set. Resolving does not log
+    /// Logs one warning for each skipped MCP server entry (or unreadable `.mcp.json`), each
+    /// of a server's [`warnings`](McpServerConfig::warnings), and one for each server that
+    /// refers to variables that are not set. Resolving does not log
     /// (logging is set up from the resolved configuration), so call this once logging is up.
     pub fn log_mcp_warnings(&self) {
         for problem in &self.mcp_problems {
             tracing::warn!("{problem}");
         }
         for (name, server) in &self.mcp_servers {
+            for warning in &server.warnings {
+                tracing::warn!("{}: MCP server `{name}`: {warning}", server.origin);
+            }
             if let Some(warning) = server.undefined_vars_warning(name) {
                 tracing::warn!("{warning}");
             }

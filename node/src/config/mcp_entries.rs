@@ -1,6 +1,7 @@
 //! The `mcp_servers:` entries from the files to [`McpServerConfig`]s: reading `.mcp.json`,
-//! remembering where each entry was written, checking each entry on its own (a bad one is a
-//! [`McpProblem`], never an error), and expanding `${VAR}` in `env` and `headers` values.
+//! remembering where each entry was written and so by whose rules it is read ([`Dialect`]),
+//! checking each entry on its own (a bad one is a [`McpProblem`], never an error), and
+//! expanding `${VAR}`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -35,6 +36,19 @@ const KEYS: &[&str] = &[
     "enabled",
 ];
 
+/// Keys of Claude Code's `.mcp.json` entries that Mew reads but does not act on, with what that
+/// means; the entry is kept, with a warning.
+const CLAUDE_CODE_KEYS_NOT_HONOURED: &[(&str, &str)] = &[
+    (
+        "oauth",
+        "Mew does not sign in to MCP servers with OAuth; give a token in `headers`",
+    ),
+    (
+        "headersHelper",
+        "Mew does not run it; only the `headers` written here are sent",
+    ),
+];
+
 /// The keys that only a stdio server has, and those that only an http server has.
 const STDIO_KEYS: &[&str] = &["command", "args", "env", "cwd"];
 const HTTP_KEYS: &[&str] = &["url", "headers"];
@@ -58,26 +72,53 @@ impl fmt::Debug for Environment {
     }
 }
 
+/// Whose rules an entry is read by, which depends on the file it was written in.
+///
+/// | | Mew's files (the seed's rule) | `.mcp.json` (Claude Code's rules) |
+/// |---|---|---|
+/// | `${VAR}` expanded in | `env` and `headers` values | `command`, `args`, `env`, `url`, `headers` |
+/// | `${VAR}` unset, no default | empty text, with a warning | the entry is skipped |
+/// | an unknown key | the entry is skipped | ignored, with a warning |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    /// `~/.mew/config.yaml`, the project's `.mew/config.yaml`, `--config`.
+    Mew,
+    /// The project's `.mcp.json`: Claude Code's file, read as Claude Code reads it.
+    ClaudeCode,
+}
+
+impl Dialect {
+    /// The key of the section that holds the entries in this dialect's files.
+    fn section(self) -> &'static str {
+        match self {
+            Self::Mew => "mcp_servers",
+            Self::ClaudeCode => "mcpServers",
+        }
+    }
+}
+
 /// What loading learned about MCP server entries besides their values: where each was last
-/// written (`path:line`), and the problems of `.mcp.json` files as a whole.
+/// written (`path:line`) and in which dialect, and the problems of `.mcp.json` files as a
+/// whole.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct McpSources {
-    places: BTreeMap<String, String>,
+    places: BTreeMap<String, (String, Dialect)>,
     problems: Vec<McpProblem>,
 }
 
 impl McpSources {
-    /// Remembers where the entries of `layer`'s `mcp_servers` are: in `path`, whose `text`
-    /// has them under `section`. A higher layer's entry replaces a lower one whole, so the
-    /// last place recorded for a name is where its entry comes from.
-    pub(crate) fn record(&mut self, layer: &Value, section: &str, path: &Path, text: &str) {
+    /// Remembers where the entries of `layer`'s `mcp_servers` are: in `path`, a file of
+    /// `dialect` whose `text` holds them. A higher layer's entry replaces a lower one whole, so
+    /// the last place recorded for a name is where its entry comes from, and its file's
+    /// dialect is the one it is read by.
+    pub(crate) fn record(&mut self, layer: &Value, dialect: Dialect, path: &Path, text: &str) {
         let Some(Value::Mapping(servers)) = layer.get("mcp_servers") else {
             return;
         };
         for key in servers.keys() {
             let name = key_name(key);
-            let line = line_of(text, &[section.to_owned(), name.clone()]);
-            self.places.insert(name, place(path, line));
+            let line = line_of(text, &[dialect.section().to_owned(), name.clone()]);
+            self.places.insert(name, (place(path, line), dialect));
         }
     }
 
@@ -143,7 +184,7 @@ pub(crate) fn read_mcp_json(path: &Path, sources: &mut McpSources) -> Option<Val
         return None;
     }
     let layer = singleton(&["mcp_servers".to_owned()], Value::Mapping(section));
-    sources.record(&layer, "mcpServers", path, &text);
+    sources.record(&layer, Dialect::ClaudeCode, path, &text);
     Some(layer)
 }
 
@@ -157,12 +198,12 @@ impl LoadedConfig {
         let mut servers = BTreeMap::new();
         let mut problems = self.mcp.problems.clone();
         for (name, entry) in &self.settings.mcp_servers {
-            let origin = self
+            let (origin, dialect) = self
                 .mcp
                 .places
                 .get(name)
                 .cloned()
-                .unwrap_or_else(|| Origin::Default.to_string());
+                .unwrap_or_else(|| (Origin::Default.to_string(), Dialect::Mew));
             let cwd = |path: &Path| {
                 self.path(
                     &format!("mcp_servers.{name}.cwd"),
@@ -175,7 +216,7 @@ impl LoadedConfig {
                     other => format!("`cwd`: {other}"),
                 })
             };
-            match resolve_entry(name, entry, &self.env.0, &cwd) {
+            match resolve_entry(name, entry, dialect, &self.env.0, &cwd) {
                 Ok(Some(mut server)) => {
                     server.origin = origin;
                     servers.insert(name.clone(), server);
@@ -202,11 +243,13 @@ pub(crate) fn is_valid_server_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// One entry, checked and resolved: `Ok(None)` if it is switched off (`enabled: false`),
-/// `Err` with what is wrong if it is bad. `origin` is left empty for the caller to fill in.
+/// One entry, checked and resolved by `dialect`'s rules: `Ok(None)` if it is switched off
+/// (`enabled: false`), `Err` with what is wrong if it is bad. `origin` is left empty for the
+/// caller to fill in.
 fn resolve_entry(
     name: &str,
     entry: &Value,
+    dialect: Dialect,
     env: &HashMap<String, String>,
     cwd: &dyn Fn(&Path) -> Result<PathBuf, String>,
 ) -> Result<Option<McpServerConfig>, String> {
@@ -224,10 +267,19 @@ fn resolve_entry(
             return Err("expected a mapping of settings (type, command, url, ...)".to_owned());
         }
     };
+    let mut expansion = Expansion {
+        dialect,
+        env,
+        undefined: Vec::new(),
+        warnings: Vec::new(),
+    };
     for key in entry.keys() {
         let key = key_name(key);
         if !KEYS.contains(&key.as_str()) {
-            return Err(unknown_key(&key));
+            match dialect {
+                Dialect::Mew => return Err(unknown_key(&key)),
+                Dialect::ClaudeCode => expansion.warnings.push(ignored_key(&key)),
+            }
         }
     }
     let field = |key: &str| entry.get(key).filter(|value| !value.is_null());
@@ -277,22 +329,34 @@ fn resolve_entry(
         return Err(format!("`{key}` does not apply to {kind} server"));
     }
 
-    let mut undefined_vars = Vec::new();
-    let transport = if is_stdio {
-        let Some(command) = command.filter(|command| !command.trim().is_empty()) else {
+    // What was written, where expansion changed it: shown instead of the expanded values,
+    // which may hold secrets from the environment (`--api-key ${KEY}`).
+    let (transport, as_written) = if is_stdio {
+        let Some(written_command) = command.filter(|command| !command.trim().is_empty()) else {
             return Err("a stdio server needs a `command`".to_owned());
         };
-        let args = match field("args") {
+        let command = expansion.apply("command", "`command`", written_command.clone())?;
+        if command.trim().is_empty() {
+            return Err(format!(
+                "`command` `{written_command}` is empty once expanded; a stdio server needs \
+                 a `command`"
+            ));
+        }
+        let mut written_args = Vec::new();
+        let args: Vec<String> = match field("args") {
             None => Vec::new(),
             Some(Value::Sequence(items)) => items
                 .iter()
                 .map(|item| {
-                    scalar(item).ok_or_else(|| "`args`: expected a list of text".to_owned())
+                    let arg =
+                        scalar(item).ok_or_else(|| "`args`: expected a list of text".to_owned())?;
+                    written_args.push(arg.clone());
+                    expansion.apply("args", "`args`", arg)
                 })
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err("`args`: expected a list of text".to_owned()),
         };
-        let env = table("env", field("env"), env, &mut undefined_vars, |name| {
+        let env = table("env", field("env"), &mut expansion, |name| {
             !name.is_empty() && !name.contains(['=', '\0'])
         })?;
         let cwd = field("cwd")
@@ -300,39 +364,48 @@ fn resolve_entry(
             .transpose()?
             .map(|dir| cwd(Path::new(&dir)))
             .transpose()?;
-        McpTransport::Stdio {
+        let as_written =
+            (written_command != command || written_args != args).then(|| McpTransport::Stdio {
+                command: written_command,
+                args: written_args,
+                env: env.clone(),
+                cwd: cwd.clone(),
+            });
+        let transport = McpTransport::Stdio {
             command,
             args,
             env,
             cwd,
-        }
+        };
+        (transport, as_written)
     } else {
-        let Some(url) = url else {
+        let Some(written_url) = url else {
             return Err("an http server needs a `url`".to_owned());
         };
-        if url.contains("${") {
+        if dialect == Dialect::Mew && written_url.contains("${") {
             return Err(format!(
-                "`url`: `{url}` contains `${{`, which is not expanded in a url (only in the \
-                 values of env and headers)"
+                "`url`: `{written_url}` contains `${{`, which is not expanded in a url in \
+                 Mew's configuration (only in the values of env and headers; a `.mcp.json` \
+                 expands it)"
             ));
         }
+        let url = expansion.apply("url", "`url`", written_url.clone())?;
         if !is_http_url(&url) {
-            return Err(format!(
-                "`url`: `{url}` is not an http:// or https:// URL with a host"
-            ));
+            return Err(if url == written_url {
+                format!("`url`: `{url}` is not an http:// or https:// URL with a host")
+            } else {
+                format!(
+                    "`url`: `{written_url}` is not an http:// or https:// URL with a host once \
+                     expanded"
+                )
+            });
         }
-        let headers = table(
-            "headers",
-            field("headers"),
-            env,
-            &mut undefined_vars,
-            |name| {
-                !name.is_empty()
-                    && name
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c))
-            },
-        )?;
+        let headers = table("headers", field("headers"), &mut expansion, |name| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c))
+        })?;
         if let Some(name) = headers
             .iter()
             .find(|(_, value)| value.contains(['\r', '\n']))
@@ -342,7 +415,11 @@ fn resolve_entry(
                 "`headers`: the value of `{name}` contains a line break once expanded"
             ));
         }
-        McpTransport::Http { url, headers }
+        let as_written = (written_url != url).then(|| McpTransport::Http {
+            url: written_url,
+            headers: headers.clone(),
+        });
+        (McpTransport::Http { url, headers }, as_written)
     };
     let max_restarts = match field("max_restarts") {
         None => DEFAULT_MAX_RESTARTS,
@@ -361,8 +438,87 @@ fn resolve_entry(
         deny_tools: tools("deny_tools", field("deny_tools"))?,
         max_restarts,
         origin: String::new(),
-        undefined_vars,
+        undefined_vars: expansion.undefined,
+        warnings: expansion.warnings,
+        as_written,
     }))
+}
+
+/// `${VAR}` in the values of one entry, expanded by its dialect's rules (see [`Dialect`]).
+struct Expansion<'a> {
+    dialect: Dialect,
+    env: &'a HashMap<String, String>,
+    /// Variables that were not set and expanded to empty text (each once; Mew's files only).
+    undefined: Vec<String>,
+    /// What the entry's user should know: values left as written, keys ignored.
+    warnings: Vec<String>,
+}
+
+impl Expansion<'_> {
+    /// `text`, a value of the entry's `field` (`command`, `args`, `url`, `env` or `headers`),
+    /// described in messages as `what`: expanded if the dialect expands that field. In a
+    /// `.mcp.json`, a variable that is not set and has no default is an error, as in Claude
+    /// Code; in Mew's files it expands to empty text and is listed in `undefined`, and a
+    /// reference in `command` or `args`, which are never expanded there, is a warning.
+    fn apply(&mut self, field: &str, what: &str, text: String) -> Result<String, String> {
+        let expanded_here = matches!(field, "env" | "headers");
+        match self.dialect {
+            Dialect::Mew if expanded_here => Ok(expand(&text, self.env, &mut self.undefined)),
+            Dialect::Mew => {
+                if has_reference(&text) {
+                    self.warnings.push(format!(
+                        "{what} `{text}` is passed as written: Mew's configuration expands \
+                         `${{VAR}}` only in the values of env and headers (a `.mcp.json` \
+                         expands it everywhere)"
+                    ));
+                }
+                Ok(text)
+            }
+            Dialect::ClaudeCode => {
+                let mut unset = Vec::new();
+                let expanded = expand(&text, self.env, &mut unset);
+                if unset.is_empty() {
+                    return Ok(expanded);
+                }
+                let names: Vec<String> = unset.iter().map(|var| format!("${{{var}}}")).collect();
+                Err(format!(
+                    "{what} refers to {} {}, which {} not set and {} no default (write \
+                     `${{VAR:-default}}` for a value that may be missing)",
+                    if unset.len() == 1 {
+                        "variable"
+                    } else {
+                        "variables"
+                    },
+                    names.join(", "),
+                    if unset.len() == 1 { "is" } else { "are" },
+                    if unset.len() == 1 { "has" } else { "have" },
+                ))
+            }
+        }
+    }
+}
+
+/// True when `text` holds a `${VAR}` or `${VAR:-default}` reference.
+fn has_reference(text: &str) -> bool {
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        rest = &rest[start + 2..];
+        if reference(rest).is_some() {
+            return true;
+        }
+    }
+    false
+}
+
+/// The warning about a key of a `.mcp.json` entry that Mew does not read.
+fn ignored_key(key: &str) -> String {
+    match CLAUDE_CODE_KEYS_NOT_HONOURED
+        .iter()
+        .find(|(known, _)| *known == key)
+    {
+        Some((_, why)) => format!("`{key}` is not honoured: {why}"),
+        None => format!("{}; it is ignored", unknown_key(key)),
+    }
 }
 
 /// The problem of an unknown key, with the known key it probably meant.
@@ -399,12 +555,11 @@ fn scalar(value: &Value) -> Option<String> {
 }
 
 /// `env` or `headers`: a mapping of names (each passing `valid_name`) to scalars, with
-/// `${VAR}` expanded in the values.
+/// `${VAR}` expanded in the values as `expansion`'s dialect says.
 fn table(
     key: &str,
     value: Option<&Value>,
-    env: &HashMap<String, String>,
-    undefined: &mut Vec<String>,
+    expansion: &mut Expansion<'_>,
     valid_name: impl Fn(&str) -> bool,
 ) -> Result<BTreeMap<String, String>, String> {
     let Some(value) = value else {
@@ -422,7 +577,8 @@ fn table(
         let Some(value) = scalar(value) else {
             return Err(format!("`{key}`: the value of `{name}` is not text"));
         };
-        table.insert(name, expand(&value, env, undefined));
+        let value = expansion.apply(key, &format!("`{key}`: the value of `{name}`"), value)?;
+        table.insert(name, value);
     }
     Ok(table)
 }

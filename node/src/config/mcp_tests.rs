@@ -161,6 +161,8 @@ fn entries_resolve_with_defaults_and_every_key() {
             max_restarts: 0,
             origin: at(&file, 2),
             undefined_vars: vec![],
+            warnings: vec![],
+            as_written: None,
         }
     );
     assert_eq!(
@@ -177,6 +179,8 @@ fn entries_resolve_with_defaults_and_every_key() {
             max_restarts: mcp::DEFAULT_MAX_RESTARTS,
             origin: at(&file, 14),
             undefined_vars: vec![],
+            warnings: vec![],
+            as_written: None,
         }
     );
 }
@@ -630,14 +634,13 @@ fn mcp_json_problems_are_reported_not_fatal() {
         [(String::new(), "`mcpServers` is not an object".to_owned())]
     );
 
-    // No `mcpServers`: nothing to read; an sse server or an unknown key: that entry skipped.
+    // No `mcpServers`: nothing to read; an sse server: that entry skipped.
     dirs.mcp_json("{\"other\": 1}\n");
     let config = dirs.resolve();
     assert!(config.mcp_problems.is_empty());
     let json = dirs.mcp_json(
         r#"{"mcpServers": {
   "legacy": {"type": "sse", "url": "https://h/sse"},
-  "odd": {"command": "x", "oauth": {}},
   "fine": {"command": "fine"}
 }}"#,
     );
@@ -648,23 +651,61 @@ fn mcp_json_problems_are_reported_not_fatal() {
     );
     assert_eq!(
         config.mcp_problems,
+        [McpProblem {
+            server: "legacy".into(),
+            origin: at(&json, 2),
+            message: "type `sse` (the legacy HTTP+SSE transport) is not supported: use \
+                      `type: http` (Streamable HTTP) if the server offers it"
+                .into(),
+        }]
+    );
+}
+
+#[test]
+fn an_unknown_key_is_ignored_with_a_warning_in_mcp_json_and_skips_the_entry_in_mew_files() {
+    let dirs = Dirs::new();
+    dirs.mcp_json(
+        r#"{"mcpServers": {
+  "described": {"command": "x", "description": "Searches the docs", "comand": "typo"},
+  "signed": {"type": "http", "url": "https://h/mcp", "oauth": {"clientId": "c"},
+             "headersHelper": "get-token.sh"}
+}}"#,
+    );
+    let config = dirs.resolve();
+    assert!(config.mcp_problems.is_empty(), "{:?}", config.mcp_problems);
+    assert_eq!(
+        config.mcp_servers["described"].warnings,
         [
-            McpProblem {
-                server: "legacy".into(),
-                origin: at(&json, 2),
-                message: "type `sse` (the legacy HTTP+SSE transport) is not supported: use \
-                          `type: http` (Streamable HTTP) if the server offers it"
-                    .into(),
-            },
-            McpProblem {
-                server: "odd".into(),
-                origin: at(&json, 3),
-                message: "unknown key `oauth` (the keys are type, command, args, env, cwd, \
-                          url, headers, connect_timeout, call_timeout, allow_tools, \
-                          deny_tools, max_restarts, enabled)"
-                    .into(),
-            },
+            "unknown key `comand` (did you mean `command`?); it is ignored",
+            "unknown key `description` (the keys are type, command, args, env, cwd, url, \
+             headers, connect_timeout, call_timeout, allow_tools, deny_tools, max_restarts, \
+             enabled); it is ignored",
         ]
+    );
+    assert_eq!(
+        config.mcp_servers["signed"].warnings,
+        [
+            "`headersHelper` is not honoured: Mew does not run it; only the `headers` written \
+             here are sent",
+            "`oauth` is not honoured: Mew does not sign in to MCP servers with OAuth; give a \
+             token in `headers`",
+        ]
+    );
+
+    // The same entry in Mew's own file is skipped: there a key Mew does not know is a mistake.
+    let file = dirs.project_file("mcp_servers:\n  described: {command: x, description: Docs}\n");
+    let config = dirs.resolve();
+    assert!(!config.mcp_servers.contains_key("described"));
+    assert_eq!(
+        config.mcp_problems,
+        [McpProblem {
+            server: "described".into(),
+            origin: at(&file, 2),
+            message: "unknown key `description` (the keys are type, command, args, env, cwd, \
+                      url, headers, connect_timeout, call_timeout, allow_tools, deny_tools, \
+                      max_restarts, enabled)"
+                .into(),
+        }]
     );
 }
 
@@ -727,6 +768,16 @@ fn env_and_header_values_expand_and_undefined_variables_are_listed() {
         }
     );
     assert_eq!(gh.undefined_vars, ["NOPE", "ALSO_NOPE"]);
+    // Mew's own file never expands a program or its arguments, and says so.
+    assert_eq!(
+        gh.warnings,
+        [
+            "`command` `${CMD}` is passed as written: Mew's configuration expands `${VAR}` only \
+             in the values of env and headers (a `.mcp.json` expands it everywhere)",
+            "`args` `${TOKEN}` is passed as written: Mew's configuration expands `${VAR}` only \
+             in the values of env and headers (a `.mcp.json` expands it everywhere)",
+        ]
+    );
     let api = &config.mcp_servers["api"];
     assert_eq!(
         headers_of(api),
@@ -758,7 +809,7 @@ fn env_and_header_values_expand_and_undefined_variables_are_listed() {
 }
 
 #[test]
-fn urls_are_never_expanded_and_headers_cannot_gain_line_breaks() {
+fn urls_are_not_expanded_in_mew_files_and_headers_cannot_gain_line_breaks() {
     let dirs = Dirs::new();
     dirs.project_file(
         "mcp_servers:\n  a: {url: 'https://${HOST}/mcp'}\n  \
@@ -772,7 +823,8 @@ fn urls_are_never_expanded_and_headers_cannot_gain_line_breaks() {
             (
                 "a".to_owned(),
                 "`url`: `https://${HOST}/mcp` contains `${`, which is not expanded in a url \
-                 (only in the values of env and headers)"
+                 in Mew's configuration (only in the values of env and headers; a `.mcp.json` \
+                 expands it)"
                     .to_owned()
             ),
             (
@@ -780,6 +832,182 @@ fn urls_are_never_expanded_and_headers_cannot_gain_line_breaks() {
                 "`headers`: the value of `X` contains a line break once expanded".to_owned()
             ),
         ]
+    );
+}
+
+/// The `.mcp.json` of Claude Code's documentation, with a stdio server beside it.
+const CLAUDE_CODE_MCP_JSON: &str = r#"{
+  "mcpServers": {
+    "api-server": {
+      "type": "http",
+      "url": "${API_BASE_URL:-https://api.example.com}/mcp",
+      "headers": {"Authorization": "Bearer ${API_KEY}"}
+    },
+    "local": {
+      "command": "${TOOLS}/server",
+      "args": ["--token", "${TOKEN}", "--mode=${MODE:-fast}", "$TOKEN"],
+      "env": {"K": "${K:-d}"}
+    },
+    "needs-key": {"url": "https://h/mcp", "headers": {"X-Key": "${MISSING}"}},
+    "needs-base": {"url": "${NO_BASE}/mcp"},
+    "needs-args": {"command": "x", "args": ["${A1}-${A2}"]},
+    "needs-program": {"command": "${NO_PROGRAM}"}
+  }
+}
+"#;
+
+#[test]
+fn mcp_json_expands_command_args_url_env_and_headers_as_claude_code_does() {
+    let dirs = Dirs::new();
+    let json = dirs.mcp_json(CLAUDE_CODE_MCP_JSON);
+    let config = dirs.resolve_with(&[
+        ("API_KEY", "k3y"),
+        ("TOOLS", "/opt/tools"),
+        ("TOKEN", "s3cret"),
+    ]);
+    let api = &config.mcp_servers["api-server"];
+    assert_eq!(
+        api.transport,
+        McpTransport::Http {
+            url: "https://api.example.com/mcp".into(),
+            headers: map(&[("Authorization", "Bearer k3y")]),
+        }
+    );
+    assert!(api.undefined_vars.is_empty() && api.warnings.is_empty());
+    assert_eq!(
+        config.mcp_servers["local"].transport,
+        McpTransport::Stdio {
+            command: "/opt/tools/server".into(),
+            args: vec![
+                "--token".into(),
+                "s3cret".into(),
+                "--mode=fast".into(),
+                "$TOKEN".into()
+            ],
+            env: map(&[("K", "d")]),
+            cwd: None,
+        }
+    );
+    // A variable that is not set and has no default: Claude Code does not start the server.
+    let unset = |what: &str, names: &str, count: usize| {
+        format!(
+            "{what} refers to {} {names}, which {} not set and {} no default (write \
+             `${{VAR:-default}}` for a value that may be missing)",
+            if count == 1 { "variable" } else { "variables" },
+            if count == 1 { "is" } else { "are" },
+            if count == 1 { "has" } else { "have" },
+        )
+    };
+    assert_eq!(
+        config.mcp_problems,
+        [
+            McpProblem {
+                server: "needs-args".into(),
+                origin: at(&json, 15),
+                message: unset("`args`", "${A1}, ${A2}", 2),
+            },
+            McpProblem {
+                server: "needs-base".into(),
+                origin: at(&json, 14),
+                message: unset("`url`", "${NO_BASE}", 1),
+            },
+            McpProblem {
+                server: "needs-key".into(),
+                origin: at(&json, 13),
+                message: unset("`headers`: the value of `X-Key`", "${MISSING}", 1),
+            },
+            McpProblem {
+                server: "needs-program".into(),
+                origin: at(&json, 16),
+                message: unset("`command`", "${NO_PROGRAM}", 1),
+            },
+        ]
+    );
+
+    // The default gives way to a value; an empty value takes the default, as in Claude Code.
+    let config = dirs.resolve_with(&[
+        ("API_BASE_URL", "http://127.0.0.1:9"),
+        ("API_KEY", ""),
+        ("TOOLS", "/opt/tools"),
+        ("TOKEN", "s3cret"),
+        ("MODE", ""),
+    ]);
+    assert_eq!(
+        config.mcp_servers["api-server"].transport,
+        McpTransport::Http {
+            url: "http://127.0.0.1:9/mcp".into(),
+            headers: map(&[("Authorization", "Bearer ")]),
+        }
+    );
+    match &config.mcp_servers["local"].transport {
+        McpTransport::Stdio { args, .. } => assert_eq!(args[2], "--mode=fast"),
+        other => panic!("{other:?}"),
+    }
+
+    // An expanded url that is no url is a problem that shows what was written.
+    dirs.mcp_json(r#"{"mcpServers": {"odd": {"url": "${BASE}/mcp"}}}"#);
+    let config = dirs.resolve_with(&[("BASE", "ftp://secret@h")]);
+    assert_eq!(
+        problems(&config),
+        [(
+            "odd".to_owned(),
+            "`url`: `${BASE}/mcp` is not an http:// or https:// URL with a host once expanded"
+                .to_owned()
+        )]
+    );
+}
+
+#[test]
+fn an_entry_is_read_by_the_rules_of_the_file_it_comes_from() {
+    let dirs = Dirs::new();
+    dirs.mcp_json(CLAUDE_CODE_MCP_JSON);
+    // The project's file replaces `local` whole, and its rules apply: nothing expanded in the
+    // program or its arguments; an unset variable in env is empty text, with a warning.
+    dirs.project_file(
+        "mcp_servers:\n  local:\n    command: ${TOOLS}/server\n    args: ['${TOKEN}']\n\
+         \x20   env: {K: '${K}'}\n",
+    );
+    let config = dirs.resolve_with(&[("TOOLS", "/opt/tools"), ("TOKEN", "s3cret")]);
+    let local = &config.mcp_servers["local"];
+    assert_eq!(
+        local.transport,
+        McpTransport::Stdio {
+            command: "${TOOLS}/server".into(),
+            args: vec!["${TOKEN}".into()],
+            env: map(&[("K", "")]),
+            cwd: None,
+        }
+    );
+    assert_eq!(local.undefined_vars, ["K"]);
+    assert_eq!(local.warnings.len(), 2, "{:?}", local.warnings);
+    assert!(local.as_written.is_none());
+}
+
+#[test]
+fn values_expanded_in_mcp_json_are_shown_as_written() {
+    let dirs = Dirs::new();
+    dirs.mcp_json(CLAUDE_CODE_MCP_JSON);
+    let mut sources = dirs.sources();
+    sources.env = env(&[
+        ("API_BASE_URL", "https://internal.example.com"),
+        ("API_KEY", "k3y"),
+        ("TOOLS", "/opt/tools"),
+        ("TOKEN", "s3cret"),
+    ]);
+    let loaded = Config::load(&sources).unwrap();
+    let config = loaded.resolve().unwrap();
+    let yaml = serde_yaml_ng::to_string(&config).unwrap();
+    let debug = format!("{config:?}");
+    for (what, text) in [("yaml", &yaml), ("debug", &debug)] {
+        for secret in ["s3cret", "k3y", "internal.example.com", "/opt/tools"] {
+            assert!(!text.contains(secret), "{what} shows {secret}: {text}");
+        }
+    }
+    assert!(
+        yaml.contains("    command: ${TOOLS}/server\n")
+            && yaml.contains("    - ${TOKEN}\n")
+            && yaml.contains("    url: ${API_BASE_URL:-https://api.example.com}/mcp\n"),
+        "{yaml}"
     );
 }
 

@@ -64,6 +64,8 @@ fn config(transport: McpTransport) -> McpServerConfig {
         max_restarts: 5,
         origin: "test".to_owned(),
         undefined_vars: Vec::new(),
+        warnings: Vec::new(),
+        as_written: None,
     }
 }
 

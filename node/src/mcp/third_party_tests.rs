@@ -176,6 +176,8 @@ fn server_config(transport: McpTransport, call_timeout: Duration) -> McpServerCo
         max_restarts: 5,
         origin: "third_party_tests".to_owned(),
         undefined_vars: Vec::new(),
+        warnings: Vec::new(),
+        as_written: None,
     }
 }
 

@@ -5,11 +5,16 @@
 //! [`standard_roots`] lists them lowest first; a skill in a later root replaces the skill of the
 //! same name from an earlier one, so the project overrides the user:
 //!
-//! 1. user: `~/.claude/skills/` (Claude Code's personal skills, read unchanged), then
+//! 1. commands: `~/.claude/commands/`, then `<project>/.claude/commands/` (Claude Code's custom
+//!    slash commands, see below);
+//! 2. user: `~/.claude/skills/` (Claude Code's personal skills, read unchanged), then
 //!    `~/.mew/skills/`;
-//! 2. project: `<project>/.agents/skills/` (the cross-tool convention), then
+//! 3. project: `<project>/.agents/skills/` (the cross-tool convention), then
 //!    `<project>/.claude/skills/`, then `<project>/.mew/skills/`;
-//! 3. configured roots, in the order given.
+//! 4. configured roots, in the order given.
+//!
+//! So a project's command replaces the user's command of the same name, and a skill of any root
+//! replaces a command of the same name, as in Claude Code, where a skill wins over a command.
 //!
 //! A root that is the same directory as an earlier one (the project is the home directory, or
 //! `.claude/skills` is a symlink to `.agents/skills`) is read once, at its first place.
@@ -20,6 +25,15 @@
 //! with `.` (such as an installation's staging directory) are skipped, as are plain files.
 //! Symlinks made by the user are followed. Directories are read in file-name order; when two of
 //! one root give the same name, the first wins and the second is a problem.
+//!
+//! # Commands
+//!
+//! A command root holds Claude Code's custom commands: every `NAME.md` file, in subdirectories
+//! too (at most [`MAX_COMMAND_DEPTH`] levels down, skipping names that start with `.`). A
+//! command is a skill of kind [`SkillKind::Command`] named by its path as Claude Code names
+//! it: `review.md` is `/review`, `frontend/component.md` is `/frontend:component` (lowercase;
+//! see [`is_valid_command_name`]). It is parsed by [`parse_command`], and runs as a skill does,
+//! by `/name args` or, unless it says `disable-model-invocation`, by the model's `LoadSkill`.
 //!
 //! Nothing in a skill can stop the node: a `SKILL.md` that cannot be read or parsed is a
 //! [`Problem`] and is skipped, the earlier roots' skill of that name, if any, staying.
@@ -40,7 +54,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-use super::parse::{SkillMeta, parse_skill};
+use super::parse::{SkillMeta, is_valid_command_name, parse_command, parse_skill};
 use crate::roles::catalog::{Problem, Severity};
 
 /// The file that makes a directory a skill.
@@ -48,6 +62,12 @@ pub(crate) const SKILL_FILE: &str = "SKILL.md";
 
 /// Largest `SKILL.md` read, in bytes; a larger one is a problem, not a skill.
 pub(crate) const MAX_SKILL_FILE_BYTES: u64 = crate::user_file::MAX_USER_FILE_BYTES;
+
+/// How many levels of subdirectories of a command root are read.
+pub(crate) const MAX_COMMAND_DEPTH: u32 = 4;
+
+/// The ending of a command file's name.
+const COMMAND_FILE_SUFFIX: &str = ".md";
 
 /// How many times activation reads `SKILL.md` looking for two identical reads in a row.
 const STABLE_READ_ATTEMPTS: usize = 4;
@@ -84,21 +104,63 @@ impl fmt::Display for SkillSource {
     }
 }
 
-/// A directory that holds skill directories.
+/// What a skill is written as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum SkillKind {
+    /// A directory with a `SKILL.md`.
+    Skill,
+    /// A Claude Code custom command: one Markdown file of a commands directory.
+    Command,
+}
+
+impl SkillKind {
+    /// Lowercase name, as shown to users.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Skill => "skill",
+            Self::Command => "command",
+        }
+    }
+}
+
+/// A directory that holds skill directories, or command files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SkillRoot {
     /// The directory.
     pub(crate) dir: PathBuf,
     /// What kind of root it is.
     pub(crate) source: SkillSource,
+    /// What it holds.
+    pub(crate) kind: SkillKind,
 }
 
 impl SkillRoot {
-    /// A root.
+    /// A root of skill directories.
     pub(crate) fn new(dir: impl Into<PathBuf>, source: SkillSource) -> Self {
         Self {
             dir: dir.into(),
             source,
+            kind: SkillKind::Skill,
+        }
+    }
+
+    /// A root of Claude Code command files.
+    pub(crate) fn commands(dir: impl Into<PathBuf>, source: SkillSource) -> Self {
+        Self {
+            dir: dir.into(),
+            source,
+            kind: SkillKind::Command,
+        }
+    }
+
+    /// How many levels below the root its files are: what a [`Stamp`] of it looks at.
+    ///
+    /// [`Stamp`]: crate::user_file::Stamp
+    pub(crate) fn depth(&self) -> u32 {
+        match self.kind {
+            SkillKind::Skill => 1,
+            SkillKind::Command => MAX_COMMAND_DEPTH,
         }
     }
 }
@@ -111,6 +173,16 @@ pub(crate) fn standard_roots(
     extra: &[PathBuf],
 ) -> Vec<SkillRoot> {
     let mut roots = Vec::new();
+    if let Some(home) = home {
+        roots.push(SkillRoot::commands(
+            home.join(".claude").join("commands"),
+            SkillSource::User,
+        ));
+    }
+    roots.push(SkillRoot::commands(
+        project.join(".claude").join("commands"),
+        SkillSource::Project,
+    ));
     if let Some(home) = home {
         for tool in [".claude", ".mew"] {
             roots.push(SkillRoot::new(
@@ -133,17 +205,21 @@ pub(crate) fn standard_roots(
     roots
 }
 
-/// A loaded skill.
+/// A loaded skill, or command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Skill {
     /// Its settings.
     pub(crate) meta: SkillMeta,
-    /// Its instructions (the `SKILL.md` body, trimmed, LF line ends).
+    /// Its instructions (the file's body, trimmed, LF line ends).
     pub(crate) body: String,
-    /// The skill's directory.
+    /// The skill's directory; a command's: the directory of its file.
     pub(crate) dir: PathBuf,
+    /// Its file: the `SKILL.md`, or the command's.
+    pub(crate) file: PathBuf,
     /// The kind of root it was found in.
     pub(crate) source: SkillSource,
+    /// What it is written as.
+    pub(crate) kind: SkillKind,
 }
 
 impl Skill {
@@ -152,9 +228,17 @@ impl Skill {
         &self.meta.name
     }
 
-    /// The path of its `SKILL.md`.
+    /// The path of its file: its `SKILL.md`, or the command's file.
     pub(crate) fn path(&self) -> PathBuf {
-        self.dir.join(SKILL_FILE)
+        self.file.clone()
+    }
+
+    /// Where it is, as users are shown: a skill's directory, a command's file.
+    pub(crate) fn location(&self) -> &Path {
+        match self.kind {
+            SkillKind::Skill => &self.dir,
+            SkillKind::Command => &self.file,
+        }
     }
 }
 
@@ -193,7 +277,8 @@ fn available_list(available: &[String]) -> String {
 pub(crate) struct Snapshot {
     /// By name (lowercase).
     skills: BTreeMap<String, Arc<Skill>>,
-    /// Per name, the (source, directory) of each skill a later root replaced, earliest first.
+    /// Per name, the (source, [location](Skill::location)) of each skill a later root
+    /// replaced, earliest first.
     shadowed: BTreeMap<String, Vec<(SkillSource, PathBuf)>>,
     problems: Vec<Problem>,
 }
@@ -241,7 +326,8 @@ impl Snapshot {
         &self.problems
     }
 
-    /// The (source, directory) of each skill called `name` that a later root replaced.
+    /// The (source, [location](Skill::location)) of each skill called `name` that a later root
+    /// replaced.
     pub(crate) fn shadowed(&self, name: &str) -> &[(SkillSource, PathBuf)] {
         self.shadowed
             .get(&lookup_key(name))
@@ -265,6 +351,133 @@ impl Snapshot {
     }
 
     fn load_root(&mut self, root: &SkillRoot) {
+        match root.kind {
+            SkillKind::Skill => self.load_skills(root),
+            SkillKind::Command => self.load_commands(root),
+        }
+    }
+
+    /// Adds `skill`, replacing the skill of that name from an earlier root.
+    fn add(&mut self, skill: Skill) {
+        let name = skill.name().to_owned();
+        if let Some(previous) = self.skills.insert(name.clone(), Arc::new(skill)) {
+            self.shadowed
+                .entry(name)
+                .or_default()
+                .push((previous.source, previous.location().to_owned()));
+        }
+    }
+
+    fn load_commands(&mut self, root: &SkillRoot) {
+        let mut files = Vec::new();
+        self.command_files(&root.dir, &[], MAX_COMMAND_DEPTH, &mut files);
+        let mut in_root: BTreeMap<String, PathBuf> = BTreeMap::new();
+        for (parts, path) in files {
+            let name = parts.join(":").to_lowercase();
+            if !is_valid_command_name(&name) {
+                self.error(
+                    &path,
+                    format!(
+                        "{name:?} cannot name a command: the names of a command's file and \
+                         directories may hold letters, digits, `-`, `_` and `.` (it is \
+                         /DIRECTORY:FILE, at most {} characters)",
+                        super::parse::MAX_COMMAND_NAME_LEN
+                    ),
+                );
+                continue;
+            }
+            let text = match read_skill_file(&path) {
+                Ok(Some(text)) => text,
+                Ok(None) => continue,
+                Err(message) => {
+                    self.error(&path, message);
+                    continue;
+                }
+            };
+            let parsed = match parse_command(&text, &name) {
+                Ok(parsed) => parsed,
+                Err(err) => {
+                    self.error(&path, err.to_string());
+                    continue;
+                }
+            };
+            if let Some(first) = in_root.get(&name) {
+                let message = format!(
+                    "command /{name} is already defined by {} in the same directory (names \
+                     are not case-sensitive); this one is skipped",
+                    first.display()
+                );
+                self.error(&path, message);
+                continue;
+            }
+            for warning in parsed.warnings {
+                self.warning(&path, warning);
+            }
+            in_root.insert(name, path.clone());
+            self.add(Skill {
+                meta: parsed.meta,
+                body: parsed.body,
+                dir: path.parent().unwrap_or(&root.dir).to_owned(),
+                file: path,
+                source: root.source,
+                kind: SkillKind::Command,
+            });
+        }
+    }
+
+    /// The command files of `dir` (whose path below the root is `parts`), in file-name order,
+    /// then those of its subdirectories, `depth` levels down, as (name parts, path). Names
+    /// starting with `.` are skipped.
+    fn command_files(
+        &mut self,
+        dir: &Path,
+        parts: &[String],
+        depth: u32,
+        files: &mut Vec<(Vec<String>, PathBuf)>,
+    ) {
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return,
+            Err(err) => {
+                self.error(dir, format!("cannot read the directory: {err}"));
+                return;
+            }
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            match entry {
+                Ok(entry) => names.push(entry.file_name()),
+                Err(err) => self.error(dir, format!("cannot list the directory: {err}")),
+            }
+        }
+        names.retain(|name| !name.as_encoded_bytes().starts_with(b"."));
+        names.sort();
+        let (subdirs, names): (Vec<_>, Vec<_>) = names
+            .into_iter()
+            .partition(|name| fs::metadata(dir.join(name)).is_ok_and(|meta| meta.is_dir()));
+        for name in names {
+            let path = dir.join(&name);
+            let Some(stem) = name
+                .to_str()
+                .and_then(|name| name.strip_suffix(COMMAND_FILE_SUFFIX))
+            else {
+                continue;
+            };
+            let mut name_parts = parts.to_vec();
+            name_parts.push(stem.to_owned());
+            files.push((name_parts, path));
+        }
+        if depth == 0 {
+            return;
+        }
+        for subdir in subdirs {
+            let mut sub_parts = parts.to_vec();
+            sub_parts.push(subdir.to_string_lossy().into_owned());
+            self.command_files(&dir.join(&subdir), &sub_parts, depth - 1, files);
+        }
+    }
+
+    fn load_skills(&mut self, root: &SkillRoot) {
         let entries = match fs::read_dir(&root.dir) {
             Ok(entries) => entries,
             Err(err) if err.kind() == io::ErrorKind::NotFound => return,
@@ -337,19 +550,15 @@ impl Snapshot {
             for warning in parsed.warnings {
                 self.warning(&path, warning);
             }
-            in_root.insert(skill_name.clone(), path);
-            let skill = Skill {
+            in_root.insert(skill_name, path.clone());
+            self.add(Skill {
                 meta: parsed.meta,
                 body: parsed.body,
                 dir,
+                file: path,
                 source: root.source,
-            };
-            if let Some(previous) = self.skills.insert(skill_name.clone(), Arc::new(skill)) {
-                self.shadowed
-                    .entry(skill_name)
-                    .or_default()
-                    .push((previous.source, previous.dir.clone()));
-            }
+                kind: SkillKind::Skill,
+            });
         }
     }
 }
@@ -500,7 +709,8 @@ impl SkillCatalog {
                         path: skill.path().display().to_string(),
                         severity: Severity::Warning,
                         message: format!(
-                            "skill {:?} names the tool {entry:?}, which does not exist",
+                            "{} {:?} names the tool {entry:?}, which does not exist",
+                            skill.kind.as_str(),
                             skill.name()
                         ),
                     });
@@ -511,11 +721,17 @@ impl SkillCatalog {
     }
 }
 
-/// `cached`'s `SKILL.md`, read and parsed again.
+/// `cached`'s file, read and parsed again.
 fn reread(cached: &Skill) -> Result<Skill, String> {
     let text = read_stable(&cached.path())?;
-    let dir_name = cached.dir.file_name().and_then(|name| name.to_str());
-    let parsed = parse_skill(&text, dir_name).map_err(|err| err.to_string())?;
+    let parsed = match cached.kind {
+        SkillKind::Skill => {
+            let dir_name = cached.dir.file_name().and_then(|name| name.to_str());
+            parse_skill(&text, dir_name)
+        }
+        SkillKind::Command => parse_command(&text, cached.name()),
+    }
+    .map_err(|err| err.to_string())?;
     if parsed.meta.name != cached.meta.name {
         return Err(format!(
             "its name is now {:?}; reload the skills to use it",
@@ -526,7 +742,9 @@ fn reread(cached: &Skill) -> Result<Skill, String> {
         meta: parsed.meta,
         body: parsed.body,
         dir: cached.dir.clone(),
+        file: cached.file.clone(),
         source: cached.source,
+        kind: cached.kind,
     })
 }
 
@@ -564,6 +782,8 @@ mod tests {
         assert_eq!(
             listed,
             [
+                ("/home/u/.claude/commands".to_owned(), SkillSource::User),
+                ("/p/.claude/commands".to_owned(), SkillSource::Project),
                 ("/home/u/.claude/skills".to_owned(), SkillSource::User),
                 ("/home/u/.mew/skills".to_owned(), SkillSource::User),
                 ("/p/.agents/skills".to_owned(), SkillSource::Project),
@@ -573,7 +793,12 @@ mod tests {
                 ("/extra/two".to_owned(), SkillSource::Configured),
             ]
         );
-        assert_eq!(standard_roots(None, Path::new("/p"), &[]).len(), 3);
+        assert!(
+            roots
+                .iter()
+                .all(|root| (root.kind == SkillKind::Command) == root.dir.ends_with("commands"))
+        );
+        assert_eq!(standard_roots(None, Path::new("/p"), &[]).len(), 4);
     }
 
     #[test]
@@ -618,7 +843,7 @@ mod tests {
             &project,
             std::slice::from_ref(&extra),
         ));
-        assert_eq!(catalog.roots().len(), 6);
+        assert_eq!(catalog.roots().len(), 8);
         assert_eq!(catalog.problems(), &[]);
         assert_eq!(catalog.snapshot().len(), 3);
         assert!(!catalog.snapshot().is_empty());
@@ -999,5 +1224,110 @@ mod tests {
                     .to_owned(),
             }]
         );
+    }
+
+    fn write_file(path: &Path, text: &str) -> PathBuf {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+        path.to_owned()
+    }
+
+    #[test]
+    fn commands_are_named_by_their_paths_and_give_way_to_skills() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        let project = tmp.path().join("project");
+        let user_commands = home.join(".claude/commands");
+        let commands = project.join(".claude/commands");
+        let user_review = write_file(&user_commands.join("review.md"), "Review the code.\n");
+        write_file(&user_commands.join("deploy.md"), "Deploy from home.\n");
+        write_file(&user_commands.join("mine.md"), "Only the user's.\n");
+        let deploy = write_file(
+            &commands.join("deploy.md"),
+            "---\ndescription: Deploys the project\nargument-hint: \"[env]\"\n---\nDeploy to $0.\n",
+        );
+        let component = write_file(
+            &commands.join("Frontend/component.md"),
+            "Make a component called $ARGUMENTS.\n",
+        );
+        write_file(&commands.join("a/b/c/d/deep.md"), "Four levels down.\n");
+        write_file(&commands.join("a/b/c/d/e/deeper.md"), "Five: too deep.\n");
+        write_file(&commands.join(".drafts/hidden.md"), "Hidden.\n");
+        write_file(&commands.join("notes.txt"), "Not a command.\n");
+        let spaced = write_file(&commands.join("has space.md"), "Unusable.\n");
+        write_file(&commands.join("Shout.md"), "Loud.\n");
+        let quiet = write_file(&commands.join("shout.md"), "Quiet.\n");
+        let tools = write_file(
+            &commands.join("tools.md"),
+            "---\nallowed-tools: Read\n---\nT.\n",
+        );
+        write_skill(
+            &project.join(".claude/skills"),
+            "review",
+            &skill_text("review", "the skill", "s"),
+        );
+        let catalog = SkillCatalog::load(standard_roots(Some(&home), &project, &[]));
+        assert_eq!(
+            names(&catalog),
+            [
+                "a:b:c:d:deep",
+                "deploy",
+                "frontend:component",
+                "mine",
+                "review",
+                "shout",
+                "tools"
+            ]
+        );
+        // A skill wins over a command of its name; the project's command over the user's.
+        let review = catalog.get("review").unwrap();
+        assert_eq!(
+            (review.kind, review.meta.description.as_str()),
+            (SkillKind::Skill, "the skill")
+        );
+        assert_eq!(
+            catalog.snapshot().shadowed("review"),
+            [(SkillSource::User, user_review)]
+        );
+        let deployed = catalog.get("deploy").unwrap();
+        assert_eq!(deployed.kind, SkillKind::Command);
+        assert_eq!(deployed.source, SkillSource::Project);
+        assert_eq!(deployed.path(), deploy);
+        assert_eq!(deployed.dir, commands);
+        assert_eq!(deployed.meta.description, "Deploys the project");
+        assert_eq!(deployed.meta.argument_hint.as_deref(), Some("[env]"));
+        assert_eq!(deployed.body, "Deploy to $0.");
+        let made = catalog.get("/Frontend:Component").unwrap();
+        assert_eq!(made.path(), component);
+        assert_eq!(made.meta.description, "Make a component called $ARGUMENTS.");
+        let problems: Vec<(String, Severity)> = catalog
+            .problems()
+            .iter()
+            .map(|p| (p.path.clone(), p.severity))
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                (spaced.display().to_string(), Severity::Error),
+                (quiet.display().to_string(), Severity::Error),
+                (tools.display().to_string(), Severity::Warning),
+            ],
+            "{:?}",
+            catalog.problems()
+        );
+        assert!(
+            catalog.problems()[0]
+                .message
+                .starts_with("\"has space\" cannot name a command")
+        );
+
+        // Activation reads the command's file again.
+        write_file(&deploy, "---\ndescription: d\n---\nDeploy to $0 now.\n");
+        let activated = catalog.activate("deploy").unwrap();
+        assert_eq!(activated.warning, None);
+        assert_eq!(activated.skill.body, "Deploy to $0 now.");
+        assert_eq!(activated.skill.kind, SkillKind::Command);
+        fs::remove_file(&deploy).unwrap();
+        assert!(catalog.activate("deploy").unwrap().warning.is_some());
     }
 }

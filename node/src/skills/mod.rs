@@ -1,10 +1,12 @@
 //! Skills: directories of instructions (a `SKILL.md` and any files it refers to) that an agent
-//! activates when a request calls for them.
+//! activates when a request calls for them, and Claude Code's custom commands
+//! (`.claude/commands/NAME.md`), which are skills of one file.
 //!
-//! - [`parse`]: `SKILL.md` (YAML frontmatter and Markdown body) into a [`parse::SkillMeta`]
-//!   and body, with the name rule and the fallbacks, warnings returned as data.
-//! - [`catalog`]: the skills of every root (user, project, configured), later roots winning;
-//!   broken skills are problems, never fatal. Snapshots are immutable and swapped whole on
+//! - [`parse`]: `SKILL.md` and command files (YAML frontmatter and Markdown body) into a
+//!   [`parse::SkillMeta`] and body, with the name rules and the fallbacks, warnings returned
+//!   as data.
+//! - [`catalog`]: the skills of every root (commands, user, project, configured), later roots
+//!   winning; broken skills are problems, never fatal. Snapshots are immutable and swapped whole on
 //!   reload; activation re-reads `SKILL.md` and hands out an owned copy.
 //! - [`render`]: the disclosure for the system prompt, a skill's rendered instructions, the
 //!   per-task [`render::ActiveSkills`] and its "Active Skills" environment block, and

@@ -1,5 +1,5 @@
-//! Parsing `SKILL.md`: YAML frontmatter (the skill's settings) and a Markdown body (its
-//! instructions).
+//! Parsing `SKILL.md`, and Claude Code's custom commands (`.claude/commands/NAME.md`): YAML
+//! frontmatter (the settings) and a Markdown body (the instructions).
 //!
 //! # Fields
 //!
@@ -15,13 +15,17 @@
 //! | `mode`          | `inline` or `fork`                    | `inline` (a warning if unusable)  |
 //! | `fork-context`  | `none`, `recent` or `full`            | `none` (a warning if unusable)    |
 //! | `model`         | string                                | none                              |
+//! | `argument-hint` | string (or a flow list, shown as written) | none                          |
+//! | `disable-model-invocation` | boolean                    | `false`                           |
 //! | `license`       | string                                | none                              |
 //! | `compatibility` | string (at most 500 characters)       | none; longer kept, with a warning |
 //! | `metadata`      | mapping                               | empty                             |
 //!
-//! Claude Code's `context: fork` means `mode: fork` when `mode` is not given. Its other skill
-//! keys (`argument-hint`, `disable-model-invocation`, `user-invocable`, `agent`, `hooks`,
-//! `version`, `when_to_use`) are kept in [`SkillMeta::extra`] silently. Three more change what
+//! Claude Code's `context: fork` means `mode: fork` when `mode` is not given; its
+//! `argument-hint` is shown to the model beside the name, and `disable-model-invocation: true`
+//! keeps a skill from the model (only a user's `/name` runs it). Its other skill keys
+//! (`user-invocable`, `agent`, `hooks`, `version`, `when_to_use`) are kept in
+//! [`SkillMeta::extra`] silently. Three more change what
 //! Claude Code does and Mew does not do, so each is kept with a warning that says what is not
 //! honoured: `effort` (the model's reasoning effort while the skill is active: Mew runs the
 //! role's model settings), `paths` (file patterns that limit when Claude Code offers the skill
@@ -47,6 +51,22 @@
 //!
 //! Without a `description`, Claude Code describes the skill by the first paragraph of its
 //! body; so does Mew (headings skipped, the paragraph on one line), with a warning.
+//!
+//! # Commands
+//!
+//! [`parse_command`] reads a Claude Code command file with the same fields. A command is named
+//! by its path, not by a `name` (one is ignored with a warning), and a file without
+//! frontmatter is simply all body. Without a `description`, Claude Code describes a command by
+//! the first line of its body, and so does Mew. Two things of Claude Code's command bodies are
+//! not honoured, each with a warning that names it: `` !`command` `` lines, which Claude Code
+//! runs before the model reads the command (Mew does not run them: the model sees them as
+//! written), and `@path` references, which Claude Code replaces with the file's contents (Mew
+//! leaves them as written: the model can read the file). A `model` is honoured by a command
+//! that runs in a fork (`context: fork`); an inline command runs with the role's model, with a
+//! warning. `allowed-tools` asks the model to prefer those tools (and limits a fork to them)
+//! but, unlike Claude Code, does not let their calls skip the permission rules, with a
+//! warning: a file of the project never grants itself permissions (project hooks need
+//! `mew hooks trust` for the same reason).
 //!
 //! # Frontmatter
 //!
@@ -74,7 +94,7 @@ const MAX_COMPATIBILITY_LEN: usize = 500;
 
 /// Frontmatter keys read by this parser, normalized (see [`normalize_key`]), with the spelling
 /// used in messages.
-const KNOWN_FIELDS: [(&str, &str); 10] = [
+const KNOWN_FIELDS: [(&str, &str); 12] = [
     ("name", "name"),
     ("description", "description"),
     ("allowedtools", "allowed-tools"),
@@ -85,18 +105,12 @@ const KNOWN_FIELDS: [(&str, &str); 10] = [
     ("compatibility", "compatibility"),
     ("metadata", "metadata"),
     ("context", "context"),
+    ("argumenthint", "argument-hint"),
+    ("disablemodelinvocation", "disable-model-invocation"),
 ];
 
 /// Claude Code's skill keys that Mew does not use, normalized: kept in `extra` without a warning.
-const TOLERATED_FIELDS: [&str; 7] = [
-    "argumenthint",
-    "disablemodelinvocation",
-    "userinvocable",
-    "agent",
-    "hooks",
-    "version",
-    "whentouse",
-];
+const TOLERATED_FIELDS: [&str; 5] = ["userinvocable", "agent", "hooks", "version", "whentouse"];
 
 /// Claude Code's skill keys that change what it does, normalized, with what Mew does not do
 /// about them (the warning's text).
@@ -188,6 +202,11 @@ pub(crate) struct SkillMeta {
     pub(crate) fork_context: ForkContext,
     /// The model a fork runs with, as written.
     pub(crate) model: Option<String>,
+    /// What arguments it takes, as Claude Code's `argument-hint` shows them (`[issue-number]`).
+    pub(crate) argument_hint: Option<String>,
+    /// Claude Code's `disable-model-invocation`: only a user's `/name` runs it; the model is
+    /// not told of it and cannot load it.
+    pub(crate) disable_model_invocation: bool,
     /// The open format's `license`.
     pub(crate) license: Option<String>,
     /// The open format's `compatibility`.
@@ -260,9 +279,45 @@ pub(crate) fn is_valid_skill_name(name: &str) -> bool {
         && !name.contains("--")
 }
 
+/// Longest command name, in characters, namespaces included.
+pub(crate) const MAX_COMMAND_NAME_LEN: usize = 128;
+
+/// True when `name` can name a command: `:`-separated parts (its directories, then its file's
+/// name without `.md`), each of `a-z`, `0-9`, `-`, `_` and `.`, not starting with `.`; at most
+/// [`MAX_COMMAND_NAME_LEN`] characters. Every skill name is one.
+pub(crate) fn is_valid_command_name(name: &str) -> bool {
+    name.len() <= MAX_COMMAND_NAME_LEN
+        && name.split(':').all(|part| {
+            !part.is_empty()
+                && !part.starts_with('.')
+                && part.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
+                })
+        })
+}
+
 /// Parses the text of a `SKILL.md`. `dir_name` is the name of the directory holding it, used
 /// when the frontmatter has no name and compared with the name otherwise.
 pub(crate) fn parse_skill(text: &str, dir_name: Option<&str>) -> Result<ParsedSkill, ParseError> {
+    parse(text, Named::Skill { dir_name })
+}
+
+/// Parses the text of a Claude Code command file, whose name (`frontend:component` for
+/// `frontend/component.md`) its path gave (see the module docs).
+pub(crate) fn parse_command(text: &str, name: &str) -> Result<ParsedSkill, ParseError> {
+    parse(text, Named::Command { name })
+}
+
+/// Where a file's name comes from.
+#[derive(Clone, Copy)]
+enum Named<'a> {
+    /// A `SKILL.md`: its `name`, else its directory's.
+    Skill { dir_name: Option<&'a str> },
+    /// A command: its path.
+    Command { name: &'a str },
+}
+
+fn parse(text: &str, named: Named<'_>) -> Result<ParsedSkill, ParseError> {
     let mut warnings = Vec::new();
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let after_blank_lines = skip_blank_lines(text);
@@ -273,20 +328,42 @@ pub(crate) fn parse_skill(text: &str, dir_name: Option<&str>) -> Result<ParsedSk
     let (map, body, has_frontmatter) = match split_frontmatter(text) {
         Ok((yaml, body)) => (parse_mapping(yaml, blank_lines, &mut warnings)?, body, true),
         Err(FrontmatterError::Missing) => {
-            warnings.push(
-                "SKILL.md has no frontmatter (a first line `---`); the whole file is the body"
-                    .to_owned(),
-            );
+            // Commands often have none: Claude Code's documentation starts with such files.
+            if let Named::Skill { .. } = named {
+                warnings.push(
+                    "SKILL.md has no frontmatter (a first line `---`); the whole file is the body"
+                        .to_owned(),
+                );
+            }
             (Mapping::new(), text, false)
         }
         Err(err @ FrontmatterError::Unclosed) => return Err(err.into()),
     };
     let fields = Fields::new(&map, &mut warnings);
 
-    let (name, display_name) = name(fields.get("name"), dir_name, &mut warnings)?;
-    let name_from_dir = display_name.is_some() || written_name(fields.get("name"))?.is_none();
+    let (name, display_name, name_from_dir) = match named {
+        Named::Skill { dir_name } => {
+            let (name, display_name) = name(fields.get("name"), dir_name, &mut warnings)?;
+            let from_dir = display_name.is_some() || written_name(fields.get("name"))?.is_none();
+            (name, display_name, from_dir)
+        }
+        Named::Command { name } => {
+            if let Some(written) = fields.get("name") {
+                warnings.push(format!(
+                    "name {} is not used: a command is named by its path, /{name}",
+                    describe(written)
+                ));
+            }
+            (name.to_owned(), None, false)
+        }
+    };
     let body = body.replace("\r\n", "\n").trim().to_owned();
-    let description = description(fields.get("description"), &body, &mut warnings);
+    let description = match named {
+        Named::Skill { .. } => description(fields.get("description"), &body, &mut warnings),
+        Named::Command { .. } => {
+            command_description(fields.get("description"), &body, &mut warnings)
+        }
+    };
     let allowed_tools = allowed_tools(fields.get("allowedtools"), &mut warnings);
     let mode = mode(fields.get("mode"), fields.get("context"), &mut warnings);
     let fork_context = fork_context(fields.get("forkcontext"), mode, &mut warnings);
@@ -301,8 +378,32 @@ pub(crate) fn parse_skill(text: &str, dir_name: Option<&str>) -> Result<ParsedSk
             "compatibility is longer than {MAX_COMPATIBILITY_LEN} characters"
         ));
     }
+    let argument_hint = argument_hint(fields.get("argumenthint"), &mut warnings);
+    let disable_model_invocation = flag(
+        fields.get("disablemodelinvocation"),
+        "disable-model-invocation",
+        &mut warnings,
+    );
     let metadata = metadata(fields.get("metadata"), &mut warnings);
     let extra = fields.extra(&mut warnings);
+    if let Named::Command { .. } = named {
+        if model.is_some() && mode == SkillMode::Inline {
+            warnings.push(
+                "model is not honoured: an inline command runs with the role's model (a command \
+                 with `context: fork` runs on its model)"
+                    .to_owned(),
+            );
+        }
+        if !allowed_tools.is_empty() {
+            warnings.push(
+                "allowed-tools does not pre-approve these tools as it does in Claude Code: \
+                 their calls follow the permission rules (permissions.allow grants them), and \
+                 the command asks the model to prefer them"
+                    .to_owned(),
+            );
+        }
+        warnings.extend(unhonoured_in_body(&body));
+    }
 
     Ok(ParsedSkill {
         meta: SkillMeta {
@@ -312,6 +413,8 @@ pub(crate) fn parse_skill(text: &str, dir_name: Option<&str>) -> Result<ParsedSk
             mode,
             fork_context,
             model,
+            argument_hint,
+            disable_model_invocation,
             license,
             compatibility,
             metadata,
@@ -323,6 +426,80 @@ pub(crate) fn parse_skill(text: &str, dir_name: Option<&str>) -> Result<ParsedSk
         display_name,
         warnings,
     })
+}
+
+/// The warnings about what Claude Code does with a command's body and Mew does not: run its
+/// `` !`command` `` lines and read in the files of its `@path` references. Each names the
+/// first one found.
+fn unhonoured_in_body(body: &str) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if let Some(start) = body.find("!`") {
+        let rest = &body[start + 2..];
+        let command = rest.split(['`', '\n']).next().unwrap_or_default();
+        warnings.push(format!(
+            "!`{command}` is not run: Mew does not run a command's !`...` lines before the \
+             model reads it; the model sees them as written"
+        ));
+    }
+    if let Some(reference) = file_references(body).next() {
+        warnings.push(format!(
+            "{reference} is not read in: Mew does not replace @path references with the file's \
+             contents; the model sees the path and can read the file"
+        ));
+    }
+    warnings
+}
+
+/// The `@path` references of a body: words that start with `@` and name a path (they hold a
+/// `/` or a `.`), not an e-mail address or an `@mention`.
+fn file_references(body: &str) -> impl Iterator<Item = &str> {
+    body.split(|c: char| c.is_whitespace() || matches!(c, '(' | '[' | '"' | '\'' | '`'))
+        .map(|word| word.trim_end_matches([',', ';', ':', ')', ']', '"', '\'', '`', '.']))
+        .filter(|word| {
+            word.strip_prefix('@')
+                .is_some_and(|path| path.contains(['/', '.']) && !path.starts_with('@'))
+        })
+}
+
+/// A command's description: its `description`, else the first line of its body (headings'
+/// `#` taken off), as Claude Code describes it.
+fn command_description(value: Option<&Value>, body: &str, warnings: &mut Vec<String>) -> String {
+    let written = match value {
+        None => None,
+        Some(Value::String(text)) => Some(text.trim().to_owned()).filter(|text| !text.is_empty()),
+        Some(other) => {
+            warnings.push(format!(
+                "description must be a string, got {}; it is ignored",
+                describe(other)
+            ));
+            None
+        }
+    };
+    let text = written.unwrap_or_else(|| {
+        body.lines()
+            .map(|line| line.trim().trim_start_matches('#').trim())
+            .find(|line| !line.is_empty())
+            .unwrap_or_default()
+            .to_owned()
+    });
+    if text.is_empty() {
+        warnings.push(
+            "description is missing and the body is empty; the model is shown only the name"
+                .to_owned(),
+        );
+    }
+    if text.chars().count() > MAX_DESCRIPTION_LEN {
+        warnings.push(format!(
+            "description is longer than {MAX_DESCRIPTION_LEN} characters; it is cut"
+        ));
+        return text
+            .chars()
+            .take(MAX_DESCRIPTION_LEN)
+            .collect::<String>()
+            .trim_end()
+            .to_owned();
+    }
+    text
 }
 
 /// `text` without the blank (whitespace-only) lines it starts with.
@@ -356,7 +533,13 @@ fn parse_mapping(
         message: err.to_string(),
         line: err.location().map(|at| at.line()),
     })?;
-    for key in &read.quoted {
+    // Claude Code's documentation writes `argument-hint: [pr-number] [priority]` unquoted:
+    // that one is text without a word.
+    for key in read
+        .quoted
+        .iter()
+        .filter(|key| normalize_key(key) != "argumenthint")
+    {
         warnings.push(format!(
             "{key} is not valid YAML as written (quote it); read as plain text, as Claude Code does"
         ));
@@ -704,6 +887,48 @@ fn optional_string(
                 describe(other)
             ));
             None
+        }
+    }
+}
+
+/// `argument-hint`: text, or a flow list as Claude Code's examples write it
+/// (`argument-hint: [message]` is YAML for a list), shown as written: `[message]`.
+fn argument_hint(value: Option<&Value>, warnings: &mut Vec<String>) -> Option<String> {
+    let Some(Value::Sequence(items)) = value else {
+        return optional_string(value, "argument-hint", warnings);
+    };
+    let items: Option<Vec<String>> = items
+        .iter()
+        .map(|item| match item {
+            Value::String(text) => Some(text.clone()),
+            Value::Number(number) => Some(number.to_string()),
+            Value::Bool(flag) => Some(flag.to_string()),
+            _ => None,
+        })
+        .collect();
+    match items {
+        Some(items) => Some(format!("[{}]", items.join(", "))),
+        None => {
+            warnings.push("argument-hint must be text; it is ignored".to_owned());
+            None
+        }
+    }
+}
+
+/// A boolean field; `"true"` and `"false"` as text count too, anything else is ignored with
+/// a warning.
+fn flag(value: Option<&Value>, field: &str, warnings: &mut Vec<String>) -> bool {
+    match value {
+        None => false,
+        Some(Value::Bool(flag)) => *flag,
+        Some(Value::String(text)) if text.trim().eq_ignore_ascii_case("true") => true,
+        Some(Value::String(text)) if text.trim().eq_ignore_ascii_case("false") => false,
+        Some(other) => {
+            warnings.push(format!(
+                "{field} must be true or false, got {}; it is ignored",
+                describe(other)
+            ));
+            false
         }
     }
 }
@@ -1079,20 +1304,156 @@ mod tests {
     #[test]
     fn unknown_fields_are_kept_and_misspellings_warned() {
         let parsed = parse(
-            "---\nname: demo\ndescription: d\nargument-hint: \"[file]\"\n\
-             disable-model-invocation: true\nallowed_tool: [x]\n---\n",
+            "---\nname: demo\ndescription: d\nuser-invocable: false\nallowed_tool: [x]\n---\n",
         );
         assert_eq!(
             serde_json::Value::Object(parsed.meta.extra),
             json!({
-                "argument-hint": "[file]",
-                "disable-model-invocation": true,
+                "user-invocable": false,
                 "allowed_tool": ["x"],
             })
         );
         assert_eq!(parsed.warnings, ["unknown field allowed_tool is not used"]);
         let parsed = parse("---\nname: demo\ndescription: d\n1: one\n---\n");
         assert_eq!(parsed.warnings, ["key 1 is ignored: keys must be strings"]);
+    }
+
+    #[test]
+    fn argument_hint_and_disable_model_invocation_are_read() {
+        let parsed = parse(
+            "---\nname: demo\ndescription: d\nargument-hint: \"[file] [mode]\"\n\
+             disable-model-invocation: true\n---\n",
+        );
+        assert_eq!(parsed.warnings, Vec::<String>::new());
+        assert_eq!(parsed.meta.argument_hint.as_deref(), Some("[file] [mode]"));
+        assert!(parsed.meta.disable_model_invocation);
+        assert!(parsed.meta.extra.is_empty());
+        let parsed = parse("---\nname: demo\ndescription: d\ndisable-model-invocation: yes\n---\n");
+        assert!(!parsed.meta.disable_model_invocation);
+        assert_eq!(
+            parsed.warnings,
+            ["disable-model-invocation must be true or false, got \"yes\"; it is ignored"]
+        );
+        assert!(
+            parse("---\nname: demo\ndisable-model-invocation: \"true\"\n---\nb\n")
+                .meta
+                .disable_model_invocation
+        );
+        // Claude Code's examples, unquoted: a YAML list, and text that is not YAML.
+        for (hint, shown) in [
+            ("[message]", "[message]"),
+            (
+                "[pr-number] [priority] [assignee]",
+                "[pr-number] [priority] [assignee]",
+            ),
+            (
+                "add [tagId] | remove [tagId] | list",
+                "add [tagId] | remove [tagId] | list",
+            ),
+        ] {
+            let parsed = parse(&format!(
+                "---\nname: demo\ndescription: d\nargument-hint: {hint}\n---\n"
+            ));
+            assert_eq!(parsed.warnings, Vec::<String>::new(), "{hint}");
+            assert_eq!(parsed.meta.argument_hint.as_deref(), Some(shown));
+        }
+    }
+
+    #[test]
+    fn a_command_without_frontmatter_is_described_by_its_first_line() {
+        let parsed =
+            parse_command("\n# Review the code\n\nLook for $ARGUMENTS.\n", "review").unwrap();
+        assert_eq!(parsed.warnings, Vec::<String>::new());
+        assert!(!parsed.has_frontmatter);
+        assert_eq!(parsed.meta.name, "review");
+        assert_eq!(parsed.meta.description, "Review the code");
+        assert_eq!(parsed.body, "# Review the code\n\nLook for $ARGUMENTS.");
+        let parsed = parse_command("Fix issue $0 with priority $1.\nThen test.", "fix").unwrap();
+        assert_eq!(parsed.meta.description, "Fix issue $0 with priority $1.");
+        let parsed = parse_command("", "empty").unwrap();
+        assert_eq!(
+            parsed.warnings,
+            ["description is missing and the body is empty; the model is shown only the name"]
+        );
+    }
+
+    #[test]
+    fn a_command_reads_claude_code_fields_and_says_what_it_does_not_honour() {
+        let parsed = parse_command(
+            "---\nname: other\ndescription: Create a git commit\n\
+             argument-hint: \"[message]\"\nallowed-tools: Bash(git add:*), Bash(git status:*)\n\
+             model: haiku\ndisable-model-invocation: true\n---\n\
+             ## Context\n\n- Status: !`git status`\n- Mail me at someone@example.com, @team\n\
+             - Compare with @src/utils/helpers.js and @package.json.\n\nCommit: $ARGUMENTS\n",
+            "git:commit",
+        )
+        .unwrap();
+        assert_eq!(parsed.meta.name, "git:commit");
+        assert_eq!(parsed.meta.description, "Create a git commit");
+        assert_eq!(parsed.meta.argument_hint.as_deref(), Some("[message]"));
+        assert_eq!(
+            parsed.meta.allowed_tools,
+            ["Bash(git add:*)", "Bash(git status:*)"]
+        );
+        assert_eq!(parsed.meta.model.as_deref(), Some("haiku"));
+        assert!(parsed.meta.disable_model_invocation);
+        assert_eq!(
+            parsed.warnings,
+            [
+                "name \"other\" is not used: a command is named by its path, /git:commit",
+                "model is not honoured: an inline command runs with the role's model (a command \
+                 with `context: fork` runs on its model)",
+                "allowed-tools does not pre-approve these tools as it does in Claude Code: their \
+                 calls follow the permission rules (permissions.allow grants them), and the \
+                 command asks the model to prefer them",
+                "!`git status` is not run: Mew does not run a command's !`...` lines before the \
+                 model reads it; the model sees them as written",
+                "@src/utils/helpers.js is not read in: Mew does not replace @path references \
+                 with the file's contents; the model sees the path and can read the file",
+            ]
+        );
+        // A fork runs on the command's model.
+        let parsed = parse_command(
+            "---\ndescription: d\ncontext: fork\nmodel: haiku\n---\nCount.\n",
+            "count",
+        )
+        .unwrap();
+        assert_eq!(parsed.meta.mode, SkillMode::Fork);
+        assert_eq!(parsed.warnings, Vec::<String>::new());
+        // An e-mail address, a mention and a lone `@` are no file references.
+        assert_eq!(
+            file_references("a@b.com @claude @ (@x/y) `@z.md`, @./w").collect::<Vec<_>>(),
+            ["@x/y", "@z.md", "@./w"]
+        );
+    }
+
+    #[test]
+    fn command_name_rule() {
+        for name in [
+            "review",
+            "frontend:component",
+            "speckit.plan",
+            "fix_issue",
+            "a:b:c-d",
+        ] {
+            assert!(is_valid_command_name(name), "{name}");
+        }
+        let long = "a".repeat(MAX_COMMAND_NAME_LEN + 1);
+        for name in [
+            "",
+            "Review",
+            "a:",
+            ":a",
+            "a::b",
+            ".hidden",
+            "a:.b",
+            "has space",
+            "a/b",
+            &long,
+        ] {
+            assert!(!is_valid_command_name(name), "{name}");
+        }
+        assert!(is_valid_command_name(&"a".repeat(MAX_COMMAND_NAME_LEN)));
     }
 
     #[test]

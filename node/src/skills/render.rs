@@ -12,20 +12,25 @@ use std::borrow::Borrow;
 
 use serde::{Deserialize, Serialize};
 
-use super::catalog::Skill;
-use super::parse::is_valid_skill_name;
+use super::catalog::{Skill, SkillKind};
+use super::parse::is_valid_command_name;
 
 /// The placeholder replaced by the activation's arguments.
 pub(crate) const ARGUMENTS_PLACEHOLDER: &str = "$ARGUMENTS";
 
-/// The system prompt section listing the skills, or `None` when there are none.
+/// The system prompt section listing the skills the model may load, or `None` when there are
+/// none.
 ///
-/// Skills are listed by name whatever order they come in; descriptions are put on one line.
-/// Takes skills, references or `Arc`s of them.
+/// Skills are listed by name whatever order they come in, each with its `argument-hint`;
+/// descriptions are put on one line. Those with `disable-model-invocation` are left out: only
+/// a user's `/name` runs them. Takes skills, references or `Arc`s of them.
 pub(crate) fn render_disclosure<S: Borrow<Skill>>(
     skills: impl IntoIterator<Item = S>,
 ) -> Option<String> {
-    let mut skills: Vec<S> = skills.into_iter().collect();
+    let mut skills: Vec<S> = skills
+        .into_iter()
+        .filter(|skill| !skill.borrow().meta.disable_model_invocation)
+        .collect();
     if skills.is_empty() {
         return None;
     }
@@ -39,11 +44,13 @@ pub(crate) fn render_disclosure<S: Borrow<Skill>>(
     );
     for skill in &skills {
         let skill = skill.borrow();
+        out.push_str(&format!("\n- **{}**", skill.name()));
+        if let Some(hint) = &skill.meta.argument_hint {
+            out.push_str(&format!(" {}", one_line(hint)));
+        }
         let description = one_line(&skill.meta.description);
-        if description.is_empty() {
-            out.push_str(&format!("\n- **{}**", skill.name()));
-        } else {
-            out.push_str(&format!("\n- **{}**: {description}", skill.name()));
+        if !description.is_empty() {
+            out.push_str(&format!(": {description}"));
         }
     }
     Some(out)
@@ -57,33 +64,136 @@ fn one_line(text: &str) -> String {
 /// A skill's instructions for one activation with `args` (what followed `/name`, or the
 /// `LoadSkill` call's arguments):
 ///
-/// 1. a first line names the skill's directory, as Claude Code's does: most skills refer to
+/// 1. a skill's first line names its directory, as Claude Code's does: most skills refer to
 ///    their bundled files by relative path (`read FORMS.md`, `python scripts/fill.py`), and
-///    the task's working directory is the project, not the skill;
+///    the task's working directory is the project, not the skill (a command bundles no files:
+///    its relative paths are the project's);
 /// 2. when the skill lists allowed tools, a paragraph asks to prefer them;
-/// 3. every `$ARGUMENTS` in the body becomes `args` (trimmed);
-/// 4. when the body has no `$ARGUMENTS` and `args` is not blank, a `## User Request` section
+/// 3. every `$ARGUMENTS` in the body becomes `args` (trimmed); in a command, as in Claude
+///    Code, `$ARGUMENTS[N]` and `$N` become its argument `N`, counted from 0 (see
+///    [`split_arguments`]), or nothing when there are fewer;
+/// 4. when the body has none of these and `args` is not blank, a `## User Request` section
 ///    with `args` ends the text.
 pub(crate) fn render_body(skill: &Skill, args: &str) -> String {
     let args = args.trim();
-    let mut out = base_directory(skill);
+    let mut out = match skill.kind {
+        SkillKind::Skill => base_directory(skill),
+        SkillKind::Command => String::new(),
+    };
     if !skill.meta.allowed_tools.is_empty() {
         out.push_str(&format!(
-            "This skill is designed to use only these tools: {}. Prefer them over other tools \
+            "This {} is designed to use only these tools: {}. Prefer them over other tools \
              when possible.\n\n---\n\n",
+            skill.kind.as_str(),
             skill.meta.allowed_tools.join(", ")
         ));
     }
-    if skill.body.contains(ARGUMENTS_PLACEHOLDER) {
-        out.push_str(&skill.body.replace(ARGUMENTS_PLACEHOLDER, args));
-    } else {
-        out.push_str(&skill.body);
-        if !args.is_empty() {
-            out.push_str("\n\n## User Request\n\n");
-            out.push_str(args);
+    let substituted = match skill.kind {
+        SkillKind::Skill => skill
+            .body
+            .contains(ARGUMENTS_PLACEHOLDER)
+            .then(|| skill.body.replace(ARGUMENTS_PLACEHOLDER, args)),
+        SkillKind::Command => substitute_arguments(&skill.body, args),
+    };
+    match substituted {
+        Some(body) => out.push_str(&body),
+        None => {
+            out.push_str(&skill.body);
+            if !args.is_empty() {
+                out.push_str("\n\n## User Request\n\n");
+                out.push_str(args);
+            }
         }
     }
     out
+}
+
+/// `body` with Claude Code's argument placeholders replaced: `$ARGUMENTS` by `args`,
+/// `$ARGUMENTS[N]` and `$N` by argument `N` of [`split_arguments`] (from 0; nothing when there
+/// are fewer). `None` when the body has no placeholder.
+fn substitute_arguments(body: &str, args: &str) -> Option<String> {
+    let split = split_arguments(args);
+    let nth = |digits: &str| {
+        digits
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| split.get(n))
+            .map_or("", String::as_str)
+    };
+    let mut out = String::with_capacity(body.len() + args.len());
+    let mut found = false;
+    let mut rest = body;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix(ARGUMENTS_PLACEHOLDER.trim_start_matches('$')) {
+            found = true;
+            let index = tail
+                .strip_prefix('[')
+                .and_then(|inner| inner.split_once(']'))
+                .filter(|(digits, _)| {
+                    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+                });
+            match index {
+                Some((digits, tail)) => {
+                    out.push_str(nth(digits));
+                    rest = tail;
+                }
+                None => {
+                    out.push_str(args);
+                    rest = tail;
+                }
+            }
+            continue;
+        }
+        let digits_end = after
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(after.len());
+        if digits_end > 0 {
+            found = true;
+            out.push_str(nth(&after[..digits_end]));
+            rest = &after[digits_end..];
+            continue;
+        }
+        out.push('$');
+        rest = after;
+    }
+    out.push_str(rest);
+    found.then_some(out)
+}
+
+/// A command's arguments, split as Claude Code splits them: at whitespace, except inside
+/// single or double quotes, which group words and are taken off (`"my widget" React` is
+/// `my widget` and `React`). An unclosed quote runs to the end.
+pub(crate) fn split_arguments(args: &str) -> Vec<String> {
+    let mut split = Vec::new();
+    let mut current = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    for c in args.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => current.push(c),
+            None if c == '"' || c == '\'' => {
+                quote = Some(c);
+                in_word = true;
+            }
+            None if c.is_whitespace() => {
+                if in_word {
+                    split.push(std::mem::take(&mut current));
+                    in_word = false;
+                }
+            }
+            None => {
+                current.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if in_word {
+        split.push(current);
+    }
+    split
 }
 
 /// The first lines of a rendered skill: where its files are.
@@ -97,12 +207,12 @@ fn base_directory(skill: &Skill) -> String {
 
 /// `/name args` typed in a chat: the name (lowercase) and the arguments (trimmed, possibly
 /// empty, possibly several lines). `None` when the line is not a skill command: no leading
-/// `/`, or a name that breaks the skill name rule (so `/usr/bin/env` and `//` are not).
+/// `/`, or a name that no skill or command can have (so `/usr/bin/env` and `//` are not).
 pub(crate) fn parse_slash(line: &str) -> Option<(String, String)> {
     let rest = line.trim_start().strip_prefix('/')?;
     let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
     let name = rest[..end].to_lowercase();
-    if !is_valid_skill_name(&name) {
+    if !is_valid_command_name(&name) {
         return None;
     }
     Some((name, rest[end..].trim().to_owned()))
@@ -237,7 +347,9 @@ mod tests {
             },
             body: body.to_owned(),
             dir: PathBuf::from(name),
+            file: PathBuf::from(name).join("SKILL.md"),
             source: SkillSource::Project,
+            kind: SkillKind::Skill,
         }
     }
 
@@ -389,16 +501,90 @@ mod tests {
             parse_slash("/notes\targ"),
             Some(("notes".to_owned(), "arg".to_owned()))
         );
+        // Commands' names: namespaces, `_` and `.`.
+        assert_eq!(
+            parse_slash("/Frontend:Component Button"),
+            Some(("frontend:component".to_owned(), "Button".to_owned()))
+        );
+        assert_eq!(
+            parse_slash("/speckit.plan_v2"),
+            Some(("speckit.plan_v2".to_owned(), String::new()))
+        );
         for not_a_command in [
             "review",
             "/",
             "//x",
             "/usr/bin/env",
-            "/a_b c",
+            "/a:",
+            "/:a",
+            "/.hidden",
             "/ x",
             "a /b",
         ] {
             assert_eq!(parse_slash(not_a_command), None, "{not_a_command}");
         }
+    }
+
+    fn command(name: &str, tools: &[&str], body: &str) -> Skill {
+        Skill {
+            kind: SkillKind::Command,
+            file: PathBuf::from(".claude/commands").join(format!("{name}.md")),
+            dir: PathBuf::from(".claude/commands"),
+            ..skill(name, "d", tools, body)
+        }
+    }
+
+    #[test]
+    fn disclosure_shows_argument_hints_and_leaves_out_user_only_skills() {
+        let mut fix = command("fix-issue", &[], "Fix $0.");
+        fix.meta.argument_hint = Some("[issue-number]".to_owned());
+        let mut deploy = command("deploy", &[], "Deploy.");
+        deploy.meta.disable_model_invocation = true;
+        let text = render_disclosure([fix, deploy.clone()]).unwrap();
+        assert!(
+            text.ends_with("\n- **fix-issue** [issue-number]: d"),
+            "{text}"
+        );
+        assert!(!text.contains("deploy"), "{text}");
+        assert_eq!(render_disclosure([deploy]), None);
+    }
+
+    #[test]
+    fn a_command_takes_positional_arguments_from_zero_and_no_base_directory() {
+        let c = command(
+            "review-pr",
+            &["Bash(gh:*)"],
+            "Review PR #$0 ($ARGUMENTS[0]) with priority $1, assign $2; all: $ARGUMENTS; \
+             missing: [$3] [$ARGUMENTS[9]]; costs $ and $x and $ARGUMENTS[x].",
+        );
+        assert_eq!(
+            render_body(&c, " 456 high \"Ada Lovelace\" "),
+            "This command is designed to use only these tools: Bash(gh:*). Prefer them over \
+             other tools when possible.\n\n---\n\n\
+             Review PR #456 (456) with priority high, assign Ada Lovelace; all: 456 high \
+             \"Ada Lovelace\"; missing: [] []; costs $ and $x and 456 high \"Ada Lovelace\"[x]."
+        );
+        // Only positional placeholders still count as placing the arguments.
+        assert_eq!(render_body(&command("c", &[], "Fix $0."), "42"), "Fix 42.");
+        assert_eq!(
+            render_body(&command("c", &[], "Fix it."), "42"),
+            "Fix it.\n\n## User Request\n\n42"
+        );
+        // A skill keeps its own rule: `$ARGUMENTS` only.
+        assert_eq!(
+            render_body(&skill("s", "d", &[], "Fix $0 and $ARGUMENTS."), "42"),
+            base("s") + "Fix $0 and 42."
+        );
+    }
+
+    #[test]
+    fn arguments_split_at_whitespace_outside_quotes() {
+        assert_eq!(split_arguments(""), Vec::<String>::new());
+        assert_eq!(split_arguments("  a  b\tc\n"), ["a", "b", "c"]);
+        assert_eq!(
+            split_arguments("\"my widget\" 'it''s' x\"y z\"w \"\""),
+            ["my widget", "its", "xy zw", ""]
+        );
+        assert_eq!(split_arguments("a \"unclosed b"), ["a", "unclosed b"]);
     }
 }

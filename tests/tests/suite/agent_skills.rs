@@ -1,7 +1,7 @@
 //! Skills in model-driven roles on a real node: disclosure in the system prompt, LoadSkill
 //! activating an inline skill for the following turns and the context's later tasks,
-//! `/name args` commands, and a fork skill run in a child with its tool filter, its context
-//! and its model.
+//! `/name args` commands, a fork skill run in a child with its tool filter, its context
+//! and its model, and Claude Code's custom commands (`.claude/commands`) run as skills.
 
 use anyhow::{Context, ensure};
 use mew_cards::{Message, Task, TaskState};
@@ -249,6 +249,139 @@ async fn a_fork_skill_runs_in_a_child_with_its_tools_context_and_model() -> anyh
     ensure!(
         child_request.contains("how long is notes.txt?"),
         "the child did not see the recent conversation: {child_request}"
+    );
+    model.assert_done();
+    Ok(())
+}
+
+/// A Claude Code command as its documentation writes them: a namespace directory, positional
+/// arguments, `argument-hint` and `allowed-tools`.
+const COMMIT_MESSAGE_COMMAND: &str = "---\n\
+    description: Writes a commit message\n\
+    argument-hint: [change] [area]\n\
+    allowed-tools: read_file, Bash(git diff:*)\n\
+    ---\n\
+    Write a commit message for $0 in the $1 area.\n\n\
+    Everything asked: $ARGUMENTS\n";
+
+#[tokio::test]
+async fn a_claude_code_command_runs_by_its_namespaced_name_with_its_arguments() -> anyhow::Result<()>
+{
+    let model = ScriptedModel::start(vec![
+        Step::text("docs: fix a typo")
+            .expect_last_user("Write a commit message for fix a typo in the docs area."),
+    ])?;
+    let node = MewNode::new()?;
+    node.write_config(&config(&model))?;
+    node.write_role("writer.md", &role("writer", "tools: [read_file]\n"))?;
+    let command = node
+        .project_dir()
+        .join(".claude/commands/git/commit-message.md");
+    std::fs::create_dir_all(command.parent().context("a parent")?)?;
+    std::fs::write(&command, COMMIT_MESSAGE_COMMAND)?;
+
+    let (code, out, err) = node
+        .client(&[
+            "run",
+            "--role",
+            "writer",
+            "/git:commit-message \"fix a typo\" docs",
+        ])
+        .await?;
+    ensure!(
+        code == 0 && out.contains("docs: fix a typo"),
+        "mew run ({code}):\n{out}{err}"
+    );
+    let asked = model
+        .requests()
+        .first()
+        .context("the model's request")?
+        .last_user_text();
+    ensure!(
+        asked.contains("Everything asked: \"fix a typo\" docs")
+            && asked.contains(
+                "This command is designed to use only these tools: read_file, Bash(git diff:*)."
+            )
+            && !asked.contains("Base directory"),
+        "{asked}"
+    );
+    // The model is told of the command and what arguments it takes.
+    let system = model.requests()[0].system_text();
+    ensure!(
+        system.contains("- **git:commit-message** [change] [area]: Writes a commit message"),
+        "{system}"
+    );
+    // What Claude Code would do with allowed-tools and Mew does not is said, naming the file.
+    ensure!(
+        err.contains(&command.display().to_string())
+            && err.contains("allowed-tools does not pre-approve these tools"),
+        "mew run's warnings:\n{err}"
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_users_commands_are_offered_to_the_model_unless_user_only_and_a_skill_wins()
+-> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        // The user's command without frontmatter is described by its first line.
+        Step::tool_call("call_1", "LoadSkill", json!({"name": "release"}))
+            .expect_system("- **review**: Review the text for $ARGUMENTS, one finding a line."),
+        Step::tool_call(
+            "call_2",
+            "LoadSkill",
+            json!({"name": "review", "args": "typos"}),
+        )
+        .expect_tool_results(["call_1"])
+        .expect_last_user("runs only when a user types /release"),
+        Step::text("No typos found.")
+            .expect_tool_results(["call_2"])
+            .expect_last_user("Review the text for typos, one finding a line."),
+    ])?;
+    let mut node = MewNode::new()?;
+    node.write_config(&config(&model))?;
+    node.write_role("writer.md", &role("writer", ""))?;
+    let user_commands = node.home_dir().join(".claude/commands");
+    std::fs::create_dir_all(&user_commands)?;
+    std::fs::write(
+        user_commands.join("review.md"),
+        "Review the text for $ARGUMENTS, one finding a line.\n",
+    )?;
+    std::fs::write(
+        user_commands.join("release.md"),
+        "---\ndescription: Cuts a release\ndisable-model-invocation: true\n---\nRelease $0.\n",
+    )?;
+    // A command and a skill of one name: the skill is the one offered.
+    let commands = node.project_dir().join(".claude/commands");
+    std::fs::create_dir_all(&commands)?;
+    std::fs::write(commands.join("greet.md"), "Greet the command's way.\n")?;
+    let skill = node.project_dir().join(".claude/skills/greet");
+    std::fs::create_dir_all(&skill)?;
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: greet\ndescription: Greets the skill's way.\n---\nGreet.\n",
+    )?;
+    node.launch().await?;
+
+    let task = send(
+        &node,
+        "writer",
+        Message::user_text("review my text for typos"),
+    )
+    .await?;
+    ensure!(
+        task.status.state == TaskState::Completed && said(&task) == "No typos found.",
+        "{:?}: {}",
+        task.status.state,
+        said(&task)
+    );
+    let system = model.requests()[0].system_text();
+    ensure!(
+        system.contains("- **greet**: Greets the skill's way.")
+            && !system.contains("command's way")
+            && !system.contains("release"),
+        "{system}"
     );
     model.assert_done();
     Ok(())

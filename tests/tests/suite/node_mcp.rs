@@ -1,5 +1,6 @@
 //! MCP through a running node: a model role calls a tool of an MCP server the node connected
-//! to, and a broken server next to a good one is reported without harming it.
+//! to, and a broken server next to a good one is reported without harming it; a project's
+//! Claude Code `.mcp.json` read as Claude Code reads it, through `mew run`.
 
 use anyhow::{Context, bail, ensure};
 use mew_cards::{Message, SendMessageRequest, SendMessageResponse, TaskState};
@@ -111,5 +112,115 @@ async fn mew_mcp_list_reports_the_broken_server_and_the_good_one_works() -> anyh
         tools.iter().any(|t| t["category"] == "read"),
         "no read-only tool listed: {tools:?}"
     );
+    Ok(())
+}
+
+/// A project's `.mcp.json` as Claude Code's documentation writes them: variables with defaults
+/// in a program's arguments and an endpoint's URL, a `description` Mew does not read, and a
+/// server whose variable is set nowhere.
+const CLAUDE_CODE_MCP_JSON: &str = r#"{
+  "mcpServers": {
+    "local": {
+      "command": "${MEW_TEST_MCP_SERVER}",
+      "args": ["--protocol", "${MEW_TEST_MCP_PROTOCOL:-legacy}"],
+      "env": {"GREETING": "${MEW_TEST_GREETING:-hello from the default}"},
+      "description": "The hermetic test server"
+    },
+    "remote": {
+      "type": "http",
+      "url": "${MEW_TEST_MCP_BASE:-http://127.0.0.1:1}/mcp",
+      "headers": {"Authorization": "Bearer ${MEW_TEST_MCP_TOKEN}"}
+    },
+    "unset": {"command": "${MEW_TEST_NO_SUCH_PROGRAM}"}
+  }
+}
+"#;
+
+#[tokio::test]
+async fn a_claude_code_mcp_json_expands_its_variables_and_mew_run_uses_its_servers()
+-> anyhow::Result<()> {
+    let remote = mew_tests::mcp::TestMcpServer::start_http().await?;
+    let base = remote
+        .url()
+        .strip_suffix("/mcp")
+        .context("the test server's URL")?
+        .to_owned();
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("call_1", "mcp__local__environment", json!({}))
+            .expect_tools_include(["mcp__local__environment", "mcp__remote__echo"]),
+        // The default of `env` reached the stdio server, started with its expanded arguments.
+        Step::tool_call("call_2", "mcp__remote__echo", json!({"text": "meow"}))
+            .expect_tool_results(["call_1"])
+            .expect_last_user("hello from the default"),
+        // The URL's variable named the HTTP server.
+        Step::text("Both servers answered.")
+            .expect_tool_results(["call_2"])
+            .expect_last_user("meow"),
+    ])?;
+    let mut node = MewNode::new()?;
+    node.set_env(
+        "MEW_TEST_MCP_SERVER",
+        &mew_tests::mcp::server_bin()?.display().to_string(),
+    );
+    node.set_env("MEW_TEST_MCP_BASE", &base);
+    node.set_env("MEW_TEST_MCP_TOKEN", "t0k");
+    node.write_config(&format!(
+        "agent:\n  provider: scripted\n  model: sonnet\n\
+         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n\
+         permissions:\n  allow: [mcp__local__environment, mcp__remote__echo]\n",
+        model.base_url()
+    ))?;
+    node.write_role(
+        "toolsmith.md",
+        "---\nname: toolsmith\ndescription: Uses MCP tools.\n\
+         tools: [mcp__local, mcp__remote]\n---\nUse the tools.\n",
+    )?;
+    let mcp_json = node.project_dir().join(".mcp.json");
+    std::fs::write(&mcp_json, CLAUDE_CODE_MCP_JSON)?;
+
+    let (code, out, err) = node
+        .client(&["run", "--role", "toolsmith", "ask both servers"])
+        .await?;
+    ensure!(
+        code == 0 && out.contains("Both servers answered."),
+        "mew run ({code}):\n{out}{err}"
+    );
+    // The unknown key is a warning; the server whose variable is not set is skipped, named.
+    ensure!(
+        err.contains("MCP server `local`: unknown key `description`")
+            && err.contains(
+                "MCP server `unset` skipped: `command` refers to variable \
+                 ${MEW_TEST_NO_SUCH_PROGRAM}, which is not set and has no default"
+            ),
+        "mew run's warnings:\n{err}"
+    );
+    model.assert_done();
+
+    // `mew mcp list` shows both servers connected (the stdio one on the protocol its expanded
+    // arguments chose) and fails for the skipped entry.
+    let (code, out, err) = node.client(&["mcp", "list"]).await?;
+    ensure!(code == 1, "exit {code}: {out}{err}");
+    ensure!(
+        out.contains("local\n  transport: stdio\n  state:     connected (protocol 2025-11-25)")
+            && out.contains("remote\n  transport: http\n  state:     connected")
+            && out.contains("skipped: ")
+            && out.contains("MCP server `unset` skipped"),
+        "{out}"
+    );
+    ensure!(
+        err.contains("1 MCP server entry skipped for configuration problems: unset"),
+        "{err}"
+    );
+
+    // Without the broken entry, the same list succeeds.
+    std::fs::write(
+        &mcp_json,
+        CLAUDE_CODE_MCP_JSON.replace(
+            ",\n    \"unset\": {\"command\": \"${MEW_TEST_NO_SUCH_PROGRAM}\"}",
+            "",
+        ),
+    )?;
+    let (code, out, err) = node.client(&["mcp", "list"]).await?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
     Ok(())
 }

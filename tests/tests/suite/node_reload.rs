@@ -155,14 +155,15 @@ async fn a_role_file_added_changed_broken_and_removed_is_seen_without_a_restart(
 }
 
 #[tokio::test]
-async fn a_skill_added_while_the_node_runs_is_listed_on_model_role_cards() {
+async fn a_skill_or_command_added_while_the_node_runs_is_listed_on_model_role_cards() {
     let node = MewNode::start(&[]).await.unwrap();
     let card = "/agents/general-purpose/.well-known/agent-card.json";
-    let has_skill = |card: &Value| {
+    let listed = |card: &Value, id: &str| {
         card["skills"]
             .as_array()
-            .is_some_and(|skills| skills.iter().any(|s| s["id"] == "skill/release-notes"))
+            .is_some_and(|skills| skills.iter().any(|s| s["id"] == id))
     };
+    let has_skill = |card: &Value| listed(card, "skill/release-notes");
     let (_, before) = node.get_json(card).await.unwrap();
     assert!(!has_skill(&before), "{before}");
     let dir = node.project_dir().join(".agents/skills/release-notes");
@@ -176,6 +177,16 @@ async fn a_skill_added_while_the_node_runs_is_listed_on_model_role_cards() {
     poll_until("the skill is on the card", SHOWS_WITHIN, || async {
         let (_, card) = node.get_json(card).await?;
         Ok(has_skill(&card).then_some(()))
+    })
+    .await
+    .unwrap();
+    // A Claude Code command in a namespace directory of the user's commands, too.
+    let dir = node.home_dir().join(".claude/commands/team");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("standup.md"), "Summarize yesterday's commits.\n").unwrap();
+    poll_until("the command is on the card", SHOWS_WITHIN, || async {
+        let (_, card) = node.get_json(card).await?;
+        Ok(listed(&card, "skill/team:standup").then_some(()))
     })
     .await
     .unwrap();
