@@ -96,15 +96,20 @@ pub(crate) fn load_plugins(config: &Config) -> LoadedPlugins {
     ))
 }
 
-/// The skill roots: the standard ones and `skills.roots`, after the plugins' skills, which
-/// the user's and the project's own skills of the same name win over.
+/// The skill roots: the plugins' commands and skills, then the standard ones and
+/// `skills.roots`, so the user's and the project's own of the same name win over a plugin's.
 pub(crate) fn skill_roots(config: &Config, plugins: &LoadedPlugins) -> Vec<SkillRoot> {
-    let mut roots: Vec<SkillRoot> = plugins
+    let commands = plugins
+        .plugins
+        .iter()
+        .flat_map(Plugin::command_paths)
+        .map(|dir| SkillRoot::commands(dir, SkillSource::Plugin));
+    let skills = plugins
         .plugins
         .iter()
         .flat_map(Plugin::skill_paths)
-        .map(|dir| SkillRoot::new(dir, SkillSource::Plugin))
-        .collect();
+        .map(|dir| SkillRoot::new(dir, SkillSource::Plugin));
+    let mut roots: Vec<SkillRoot> = commands.chain(skills).collect();
     roots.extend(standard_roots(
         config.home_dir.as_deref(),
         &config.project_dir,

@@ -166,6 +166,7 @@ mod tests {
             config_file: None,
             env: HashMap::new(),
             flags: Default::default(),
+            plugin_mcp: Vec::new(),
         }
     }
 

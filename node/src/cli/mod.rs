@@ -277,12 +277,21 @@ impl Cli {
             ),
             None => None,
         };
+        // The MCP servers of the installed plugins (those whose files are as installed).
+        let plugins =
+            crate::plugins::load(&crate::plugins::standard_roots(home.as_deref(), &project));
+        let plugin_mcp = plugins
+            .plugins
+            .iter()
+            .filter_map(|plugin| Some((plugin.mcp_file()?, plugin.root.clone())))
+            .collect();
         Ok(Sources {
             home,
             project,
             config_file,
             env,
             flags: self.flag_overrides(),
+            plugin_mcp,
         })
     }
 

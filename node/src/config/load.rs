@@ -32,6 +32,10 @@ pub struct Sources {
     pub env: HashMap<String, String>,
     /// Command-line flags, the highest layer.
     pub flags: FlagOverrides,
+    /// The MCP server files of installed Claude Code plugins (`.mcp.json`'s shape), each with
+    /// its plugin's folder, which `${CLAUDE_PLUGIN_ROOT}` in it names. Read as `.mcp.json`
+    /// is, below it, so the project's own entries win.
+    pub plugin_mcp: Vec<(PathBuf, PathBuf)>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -166,20 +170,28 @@ impl Config {
         let mut origins = BTreeMap::new();
         merge(&mut tree, &mut origins, defaults.clone(), &Origin::Default);
 
+        let plugin_files = sources
+            .plugin_mcp
+            .iter()
+            .map(|(path, root)| Some((path.clone(), FileKind::McpJson(Some(root.clone())))));
         let files = [
             sources
                 .user_file()
                 .map(|path| (path, FileKind::Yaml { required: false })),
             Some((sources.claude_settings_file(), FileKind::ClaudeSettings)),
-            Some((sources.mcp_json_file(), FileKind::McpJson)),
+        ]
+        .into_iter()
+        .chain(plugin_files)
+        .chain([
+            Some((sources.mcp_json_file(), FileKind::McpJson(None))),
             Some((sources.project_file(), FileKind::Yaml { required: false })),
             sources
                 .config_file
                 .clone()
                 .map(|path| (path, FileKind::Yaml { required: true })),
-        ];
+        ]);
         let mut mcp = McpSources::default();
-        for (path, kind) in files.into_iter().flatten() {
+        for (path, kind) in files.flatten() {
             let layer = match kind {
                 FileKind::Yaml { required } => {
                     read_file_layer(&path, required, &defaults)?.map(|(layer, text)| {
@@ -188,7 +200,9 @@ impl Config {
                     })
                 }
                 FileKind::ClaudeSettings => read_claude_settings(&path, &defaults)?,
-                FileKind::McpJson => read_mcp_json(&path, &mut mcp),
+                FileKind::McpJson(plugin_root) => {
+                    read_mcp_json(&path, plugin_root.as_deref(), &mut mcp)
+                }
             };
             if let Some(layer) = layer {
                 merge(&mut tree, &mut origins, layer, &Origin::File(path));
@@ -237,7 +251,7 @@ impl Config {
 }
 
 /// What a configuration file is, and so how it is read.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum FileKind {
     /// Mew's own YAML (the user's, the project's, `--config`).
     Yaml {
@@ -246,8 +260,8 @@ enum FileKind {
     },
     /// Claude Code's `.claude/settings.json`, for its `permissions`.
     ClaudeSettings,
-    /// Claude Code's `.mcp.json`, for its `mcpServers`.
-    McpJson,
+    /// Claude Code's `.mcp.json`, for its `mcpServers`; a plugin's, with the plugin's folder.
+    McpJson(Option<PathBuf>),
 }
 
 /// Reads, parses and checks one configuration file, returning it with its text; `Ok(None)`

@@ -142,9 +142,26 @@ fn place(path: &Path, line: Option<usize>) -> String {
 /// Reads the `mcpServers` object of Claude Code's `.mcp.json` as a layer with only an
 /// `mcp_servers:` section; `None` if the file or the object is missing, or if the file cannot
 /// be read or parsed (then a problem is recorded in `sources`, naming the file and the line).
-pub(crate) fn read_mcp_json(path: &Path, sources: &mut McpSources) -> Option<Value> {
+/// A plugin's file (`plugin_root` given) has `${CLAUDE_PLUGIN_ROOT}` replaced by the plugin's
+/// folder first, as Claude Code does, so its servers find their own files.
+pub(crate) fn read_mcp_json(
+    path: &Path,
+    plugin_root: Option<&Path>,
+    sources: &mut McpSources,
+) -> Option<Value> {
     let text = match crate::user_file::read_text(path, crate::user_file::MAX_USER_FILE_BYTES) {
-        Ok(text) => text,
+        Ok(text) => match plugin_root {
+            // In the JSON text, so the folder is escaped as a JSON string's content.
+            Some(root) => {
+                let quoted = serde_json::Value::from(root.display().to_string()).to_string();
+                let escaped = quoted
+                    .strip_prefix('"')
+                    .and_then(|inner| inner.strip_suffix('"'))
+                    .unwrap_or_default();
+                text.replace("${CLAUDE_PLUGIN_ROOT}", escaped)
+            }
+            None => text,
+        },
         Err(crate::user_file::ReadError::NotFound) => return None,
         Err(error) => {
             sources.file_problem(path, None, format!("cannot be read: {error}"));

@@ -5,6 +5,8 @@
 //! [`standard_roots`] lists them lowest first; a skill in a later root replaces the skill of the
 //! same name from an earlier one, so the project overrides the user:
 //!
+//! 0. plugins: the commands, then the skills, of installed Claude Code plugins (see
+//!    [`crate::plugins`]), before every standard root;
 //! 1. commands: `~/.claude/commands/`, then `<project>/.claude/commands/` (Claude Code's custom
 //!    slash commands, see below);
 //! 2. user: `~/.claude/skills/` (Claude Code's personal skills, read unchanged), then
@@ -435,6 +437,17 @@ impl Snapshot {
         depth: u32,
         files: &mut Vec<(Vec<String>, PathBuf)>,
     ) {
+        // A plugin's manifest may name its command files one by one.
+        if parts.is_empty()
+            && fs::metadata(dir).is_ok_and(|meta| meta.is_file())
+            && let Some(stem) = dir
+                .file_name()
+                .and_then(|name| name.to_str())
+                .and_then(|name| name.strip_suffix(COMMAND_FILE_SUFFIX))
+        {
+            files.push((vec![stem.to_owned()], dir.to_owned()));
+            return;
+        }
         let entries = match fs::read_dir(dir) {
             Ok(entries) => entries,
             Err(err) if err.kind() == io::ErrorKind::NotFound => return,

@@ -33,6 +33,7 @@ mod node_store;
 mod node_tls;
 mod node_tracing;
 mod otlp_receiver;
+mod plugins;
 mod python_client;
 mod readme_guided;
 mod remote_roles;
