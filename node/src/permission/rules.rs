@@ -11,9 +11,9 @@
 //! | `bash(git *)`, `Bash(git log:*)` | `bash` calls whose command matches |
 //! | `edit_file(src/**)` | `edit_file` calls whose `file_path` is under `<project>/src` |
 //!
-//! Claude Code's tool names are aliases: `Read`, `Write`, `Edit`, `Glob`, `Grep` and `Bash` mean
-//! `read_file`, `write_file`, `edit_file`, `glob`, `grep` and `bash`. Tool names are otherwise
-//! case-sensitive. An argument pattern needs an exact tool name (or alias).
+//! Claude Code's tool names are aliases: `Read`, `Write`, `Edit`, `MultiEdit`, `LS`, `Glob`,
+//! `Grep` and `Bash` mean `read_file`, `write_file`, `edit_file`, `multi_edit`, `ls`, `glob`,
+//! `grep` and `bash`. Tool names are otherwise case-sensitive. An argument pattern needs an exact tool name (or alias).
 //!
 //! The argument pattern is matched against the tool's primary input:
 //!
@@ -23,7 +23,8 @@
 //!   matches without the tail (`ls *` matches `ls`). Claude Code's `prefix:*` matches the
 //!   prefix alone or followed by whitespace and anything (`git log:*` matches `git log` and
 //!   `git log -p`, not `git logx`).
-//! - `read_file`, `write_file`, `edit_file`: `file_path`; `glob`, `grep`: `path` (default `.`).
+//! - `read_file`, `write_file`, `edit_file`, `multi_edit`: `file_path`; `glob`, `grep`, `ls`:
+//!   `path` (default `.`).
 //!   **Path** semantics: the tool's path is made absolute against the project directory and
 //!   normalized (`.` and `..` removed, without touching the file system), then matched with a
 //!   glob where `*` stays within one path component and `**` crosses them. A relative pattern
@@ -59,6 +60,8 @@ const ALIASES: &[(&str, &str)] = &[
     ("Read", "read_file"),
     ("Write", "write_file"),
     ("Edit", "edit_file"),
+    ("MultiEdit", "multi_edit"),
+    ("LS", "ls"),
     ("Glob", "glob"),
     ("Grep", "grep"),
     ("Bash", "bash"),
@@ -94,11 +97,11 @@ impl ArgumentKind {
     pub(crate) fn of(tool: &str) -> Self {
         match tool {
             "bash" => Self::Command,
-            "read_file" | "write_file" | "edit_file" => Self::Path {
+            "read_file" | "write_file" | "edit_file" | "multi_edit" => Self::Path {
                 field: "file_path",
                 default: None,
             },
-            "glob" | "grep" => Self::Path {
+            "glob" | "grep" | "ls" => Self::Path {
                 field: "path",
                 default: Some("."),
             },
@@ -689,6 +692,11 @@ mod tests {
         assert_eq!(rule("Read").tool, ToolPattern::Exact("read_file".into()));
         assert_eq!(rule("Write").tool, ToolPattern::Exact("write_file".into()));
         assert_eq!(rule("Edit").tool, ToolPattern::Exact("edit_file".into()));
+        assert_eq!(
+            rule("MultiEdit(src/**)").tool,
+            ToolPattern::Exact("multi_edit".into())
+        );
+        assert_eq!(rule("LS").tool, ToolPattern::Exact("ls".into()));
         assert_eq!(rule("Glob").tool, ToolPattern::Exact("glob".into()));
         assert_eq!(rule("Grep").tool, ToolPattern::Exact("grep".into()));
         assert_eq!(rule("Bash(ls)").tool, ToolPattern::Exact("bash".into()));

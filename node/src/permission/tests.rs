@@ -304,6 +304,18 @@ fn questions_say_what_the_tool_wants_to_do() {
         ),
         ask("glob wants to list files matching `**/*.rs` in src")
     );
+    assert_eq!(
+        question(
+            "MultiEdit",
+            Category::Edit,
+            json!({"file_path": "a.rs", "edits": []})
+        ),
+        ask("multi_edit wants to change a.rs")
+    );
+    assert_eq!(
+        question("LS", Category::Exec, json!({"path": "/srv/project/src"})),
+        ask("ls wants to list src")
+    );
     let long = "é".repeat(300);
     let Decision::Ask { question } = question("mcp__x__y", Category::Exec, json!({ "text": long }))
     else {

@@ -1,7 +1,7 @@
 //! Tools an agent can call: the `Tool` trait, the registry, and the built-in tools.
 //!
-//! The built-in tools are `read_file`, `write_file`, `edit_file`, `glob`, `grep` and `bash`,
-//! one file each; [`registry::ToolRegistry::builtin`] holds them all, and
+//! The built-in tools are `read_file`, `write_file`, `edit_file`, `multi_edit`, `ls`, `glob`,
+//! `grep` and `bash`, one file each; [`registry::ToolRegistry::builtin`] holds them all, and
 //! [`registry::ToolRegistry::filter`] narrows a registry for a child agent. Every tool answers
 //! with a [`ToolOutput`]: failures are `is_error` answers the model can read, never panics.
 
@@ -10,6 +10,8 @@ mod edit_file;
 mod files;
 mod glob;
 mod grep;
+mod ls;
+mod multi_edit;
 mod read_file;
 pub(crate) mod registry;
 mod write_file;

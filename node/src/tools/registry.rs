@@ -13,6 +13,8 @@
 //! | `Read`                     | `read_file`    |
 //! | `Write`                    | `write_file`   |
 //! | `Edit`                     | `edit_file`    |
+//! | `MultiEdit`                | `multi_edit`   |
+//! | `LS`                       | `ls`           |
 //! | `Glob`                     | `glob`         |
 //! | `Grep`                     | `grep`         |
 //! | `Bash`                     | `bash`         |
@@ -34,6 +36,8 @@ use super::bash::Bash;
 use super::edit_file::EditFile;
 use super::glob::Glob;
 use super::grep::Grep;
+use super::ls::Ls;
+use super::multi_edit::MultiEdit;
 use super::read_file::ReadFile;
 use super::write_file::WriteFile;
 use crate::conversation::ToolSpec;
@@ -43,6 +47,8 @@ pub(crate) const ALIASES: &[(&str, &str)] = &[
     ("Read", "read_file"),
     ("Write", "write_file"),
     ("Edit", "edit_file"),
+    ("MultiEdit", "multi_edit"),
+    ("LS", "ls"),
     ("Glob", "glob"),
     ("Grep", "grep"),
     ("Bash", "bash"),
@@ -63,6 +69,8 @@ pub(crate) const ASYNC_AGENT_ALLOWED_TOOLS: &[&str] = &[
     "read_file",
     "write_file",
     "edit_file",
+    "multi_edit",
+    "ls",
     "glob",
     "grep",
     "bash",
@@ -212,13 +220,16 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// The built-in tools: `bash`, `edit_file`, `glob`, `grep`, `read_file`, `write_file`.
+    /// The built-in tools: `bash`, `edit_file`, `glob`, `grep`, `ls`, `multi_edit`,
+    /// `read_file`, `write_file`.
     pub(crate) fn builtin() -> Self {
         let mut registry = Self::new();
-        let tools: [Arc<dyn Tool>; 6] = [
+        let tools: [Arc<dyn Tool>; 8] = [
             Arc::new(ReadFile),
             Arc::new(WriteFile),
             Arc::new(EditFile),
+            Arc::new(MultiEdit),
+            Arc::new(Ls),
             Arc::new(Glob),
             Arc::new(Grep),
             Arc::new(Bash),
@@ -338,7 +349,7 @@ mod tests {
     }
 
     #[test]
-    fn builtin_has_the_six_tools_in_name_order() {
+    fn builtin_has_the_eight_tools_in_name_order() {
         let registry = ToolRegistry::builtin();
         assert_eq!(
             names(&registry),
@@ -347,6 +358,8 @@ mod tests {
                 "edit_file",
                 "glob",
                 "grep",
+                "ls",
+                "multi_edit",
                 "read_file",
                 "write_file"
             ]
@@ -366,6 +379,14 @@ mod tests {
             registry.get("edit_file").map(|tool| tool.category()),
             Some(Category::Edit)
         );
+        assert_eq!(
+            registry.get("multi_edit").map(|tool| tool.category()),
+            Some(Category::Edit)
+        );
+        assert_eq!(
+            registry.get("ls").map(|tool| tool.category()),
+            Some(Category::Read)
+        );
         assert!(registry.get("Read").is_none());
         // Byte-identical across builds of the registry: the prompt prefix stays cacheable.
         assert_eq!(ToolRegistry::builtin().specs(), specs);
@@ -377,7 +398,8 @@ mod tests {
             let schema = &spec.input_schema;
             assert_eq!(schema["type"], "object", "{}", spec.name);
             assert_eq!(schema["additionalProperties"], false, "{}", spec.name);
-            for required in schema["required"].as_array().unwrap() {
+            let required = schema["required"].as_array().map_or(&[][..], Vec::as_slice);
+            for required in required {
                 let field = required.as_str().unwrap();
                 assert!(
                     schema["properties"].get(field).is_some(),
@@ -418,12 +440,14 @@ mod tests {
         assert_eq!(canonical_name("Glob"), "glob");
         assert_eq!(canonical_name("Grep"), "grep");
         assert_eq!(canonical_name("Bash"), "bash");
+        assert_eq!(canonical_name("MultiEdit"), "multi_edit");
+        assert_eq!(canonical_name("LS"), "ls");
         assert_eq!(canonical_name("Task"), "Agent");
         assert_eq!(canonical_name("load_skill"), "LoadSkill");
         assert_eq!(canonical_name("read_file"), "read_file");
         assert_eq!(canonical_name("read"), "read");
         let builtin = ToolRegistry::builtin();
-        for (alias, _) in &ALIASES[..6] {
+        for (alias, _) in &ALIASES[..8] {
             assert!(builtin.get(canonical_name(alias)).is_some(), "{alias}");
         }
     }
@@ -465,9 +489,11 @@ mod tests {
                 "edit_file",
                 "glob",
                 "grep",
+                "ls",
                 "mcp__fs__read",
                 "mcp__github__create_issue",
                 "mcp__github__list_issues",
+                "multi_edit",
                 "read_file",
                 "write_file",
             ]
@@ -490,7 +516,9 @@ mod tests {
                 "bash",
                 "glob",
                 "grep",
+                "ls",
                 "mcp__fs__read",
+                "multi_edit",
                 "read_file",
             ]
         );
@@ -566,7 +594,9 @@ mod tests {
         let filtered = ToolRegistry::builtin().filter(&layers);
         let kept = names(&filtered);
         assert!(
-            !kept.contains(&"write_file") && !kept.contains(&"edit_file"),
+            !kept.contains(&"write_file")
+                && !kept.contains(&"edit_file")
+                && !kept.contains(&"multi_edit"),
             "{kept:?}"
         );
         assert!(
