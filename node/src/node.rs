@@ -300,7 +300,7 @@ impl Runtime {
         let (hooks, hook_problems) = load_hooks(&config, &env, &ledger, &directory)?;
         let hooks = Arc::new(hooks);
         let model_tools = {
-            let mut tools = ToolRegistry::builtin();
+            let mut tools = ToolRegistry::builtin_with(&config.web, client_options.tls.clone());
             tools.register(Arc::new(AgentTool {
                 directory: directory.clone(),
                 max_depth: config.agent.max_depth,

@@ -18,6 +18,8 @@
 //! | `Glob`                     | `glob`         |
 //! | `Grep`                     | `grep`         |
 //! | `Bash`                     | `bash`         |
+//! | `WebFetch`                 | `web_fetch`    |
+//! | `WebSearch`                | `web_search`   |
 //! | `Task` (Claude Code's old name for `Agent`) | `Agent` |
 //! | `load_skill`, `install_skill` (the seed's spelling) | `LoadSkill`, `InstallSkill` |
 //!
@@ -39,6 +41,9 @@ use super::grep::Grep;
 use super::ls::Ls;
 use super::multi_edit::MultiEdit;
 use super::read_file::ReadFile;
+use super::web::WebConfig;
+use super::web_fetch::WebFetch;
+use super::web_search::WebSearch;
 use super::write_file::WriteFile;
 use crate::conversation::ToolSpec;
 
@@ -52,6 +57,8 @@ pub(crate) const ALIASES: &[(&str, &str)] = &[
     ("Glob", "glob"),
     ("Grep", "grep"),
     ("Bash", "bash"),
+    ("WebFetch", "web_fetch"),
+    ("WebSearch", "web_search"),
     ("Task", "Agent"),
     ("load_skill", "LoadSkill"),
     ("install_skill", "InstallSkill"),
@@ -74,6 +81,8 @@ pub(crate) const ASYNC_AGENT_ALLOWED_TOOLS: &[&str] = &[
     "glob",
     "grep",
     "bash",
+    "web_fetch",
+    "web_search",
     "LoadSkill",
     "InstallSkill",
 ];
@@ -102,7 +111,7 @@ pub(crate) const AGENT_TOOLS: &[&str] = &[
 ];
 
 /// The entries of a role's `tools` list that name no tool Mew provides (Claude Code's
-/// `WebSearch`, a misspelt name), as written, in order. MCP names, patterns ending in `*`
+/// `NotebookEdit`, a misspelt name), as written, in order. MCP names, patterns ending in `*`
 /// and argument rules (`Bash(git:*)`, checked by the name before the parenthesis) are not
 /// judged: which MCP tools exist is known only once the servers answer.
 pub(crate) fn unknown_tools(entries: &[String]) -> Vec<&str> {
@@ -221,10 +230,16 @@ impl ToolRegistry {
     }
 
     /// The built-in tools: `bash`, `edit_file`, `glob`, `grep`, `ls`, `multi_edit`,
-    /// `read_file`, `write_file`.
+    /// `read_file`, `web_fetch`, `web_search`, `write_file`, the web tools as the default
+    /// `web:` section sets them (no address the SSRF guard refuses, no search service).
     pub(crate) fn builtin() -> Self {
+        Self::builtin_with(&WebConfig::default(), mew_transport::TlsOptions::default())
+    }
+
+    /// The built-in tools, the web tools set by `web` and trusting the extra roots of `tls`.
+    pub(crate) fn builtin_with(web: &WebConfig, tls: mew_transport::TlsOptions) -> Self {
         let mut registry = Self::new();
-        let tools: [Arc<dyn Tool>; 8] = [
+        let tools: [Arc<dyn Tool>; 10] = [
             Arc::new(ReadFile),
             Arc::new(WriteFile),
             Arc::new(EditFile),
@@ -233,6 +248,8 @@ impl ToolRegistry {
             Arc::new(Glob),
             Arc::new(Grep),
             Arc::new(Bash),
+            Arc::new(WebFetch::new(web, tls)),
+            Arc::new(WebSearch::new(web)),
         ];
         for tool in tools {
             registry.register(tool);
@@ -349,7 +366,7 @@ mod tests {
     }
 
     #[test]
-    fn builtin_has_the_eight_tools_in_name_order() {
+    fn builtin_has_the_ten_tools_in_name_order() {
         let registry = ToolRegistry::builtin();
         assert_eq!(
             names(&registry),
@@ -361,6 +378,8 @@ mod tests {
                 "ls",
                 "multi_edit",
                 "read_file",
+                "web_fetch",
+                "web_search",
                 "write_file"
             ]
         );
@@ -387,6 +406,15 @@ mod tests {
             registry.get("ls").map(|tool| tool.category()),
             Some(Category::Read)
         );
+        for web in ["web_fetch", "web_search"] {
+            assert_eq!(
+                registry
+                    .get(web)
+                    .map(|tool| (tool.category(), tool.writes())),
+                Some((Category::Exec, false)),
+                "{web}"
+            );
+        }
         assert!(registry.get("Read").is_none());
         // Byte-identical across builds of the registry: the prompt prefix stays cacheable.
         assert_eq!(ToolRegistry::builtin().specs(), specs);
@@ -442,12 +470,14 @@ mod tests {
         assert_eq!(canonical_name("Bash"), "bash");
         assert_eq!(canonical_name("MultiEdit"), "multi_edit");
         assert_eq!(canonical_name("LS"), "ls");
+        assert_eq!(canonical_name("WebFetch"), "web_fetch");
+        assert_eq!(canonical_name("WebSearch"), "web_search");
         assert_eq!(canonical_name("Task"), "Agent");
         assert_eq!(canonical_name("load_skill"), "LoadSkill");
         assert_eq!(canonical_name("read_file"), "read_file");
         assert_eq!(canonical_name("read"), "read");
         let builtin = ToolRegistry::builtin();
-        for (alias, _) in &ALIASES[..8] {
+        for (alias, _) in &ALIASES[..10] {
             assert!(builtin.get(canonical_name(alias)).is_some(), "{alias}");
         }
     }
@@ -495,6 +525,8 @@ mod tests {
                 "mcp__github__list_issues",
                 "multi_edit",
                 "read_file",
+                "web_fetch",
+                "web_search",
                 "write_file",
             ]
         );
@@ -520,6 +552,8 @@ mod tests {
                 "mcp__fs__read",
                 "multi_edit",
                 "read_file",
+                "web_fetch",
+                "web_search",
             ]
         );
     }
