@@ -1,8 +1,8 @@
-//! The SSRF guard: which addresses the node's requests to URLs others chose (push webhooks)
-//! may reach, and a client that connects to exactly those.
+//! The SSRF guard: which addresses the node's requests to URLs others chose (push webhooks,
+//! `web_fetch`) may reach, and a client that connects to exactly those.
 //!
 //! A URL passes when every address its host resolves to is public, or is allowed by the
-//! guard's allowlist (`push.allow`: host names, addresses or networks). The
+//! guard's allowlist (`push.allow`, `web.allow`: host names, addresses or networks). The
 //! request then connects to exactly the addresses checked ([`pinned_client`]), so a DNS answer
 //! that changes between the check and the connection (rebinding) cannot send it elsewhere.
 
@@ -167,7 +167,7 @@ pub(crate) fn parse(url: &str, purpose: Purpose) -> Result<Url, GuardError> {
     Ok(parsed)
 }
 
-/// One entry of an allowlist (`push.allow`).
+/// One entry of an allowlist (`push.allow`, `web.allow`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AllowRule {
     /// An address, or a network: the address and the length of its prefix.

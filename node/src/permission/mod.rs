@@ -217,7 +217,7 @@ impl PermissionPolicy {
                                 .any(|rule| rule.matches_piece(&call.tool, piece))
                         }))
             }
-            Subject::Path(_) | Subject::Json(_) => {
+            Subject::Path(_) | Subject::Json(_) | Subject::Url { .. } => {
                 self.allow.iter().any(|rule| rule.matches(call, &self.dirs))
             }
         }
@@ -247,6 +247,11 @@ impl PermissionPolicy {
                     ),
                 }
             }
+            Subject::Url { url, .. } => format!("{tool} wants to fetch {}", shorten(url, 200)),
+            Subject::Json(_) if tool == "web_search" => format!(
+                "{tool} wants to search the web for `{}`",
+                shorten(text("query"), 200)
+            ),
             Subject::Json(json) => format!("{tool} wants to run with {}", shorten(json, 200)),
         };
         Decision::Ask { question }
