@@ -317,6 +317,7 @@ impl Runtime {
             tools.register(Arc::new(TaskStop {
                 directory: directory.clone(),
             }));
+            tools.register(Arc::new(crate::agent::todo_tool::TodoWrite));
             tools.register(Arc::new(LoadSkill {
                 directory: directory.clone(),
             }));

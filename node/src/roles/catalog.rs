@@ -825,7 +825,7 @@ mod tests {
             dir.path(),
             "fine.md",
             "---\nname: fine\ndescription: d\ntools: [Read, Task, Agent, LoadSkill, MultiEdit, LS, \
-             WebFetch, WebSearch]\n---\nOk.\n",
+             WebFetch, WebSearch, TodoWrite]\n---\nOk.\n",
         );
         let catalog = RoleCatalog::load(&only(dir.path()));
         let problems: Vec<(String, Severity, String)> = catalog

@@ -83,6 +83,7 @@ pub(crate) const ASYNC_AGENT_ALLOWED_TOOLS: &[&str] = &[
     "bash",
     "web_fetch",
     "web_search",
+    "TodoWrite",
     "LoadSkill",
     "InstallSkill",
 ];
@@ -99,7 +100,7 @@ pub(crate) fn canonical_name(name: &str) -> &str {
 }
 
 /// The tools the agent runtime adds to a model role's registry besides the built-ins and the
-/// MCP tools: delegation, skills and task management (each tool's `name()`).
+/// MCP tools: delegation, skills, task management and the plan (each tool's `name()`).
 pub(crate) const AGENT_TOOLS: &[&str] = &[
     "Agent",
     "InstallSkill",
@@ -108,6 +109,7 @@ pub(crate) const AGENT_TOOLS: &[&str] = &[
     "TaskGet",
     "TaskList",
     "TaskStop",
+    "TodoWrite",
 ];
 
 /// The entries of a role's `tools` list that name no tool Mew provides (Claude Code's
