@@ -20,7 +20,7 @@ use html5ever::tokenizer::{
 };
 use reqwest::Url;
 
-/// The most characters of text rendered; the rest of the page is not looked at.
+/// The most bytes of text rendered; the rest of the page is dropped.
 const MAX_TEXT_BYTES: usize = 2 * 1024 * 1024;
 
 /// The most links listed as footnotes.
