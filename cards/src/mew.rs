@@ -86,6 +86,10 @@ pub struct MewMetadata {
     /// On a WORKING status update: something the user should know about the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// On a task (written by the node only), and on the WORKING status update that reports a
+    /// change of it: the task's plan, as its model last wrote it with `TodoWrite`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub todos: Option<Vec<TodoItem>>,
     /// On the status message of a task whose turn has not started (SUBMITTED, or WORKING for
     /// a continuation): it waits for a slot, and for which limit. A blocking send returns the
     /// task there.
@@ -98,7 +102,7 @@ pub const ASK_PERMISSION: &str = "permission";
 
 /// The fields of [`MewMetadata`] that only the node writes, never taken from a caller: forged
 /// links would send a task's agent to agents of the caller's choosing.
-pub const NODE_OWNED_FIELDS: &[&str] = &["role", "traceparent", "children", "usage"];
+pub const NODE_OWNED_FIELDS: &[&str] = &["role", "traceparent", "children", "usage", "todos"];
 
 impl MewMetadata {
     /// What `metadata` holds under `mew`; fields that do not parse are left out.
@@ -125,6 +129,7 @@ impl MewMetadata {
             child: field(mew, "child"),
             hook: field(mew, "hook"),
             warning: field(mew, "warning"),
+            todos: field(mew, "todos"),
             waiting: field(mew, "waiting"),
         }
     }
@@ -194,6 +199,15 @@ impl MewMetadata {
         if let Ok(value) = serde_json::to_value(usage) {
             change_mew(metadata, |mew| {
                 mew.insert("usage".to_owned(), value);
+            });
+        }
+    }
+
+    /// Sets `metadata.mew.todos` to `todos`, leaving the rest of `mew` as it is.
+    pub fn set_todos(metadata: &mut Metadata, todos: &[TodoItem]) {
+        if let Ok(value) = serde_json::to_value(todos) {
+            change_mew(metadata, |mew| {
+                mew.insert("todos".to_owned(), value);
             });
         }
     }
@@ -308,6 +322,19 @@ impl Usage {
             .unreported_model_calls
             .saturating_add(other.unreported_model_calls);
     }
+}
+
+/// One step of a task's plan (`mew.todos`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TodoItem {
+    /// What the step is, in the imperative (`Run the tests`).
+    pub content: String,
+    /// `pending`, `in_progress` or `completed`.
+    pub status: String,
+    /// The step as it is being done (`Running the tests`), shown while it is in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_form: Option<String>,
 }
 
 /// Why a task waits to start (`mew.waiting` of its status update).
@@ -470,7 +497,18 @@ mod tests {
             },
         );
         MewMetadata::set_role(&mut m, "helper");
+        let plan = [TodoItem {
+            content: "Run the tests".into(),
+            status: "in_progress".into(),
+            active_form: Some("Running the tests".into()),
+        }];
+        MewMetadata::set_todos(&mut m, &plan);
+        assert_eq!(
+            m["mew"]["todos"],
+            json!([{"content": "Run the tests", "status": "in_progress", "activeForm": "Running the tests"}])
+        );
         let mew = MewMetadata::read(Some(&m));
+        assert_eq!(mew.todos.as_deref(), Some(&plan[..]));
         assert_eq!(mew.role.as_deref(), Some("helper"));
         assert_eq!(mew.children, vec![link.clone(), link]);
         assert_eq!(mew.usage.map(|u| u.input_tokens), Some(3));

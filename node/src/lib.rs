@@ -21,6 +21,7 @@ mod push;
 mod roles;
 mod server;
 mod skills;
+mod ssrf;
 mod tasks;
 mod telemetry;
 mod tools;

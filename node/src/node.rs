@@ -367,7 +367,7 @@ impl Runtime {
         let (hooks, hook_problems) = load_hooks(&config, &plugins, &env, &ledger, &directory)?;
         let hooks = Arc::new(hooks);
         let model_tools = {
-            let mut tools = ToolRegistry::builtin();
+            let mut tools = ToolRegistry::builtin_with(&config.web, client_options.tls.clone());
             tools.register(Arc::new(AgentTool {
                 directory: directory.clone(),
                 max_depth: config.agent.max_depth,
@@ -384,6 +384,7 @@ impl Runtime {
             tools.register(Arc::new(TaskStop {
                 directory: directory.clone(),
             }));
+            tools.register(Arc::new(crate::agent::todo_tool::TodoWrite));
             tools.register(Arc::new(LoadSkill {
                 directory: directory.clone(),
             }));

@@ -32,6 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "conversation",
             "tree",
             "metrics",
+            "ssrf",
         ],
     ),
     ("tools and the task store", &["tools", "tasks"]),

@@ -12,6 +12,7 @@ pub(crate) mod scope;
 pub(crate) mod session;
 pub(crate) mod skill_tools;
 pub(crate) mod task_tools;
+pub(crate) mod todo_tool;
 
 #[cfg(test)]
 mod model_loop_tests;

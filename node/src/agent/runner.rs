@@ -273,6 +273,8 @@ enum Report {
     Text(String),
     Warning(String),
     Hook(mew::HookNote),
+    /// The task's plan, as `TodoWrite` just wrote it.
+    Todos(Vec<mew::TodoItem>),
     Tool {
         phase: &'static str,
         id: String,
@@ -282,7 +284,7 @@ enum Report {
 }
 
 /// Forwards the loop's reports to the task: text as chunks of one `response`
-/// artifact, tool calls as progress notes.
+/// artifact, tool calls and plans as progress notes.
 struct Reporter {
     queue: mpsc::UnboundedSender<Report>,
     checkpoints: Checkpoints,
@@ -397,6 +399,21 @@ async fn forward(
                     hook: Some(hook),
                     ..mew::MewMetadata::default()
                 }),
+                Report::Todos(todos) => {
+                    // The task keeps the newest plan; the note shows the change. Both are
+                    // written with the note.
+                    if sink
+                        .annotate(Annotation::Todos(todos.clone()))
+                        .await
+                        .is_err()
+                    {
+                        return None;
+                    }
+                    notes.push(mew::MewMetadata {
+                        todos: Some(todos),
+                        ..mew::MewMetadata::default()
+                    });
+                }
                 Report::Tool {
                     phase,
                     id,
@@ -547,6 +564,7 @@ impl Executor for ModelExecutor {
         // ends when the loop's reporter is gone, whatever holds the hooks).
         let (queue, reports) = mpsc::unbounded_channel();
         let hook_reports = queue.downgrade();
+        let plan_reports = queue.downgrade();
         let report_hook: crate::hooks::ReportHookRun = Arc::new(move |run| {
             if let Some(queue) = hook_reports.upgrade() {
                 let _ = queue.send(Report::Hook(mew::HookNote {
@@ -581,6 +599,11 @@ impl Executor for ModelExecutor {
                 scope: super::scope::RunScope {
                     children: Some(children.clone()),
                     skills: skills.clone(),
+                    plan: Some(super::todo_tool::PlanReport(Arc::new(move |todos| {
+                        if let Some(queue) = plan_reports.upgrade() {
+                            let _ = queue.send(Report::Todos(todos));
+                        }
+                    }))),
                     hooks: self.hooks.as_ref().and_then(|dispatcher| {
                         let ctx = crate::hooks::HookContext::new(
                             turn.context_id.as_str(),

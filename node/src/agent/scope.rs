@@ -1,4 +1,4 @@
-//! What a run hands the agent's own tools through their context: the task's children, its skills and its hooks.
+//! What a run hands the agent's own tools through their context: the task's children, its skills, its hooks and where its plan goes.
 //!
 //! The base [`ToolContext`] carries this as a value of a type it does not know, so the tools
 //! module stays below the agent: the built-in tools never see it, and the agent's tools
@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::children::Children;
 use super::skill_tools::SkillState;
+use super::todo_tool::PlanReport;
 use crate::hooks::RunHooks;
 use crate::tools::ToolContext;
 
@@ -22,6 +23,8 @@ pub(crate) struct RunScope {
     pub(crate) skills: Option<Arc<SkillState>>,
     /// The hooks of the run (`None` where hooks are off).
     pub(crate) hooks: Option<Arc<RunHooks>>,
+    /// Where `TodoWrite`'s plans go (`None` outside a task).
+    pub(crate) plan: Option<PlanReport>,
 }
 
 impl RunScope {
@@ -49,4 +52,9 @@ pub(crate) fn skills(ctx: &ToolContext) -> Option<&Arc<SkillState>> {
 /// The run's hooks, where hooks are on.
 pub(crate) fn hooks(ctx: &ToolContext) -> Option<&Arc<RunHooks>> {
     of(ctx)?.hooks.as_ref()
+}
+
+/// Where the run's plans go, inside a task.
+pub(crate) fn plan(ctx: &ToolContext) -> Option<&PlanReport> {
+    of(ctx)?.plan.as_ref()
 }

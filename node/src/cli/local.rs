@@ -10,7 +10,7 @@ use std::io::{self, BufRead, IsTerminal as _, Write};
 
 use anyhow::{Context as _, bail};
 use futures_util::StreamExt as _;
-use mew_cards::mew::{ChildNote, MewMetadata, ToolNote};
+use mew_cards::mew::{ChildNote, MewMetadata, TodoItem, ToolNote};
 use mew_cards::role_base_url;
 use mew_cards::{
     ArtifactId, CancelTaskRequest, Message, SendMessageRequest, StreamResponse, Task, TaskState,
@@ -295,10 +295,11 @@ impl Printer {
                     return out.flush();
                 }
                 let mew = MewMetadata::read(update.metadata.as_ref());
-                let line = match (&mew.tool, &mew.child) {
-                    (Some(tool), _) => tool_line(tool),
-                    (None, Some(child)) => child_line(child),
-                    (None, None) => update
+                let line = match (&mew.tool, &mew.child, &mew.todos) {
+                    (Some(tool), _, _) => tool_line(tool),
+                    (None, Some(child), _) => child_line(child),
+                    (None, None, Some(todos)) => Some(plan_lines(todos)),
+                    (None, None, None) => update
                         .status
                         .message
                         .as_ref()
@@ -417,6 +418,22 @@ pub(crate) fn tool_line(tool: &ToolNote) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// The progress lines of a plan (`mew.todos`): how far it is, then each step, marked done
+/// (`✓`), in progress (`→`, as it is being done) or pending (`○`).
+pub(crate) fn plan_lines(todos: &[TodoItem]) -> String {
+    let done = todos.iter().filter(|t| t.status == "completed").count();
+    let mut lines = format!("  plan ({done} of {} done):", todos.len());
+    for todo in todos {
+        let (mark, text) = match todo.status.as_str() {
+            "completed" => ("✓", &todo.content),
+            "in_progress" => ("→", todo.active_form.as_ref().unwrap_or(&todo.content)),
+            _ => ("○", &todo.content),
+        };
+        lines.push_str(&format!("\n    {mark} {}", one_line(text, SUMMARY_CHARS)));
+    }
+    lines
 }
 
 /// The progress line of a delegated task's note (`mew.child`): its own tool calls, indented
@@ -994,6 +1011,29 @@ mod tests {
         assert_eq!(
             tool_line(json!({"phase": "other", "id": "c", "name": "bash"})),
             None
+        );
+    }
+
+    #[test]
+    fn a_plan_shows_each_step_and_how_far_it_is() {
+        let step = |content: &str, status: &str, active: Option<&str>| TodoItem {
+            content: content.to_owned(),
+            status: status.to_owned(),
+            active_form: active.map(str::to_owned),
+        };
+        assert_eq!(
+            plan_lines(&[
+                step("Read the notes", "completed", Some("Reading the notes")),
+                step(
+                    "Write the summary",
+                    "in_progress",
+                    Some("Writing the summary")
+                ),
+                step("Check spelling", "in_progress", None),
+                step("Send it", "pending", None),
+            ]),
+            "  plan (1 of 4 done):\n    ✓ Read the notes\n    → Writing the summary\n    → Check \
+             spelling\n    ○ Send it"
         );
     }
 

@@ -35,6 +35,7 @@ mod skills;
 pub(crate) mod store;
 mod telemetry;
 pub(crate) mod tls;
+mod web;
 
 #[cfg(test)]
 mod mcp_tests;
@@ -110,6 +111,9 @@ pub struct Config {
     pub tls: TlsConfig,
     /// `push:` — where push notifications may go, and how hard the node tries to deliver them.
     pub push: PushConfig,
+    /// `web:` — what `web_fetch` may reach and within which limits, and `web_search`'s
+    /// search service.
+    pub web: crate::tools::web::WebConfig,
     /// `store:` — where the tasks live: SQLite in the data directory, or a PostgreSQL server.
     pub store: crate::tasks::StoreConfig,
     /// `telemetry:` — where traces go, and whose trace context is continued.

@@ -11,13 +11,13 @@
 //! multicast or cloud metadata addresses are refused unless `allow` names the host or a
 //! network that holds the address. Every key is optional.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, LoadedConfig};
 use crate::duration;
+use crate::ssrf::AllowRule;
 
 /// `push:` — the SSRF allowlist and the delivery limits of push notifications.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -46,66 +46,7 @@ impl Default for PushConfig {
 impl PushConfig {
     /// The `allow` entries, parsed (each was checked when resolving; a bad one is skipped).
     pub(crate) fn allow_rules(&self) -> Vec<AllowRule> {
-        self.allow
-            .iter()
-            .filter_map(|entry| AllowRule::parse(entry).ok())
-            .collect()
-    }
-}
-
-/// One entry of `push.allow`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum AllowRule {
-    /// An address, or a network: the address and the length of its prefix.
-    Network(IpAddr, u8),
-    /// A host name, lowercase, without a trailing dot.
-    Host(String),
-}
-
-impl AllowRule {
-    /// Parses `1.2.3.4`, `10.0.0.0/8`, `fd00::/8`, `[::1]` or a host name.
-    pub(crate) fn parse(entry: &str) -> Result<Self, String> {
-        let entry = entry.trim();
-        let (address, prefix) = match entry.split_once('/') {
-            Some((address, prefix)) => (address, Some(prefix)),
-            None => (entry, None),
-        };
-        let bare = address.trim_start_matches('[').trim_end_matches(']');
-        if let Ok(ip) = bare.parse::<IpAddr>() {
-            let max = if ip.is_ipv4() { 32 } else { 128 };
-            let len = match prefix {
-                None => max,
-                Some(prefix) => prefix
-                    .parse::<u8>()
-                    .ok()
-                    .filter(|len| *len <= max)
-                    .ok_or_else(|| {
-                        format!("`{entry}`: the prefix length must be a number from 0 to {max}")
-                    })?,
-            };
-            return Ok(Self::Network(ip, len));
-        }
-        if prefix.is_some() {
-            return Err(format!(
-                "`{entry}` is not a network: write an address and a prefix length, as in \
-                 10.0.0.0/8"
-            ));
-        }
-        let host = entry.trim_end_matches('.').to_ascii_lowercase();
-        let valid = !host.is_empty()
-            && host.split('.').all(|label| {
-                !label.is_empty()
-                    && label.len() <= 63
-                    && label
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            });
-        if !valid {
-            return Err(format!(
-                "`{entry}` is neither an address, a network (CIDR) nor a host name"
-            ));
-        }
-        Ok(Self::Host(host))
+        AllowRule::parse_all(&self.allow)
     }
 }
 
@@ -163,32 +104,6 @@ impl Default for PushSettings {
             allow: Vec::new(),
             max_attempts: 10,
             timeout: Duration::from_secs(10),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn allow_entries_parse_as_networks_or_hosts() {
-        let net = |ip: &str, len| AllowRule::Network(ip.parse().unwrap(), len);
-        for (entry, expected) in [
-            ("127.0.0.1", net("127.0.0.1", 32)),
-            ("10.0.0.0/8", net("10.0.0.0", 8)),
-            ("fd00::/8", net("fd00::", 8)),
-            ("[::1]", net("::1", 128)),
-            (
-                "Hooks.Internal.Example.",
-                AllowRule::Host("hooks.internal.example".into()),
-            ),
-            ("localhost", AllowRule::Host("localhost".into())),
-        ] {
-            assert_eq!(AllowRule::parse(entry).unwrap(), expected, "{entry}");
-        }
-        for bad in ["10.0.0.0/33", "::/129", "host/8", "", "a..b", "http://x"] {
-            assert!(AllowRule::parse(bad).is_err(), "{bad}");
         }
     }
 }

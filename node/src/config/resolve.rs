@@ -132,6 +132,7 @@ impl LoadedConfig {
             auth,
             tls: self.resolve_tls(home, &project)?,
             push: self.resolve_push()?,
+            web: self.resolve_web()?,
             store: self.resolve_store()?,
             telemetry: self.resolve_telemetry(),
             metrics: settings.metrics,

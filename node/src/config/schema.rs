@@ -17,6 +17,7 @@ use super::skills::SkillsSettings;
 use super::store::StoreSettings;
 use super::telemetry::TelemetrySettings;
 use super::tls::TlsSettings;
+use super::web::WebSettings;
 use crate::duration;
 use crate::permission::rules::Rule;
 
@@ -35,6 +36,7 @@ pub(crate) struct Settings {
     pub(crate) auth: AuthSettings,
     pub(crate) tls: TlsSettings,
     pub(crate) push: PushSettings,
+    pub(crate) web: WebSettings,
     pub(crate) store: StoreSettings,
     pub(crate) telemetry: TelemetrySettings,
     /// Typed by its domain as written: every value of it is valid once parsed.

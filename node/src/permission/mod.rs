@@ -217,7 +217,7 @@ impl PermissionPolicy {
                                 .any(|rule| rule.matches_piece(&call.tool, piece))
                         }))
             }
-            Subject::Path(_) | Subject::Json(_) => {
+            Subject::Path(_) | Subject::Json(_) | Subject::Url { .. } => {
                 self.allow.iter().any(|rule| rule.matches(call, &self.dirs))
             }
         }
@@ -236,16 +236,22 @@ impl PermissionPolicy {
                     Err(_) => path.display().to_string(),
                 };
                 match tool.as_str() {
-                    "edit_file" => format!("{tool} wants to change {shown}"),
+                    "edit_file" | "multi_edit" => format!("{tool} wants to change {shown}"),
                     "write_file" => format!("{tool} wants to write {shown}"),
                     "read_file" => format!("{tool} wants to read {shown}"),
                     "grep" => format!("{tool} wants to search {shown} for `{}`", text("pattern")),
+                    "ls" => format!("{tool} wants to list {shown}"),
                     _ => format!(
                         "{tool} wants to list files matching `{}` in {shown}",
                         text("pattern")
                     ),
                 }
             }
+            Subject::Url { url, .. } => format!("{tool} wants to fetch {}", shorten(url, 200)),
+            Subject::Json(_) if tool == "web_search" => format!(
+                "{tool} wants to search the web for `{}`",
+                shorten(text("query"), 200)
+            ),
             Subject::Json(json) => format!("{tool} wants to run with {}", shorten(json, 200)),
         };
         Decision::Ask { question }
@@ -273,13 +279,13 @@ fn shorten(text: &str, limit: usize) -> String {
 
 /// The category of a tool that does not state one, such as an MCP tool (the seed's
 /// `categorize(name, readOnly)`): a read-only hint makes it [`Category::Read`], the file-editing
-/// tools (`edit_file`, `write_file`) are [`Category::Edit`], and everything else is
+/// tools (`edit_file`, `multi_edit`, `write_file`) are [`Category::Edit`], and everything else is
 /// [`Category::Exec`], the strictest. An MCP tool is read-only only when the server says so
 /// (`readOnlyHint`); nothing is guessed from names.
 #[cfg_attr(not(test), allow(dead_code))] // wired by the agent runtime
 pub(crate) fn category_for(tool: &str, read_only_hint: bool) -> Category {
     match canonical_tool(tool) {
-        "edit_file" | "write_file" => Category::Edit,
+        "edit_file" | "multi_edit" | "write_file" => Category::Edit,
         _ if read_only_hint => Category::Read,
         _ => Category::Exec,
     }

@@ -10,10 +10,12 @@
 //! | `mcp__github__*`, `*` | every tool whose name starts with what comes before the `*` |
 //! | `bash(git *)`, `Bash(git log:*)` | `bash` calls whose command matches |
 //! | `edit_file(src/**)` | `edit_file` calls whose `file_path` is under `<project>/src` |
+//! | `WebFetch(domain:docs.rs)`, `web_fetch(domain:*.example.com)` | `web_fetch` calls whose URL's host matches |
 //!
-//! Claude Code's tool names are aliases: `Read`, `Write`, `Edit`, `Glob`, `Grep` and `Bash` mean
-//! `read_file`, `write_file`, `edit_file`, `glob`, `grep` and `bash`. Tool names are otherwise
-//! case-sensitive. An argument pattern needs an exact tool name (or alias).
+//! Claude Code's tool names are aliases: `Read`, `Write`, `Edit`, `MultiEdit`, `LS`, `Glob`,
+//! `Grep`, `Bash`, `WebFetch` and `WebSearch` mean `read_file`, `write_file`, `edit_file`,
+//! `multi_edit`, `ls`, `glob`, `grep`, `bash`, `web_fetch` and `web_search`. Tool names are
+//! otherwise case-sensitive. An argument pattern needs an exact tool name (or alias).
 //!
 //! The argument pattern is matched against the tool's primary input:
 //!
@@ -23,7 +25,8 @@
 //!   matches without the tail (`ls *` matches `ls`). Claude Code's `prefix:*` matches the
 //!   prefix alone or followed by whitespace and anything (`git log:*` matches `git log` and
 //!   `git log -p`, not `git logx`).
-//! - `read_file`, `write_file`, `edit_file`: `file_path`; `glob`, `grep`: `path` (default `.`).
+//! - `read_file`, `write_file`, `edit_file`, `multi_edit`: `file_path`; `glob`, `grep`, `ls`:
+//!   `path` (default `.`).
 //!   **Path** semantics: the tool's path is made absolute against the project directory and
 //!   normalized (`.` and `..` removed, without touching the file system), then matched with a
 //!   glob where `*` stays within one path component and `**` crosses them. A relative pattern
@@ -31,6 +34,10 @@
 //!   path outside it; `/abs/**` and Claude Code's `//abs/**` are absolute; `~/x` is under the
 //!   home directory. A trailing `/` means everything below (`src/` is `src/**`). `..` is not
 //!   allowed in path patterns.
+//! - `web_fetch`: `url`. `domain:HOST` matches the URL's host, case-insensitively, where `*`
+//!   matches any text (`domain:*.example.com` matches `docs.example.com`, not `example.com`),
+//!   as Claude Code's `WebFetch(domain:...)` rules do; any other pattern matches the whole URL
+//!   with command semantics (`web_fetch(https://docs.rs/*)`).
 //! - any other tool (MCP tools included): the input as compact JSON, with command semantics
 //!   (`mcp__db__query(*"table":"users"*)`).
 //!
@@ -59,9 +66,13 @@ const ALIASES: &[(&str, &str)] = &[
     ("Read", "read_file"),
     ("Write", "write_file"),
     ("Edit", "edit_file"),
+    ("MultiEdit", "multi_edit"),
+    ("LS", "ls"),
     ("Glob", "glob"),
     ("Grep", "grep"),
     ("Bash", "bash"),
+    ("WebFetch", "web_fetch"),
+    ("WebSearch", "web_search"),
 ];
 
 /// Mew's name for a tool written with Claude Code's name (`Bash` is `bash`); other names are
@@ -85,6 +96,11 @@ pub(crate) enum ArgumentKind {
         /// The path used when the field is missing.
         default: Option<&'static str>,
     },
+    /// `web_fetch`: the URL in this field, matched by host (`domain:`) or whole.
+    Url {
+        /// The input field that holds the URL.
+        field: &'static str,
+    },
     /// Any other tool: the compact JSON of the input, command semantics.
     Json,
 }
@@ -94,14 +110,15 @@ impl ArgumentKind {
     pub(crate) fn of(tool: &str) -> Self {
         match tool {
             "bash" => Self::Command,
-            "read_file" | "write_file" | "edit_file" => Self::Path {
+            "read_file" | "write_file" | "edit_file" | "multi_edit" => Self::Path {
                 field: "file_path",
                 default: None,
             },
-            "glob" | "grep" => Self::Path {
+            "glob" | "grep" | "ls" => Self::Path {
                 field: "path",
                 default: Some("."),
             },
+            "web_fetch" => Self::Url { field: "url" },
             _ => Self::Json,
         }
     }
@@ -194,6 +211,8 @@ enum ArgumentPattern {
     Text(Matcher),
     /// A path glob, matched against the tool's path relative to `anchor`.
     Path { anchor: Anchor, glob: GlobMatcher },
+    /// A host pattern (`domain:`), matched against a URL's host.
+    Domain(Matcher),
     /// The inner pattern does not match.
     Not(Box<ArgumentPattern>),
 }
@@ -277,6 +296,7 @@ impl Rule {
             }
             Subject::Json(json) => argument.matches_text(json),
             Subject::Path(path) => argument.matches_path(path, dirs),
+            Subject::Url { url, host } => argument.matches_url(url, host),
         }
     }
 
@@ -365,6 +385,15 @@ fn parse_argument(kind: ArgumentKind, text: &str) -> Result<ArgumentPattern, Rul
             Ok(ArgumentPattern::Text(command_pattern(text)?))
         }
         ArgumentKind::Path { .. } => path_pattern(text.strip_prefix("glob:").unwrap_or(text)),
+        ArgumentKind::Url { .. } => match text.strip_prefix("domain:") {
+            Some(domain) => {
+                let (host, _) = wildcard_regex(&domain.trim().to_ascii_lowercase());
+                Ok(ArgumentPattern::Domain(Matcher::regex(&format!(
+                    r"\A{host}\z"
+                ))?))
+            }
+            None => Ok(ArgumentPattern::Text(command_pattern(text)?)),
+        },
     }
 }
 
@@ -442,9 +471,20 @@ impl ArgumentPattern {
     fn matches_text(&self, text: &str) -> bool {
         match self {
             Self::Text(matcher) => matcher.is_match(text),
-            // Path patterns belong to path tools, whose subjects are paths.
-            Self::Path { .. } => false,
+            // Path and host patterns belong to the tools whose subjects are paths and URLs.
+            Self::Path { .. } | Self::Domain(_) => false,
             Self::Not(inner) => !inner.matches_text(text),
+        }
+    }
+
+    /// Matches a URL (`url`, whose host is `host`, lowercase): a host pattern the host, any
+    /// other the whole URL.
+    fn matches_url(&self, url: &str, host: &str) -> bool {
+        match self {
+            Self::Domain(matcher) => matcher.is_match(host),
+            Self::Text(matcher) => matcher.is_match(url),
+            Self::Path { .. } => false,
+            Self::Not(inner) => !inner.matches_url(url, host),
         }
     }
 
@@ -460,13 +500,14 @@ impl ArgumentPattern {
                 base.and_then(|base| path.strip_prefix(base).ok())
                     .is_some_and(|relative| glob.is_match(relative))
             }
+            Self::Domain(_) => false,
             Self::Not(inner) => !inner.matches_path(path, dirs),
         }
     }
 
     fn needs_home(&self) -> bool {
         match self {
-            Self::Text(_) => false,
+            Self::Text(_) | Self::Domain(_) => false,
             Self::Path { anchor, .. } => *anchor == Anchor::Home,
             Self::Not(inner) => inner.needs_home(),
         }
@@ -496,6 +537,13 @@ pub(crate) enum Subject {
     },
     /// A path, absolute and normalized.
     Path(PathBuf),
+    /// A URL, trimmed, and its host in lowercase (empty when it has none).
+    Url {
+        /// The URL.
+        url: String,
+        /// Its host.
+        host: String,
+    },
     /// The compact JSON of the input.
     Json(String),
 }
@@ -525,6 +573,19 @@ impl Call {
                     .or(default)
                     .unwrap_or("");
                 Subject::Path(resolve_path(&dirs.project, Path::new(path)))
+            }
+            ArgumentKind::Url { field } => {
+                let url = input
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .trim()
+                    .to_owned();
+                let host = reqwest::Url::parse(&url)
+                    .ok()
+                    .and_then(|url| url.host_str().map(str::to_ascii_lowercase))
+                    .unwrap_or_default();
+                Subject::Url { url, host }
             }
             ArgumentKind::Json => Subject::Json(input.to_string()),
         };
@@ -689,6 +750,11 @@ mod tests {
         assert_eq!(rule("Read").tool, ToolPattern::Exact("read_file".into()));
         assert_eq!(rule("Write").tool, ToolPattern::Exact("write_file".into()));
         assert_eq!(rule("Edit").tool, ToolPattern::Exact("edit_file".into()));
+        assert_eq!(
+            rule("MultiEdit(src/**)").tool,
+            ToolPattern::Exact("multi_edit".into())
+        );
+        assert_eq!(rule("LS").tool, ToolPattern::Exact("ls".into()));
         assert_eq!(rule("Glob").tool, ToolPattern::Exact("glob".into()));
         assert_eq!(rule("Grep").tool, ToolPattern::Exact("grep".into()));
         assert_eq!(rule("Bash(ls)").tool, ToolPattern::Exact("bash".into()));
@@ -929,6 +995,52 @@ mod tests {
             input.clone()
         ));
         assert!(matches("mcp__db__query(re:users)", "mcp__db__query", input));
+    }
+
+    #[test]
+    fn web_fetch_rules_match_the_host_by_domain_or_the_whole_url() {
+        let fetch =
+            |rule_text: &str, url: &str| matches(rule_text, "web_fetch", json!({ "url": url }));
+        assert!(fetch("WebFetch(domain:docs.rs)", "https://docs.rs/tokio"));
+        assert!(fetch("WebFetch(domain:DOCS.rs)", "https://Docs.RS:443/x"));
+        assert!(!fetch(
+            "WebFetch(domain:docs.rs)",
+            "https://docs.rs.evil.example/"
+        ));
+        assert!(!fetch(
+            "WebFetch(domain:docs.rs)",
+            "https://evil.example/?docs.rs"
+        ));
+        assert!(fetch(
+            "web_fetch(domain:*.example.com)",
+            "http://a.b.example.com/"
+        ));
+        assert!(!fetch(
+            "web_fetch(domain:*.example.com)",
+            "http://example.com/"
+        ));
+        assert!(fetch("WebFetch(domain:*)", "http://anything/"));
+        assert!(fetch(
+            "web_fetch(https://docs.rs/*)",
+            "https://docs.rs/serde"
+        ));
+        assert!(!fetch(
+            "web_fetch(https://docs.rs/*)",
+            "http://docs.rs/serde"
+        ));
+        assert!(fetch("web_fetch(!domain:docs.rs)", "https://crates.io/"));
+        assert!(fetch("web_fetch(re:^https://)", "https://crates.io/"));
+        assert!(!fetch("WebFetch(domain:docs.rs)", "not a url"));
+        // A host pattern names no other tool's subject.
+        assert!(!matches(
+            "mcp__x__y(domain:docs.rs)",
+            "mcp__x__y",
+            json!({"url": "https://docs.rs"})
+        ));
+        assert_eq!(
+            rule("WebSearch").tool,
+            ToolPattern::Exact("web_search".into())
+        );
     }
 
     #[test]

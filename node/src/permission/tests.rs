@@ -272,6 +272,40 @@ fn allow_rules_approve_a_compound_command_only_piece_by_piece() {
 }
 
 #[test]
+fn claude_code_domain_rules_approve_web_fetches_per_host() {
+    let policy = policy(
+        &["WebFetch(domain:docs.rs)"],
+        &["WebFetch(domain:*.internal)"],
+        &[],
+    );
+    let fetch = |mode, url: &str| {
+        policy.check(
+            mode,
+            "web_fetch",
+            Category::Exec,
+            &json!({"url": url, "prompt": "p"}),
+        )
+    };
+    assert_eq!(
+        fetch(PermissionMode::Default, "https://docs.rs/tokio"),
+        allow()
+    );
+    // Research stays open in plan mode where a rule allows it.
+    assert_eq!(
+        fetch(PermissionMode::Plan, "https://docs.rs/tokio"),
+        allow()
+    );
+    assert_eq!(
+        fetch(PermissionMode::Default, "https://crates.io/"),
+        ask("web_fetch wants to fetch https://crates.io/")
+    );
+    assert_eq!(
+        fetch(PermissionMode::BypassPermissions, "http://wiki.internal/x"),
+        deny("denied by permission rule `WebFetch(domain:*.internal)`")
+    );
+}
+
+#[test]
 fn questions_say_what_the_tool_wants_to_do() {
     let policy = policy(&[], &[], &[]);
     let mode = PermissionMode::Default;
@@ -303,6 +337,30 @@ fn questions_say_what_the_tool_wants_to_do() {
             json!({"pattern": "**/*.rs", "path": "src"})
         ),
         ask("glob wants to list files matching `**/*.rs` in src")
+    );
+    assert_eq!(
+        question(
+            "MultiEdit",
+            Category::Edit,
+            json!({"file_path": "a.rs", "edits": []})
+        ),
+        ask("multi_edit wants to change a.rs")
+    );
+    assert_eq!(
+        question("LS", Category::Exec, json!({"path": "/srv/project/src"})),
+        ask("ls wants to list src")
+    );
+    assert_eq!(
+        question(
+            "WebFetch",
+            Category::Exec,
+            json!({"url": " https://docs.rs/x ", "prompt": "p"})
+        ),
+        ask("web_fetch wants to fetch https://docs.rs/x")
+    );
+    assert_eq!(
+        question("web_search", Category::Exec, json!({"query": "tokio"})),
+        ask("web_search wants to search the web for `tokio`")
     );
     let long = "é".repeat(300);
     let Decision::Ask { question } = question("mcp__x__y", Category::Exec, json!({ "text": long }))

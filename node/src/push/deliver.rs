@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::new_id;
-use super::ssrf::{Guard, GuardError, Target};
 use crate::identity::{JWKS_PATH, NodeKey};
+use crate::ssrf::{Guard, GuardError, Target, pinned_client};
 use crate::tasks::store::{PendingPush, TaskStore};
 
 /// Deliveries in flight at once, each to a different webhook.
@@ -104,7 +104,7 @@ impl Clients {
         if let Some(client) = cache.get(&key) {
             return Ok(client.clone());
         }
-        let client = client(target, timeout, &self.tls)?;
+        let client = pinned_client(target, timeout, &self.tls)?;
         if cache.len() >= MAX_CLIENTS {
             cache.clear();
         }
@@ -340,23 +340,6 @@ struct Claims<'a> {
     task_id: &'a str,
 }
 
-/// A client that connects to `target`'s checked addresses only and follows no redirect.
-fn client(
-    target: &Target,
-    timeout: Duration,
-    tls: &mew_transport::TlsOptions,
-) -> reqwest::Result<reqwest::Client> {
-    let mut builder = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .no_proxy();
-    if let Some(host) = &target.host {
-        builder = builder.resolve_to_addrs(host, &target.addrs);
-    }
-    tls.configure(builder)?.build()
-}
-
 /// The error and its causes, on one line.
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
@@ -529,7 +512,7 @@ mod tests {
         let dispatcher = Arc::new(Dispatcher {
             store: store.clone(),
             wake: Arc::new(Notify::new()),
-            guard: Guard::new(&PushConfig {
+            guard: crate::push::guard(&PushConfig {
                 allow: allow.iter().map(|a| (*a).to_owned()).collect(),
                 ..PushConfig::default()
             }),

@@ -6,11 +6,11 @@
 //! nothing stored is forgotten by a crash. The dispatcher ([`deliver`]) takes the oldest
 //! notification of each webhook, POSTs it, and removes it once the webhook answered 2xx;
 //! a failure is retried with backoff, and a later notification of that webhook waits for it.
-//! [`ssrf`] refuses webhooks on private, loopback, link-local and metadata addresses unless
-//! `push.allow` names them, when a config is created and again before each delivery.
+//! The SSRF guard ([`crate::ssrf`]) refuses webhooks on private, loopback, link-local and
+//! metadata addresses unless `push.allow` names them, when a config is created and again
+//! before each delivery.
 
 pub(crate) mod deliver;
-pub(crate) mod ssrf;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +26,12 @@ use crate::identity::NodeKey;
 use crate::tasks::store::TaskStore;
 
 use self::deliver::Dispatcher;
-use self::ssrf::{Guard, GuardError};
+use crate::ssrf::{Guard, GuardError, WEBHOOKS};
+
+/// The guard of webhooks: what `push.allow` names may be reached despite it.
+pub(crate) fn guard(config: &PushConfig) -> Guard {
+    Guard::new(config.allow_rules(), WEBHOOKS)
+}
 
 /// What the A2A operations need: the guard that checks a webhook before its config is kept.
 #[derive(Debug, Clone)]
@@ -38,7 +43,7 @@ impl Webhooks {
     /// The webhooks of `config`.
     pub(crate) fn new(config: &PushConfig) -> Self {
         Self {
-            guard: Guard::new(config),
+            guard: guard(config),
         }
     }
 
@@ -91,7 +96,7 @@ impl Push {
         let dispatcher = Arc::new(Dispatcher {
             store,
             wake,
-            guard: Guard::new(config),
+            guard: guard(config),
             key,
             public_url: public_url.trim_end_matches('/').to_owned(),
             max_attempts: config.max_attempts.max(1),

@@ -418,7 +418,7 @@ impl RoleCatalog {
 }
 
 /// The warning for a model role whose `tools` name tools Mew does not provide (Claude Code's
-/// `WebSearch`, `NotebookEdit`...): the role runs without them, and may be left with no
+/// `NotebookEdit`, `ExitPlanMode`...): the role runs without them, and may be left with no
 /// useful tool, so the user is told which.
 fn missing_tools(role: &RoleDefinition) -> Option<String> {
     if role.is_command() || role.is_remote() {
@@ -834,7 +834,7 @@ mod tests {
             dir.path(),
             "researcher.md",
             "---\nname: researcher\ndescription: d\ntools: Read, WebFetch, WebSearch, \
-             mcp__search__query, Bash(git:*)\n---\nYou research.\n",
+             NotebookRead, mcp__search__query, Bash(git:*), ExitPlanMode\n---\nYou research.\n",
         );
         let writer = write(
             dir.path(),
@@ -844,7 +844,8 @@ mod tests {
         write(
             dir.path(),
             "fine.md",
-            "---\nname: fine\ndescription: d\ntools: [Read, Task, Agent, LoadSkill]\n---\nOk.\n",
+            "---\nname: fine\ndescription: d\ntools: [Read, Task, Agent, LoadSkill, MultiEdit, LS, \
+             WebFetch, WebSearch, TodoWrite]\n---\nOk.\n",
         );
         let catalog = RoleCatalog::load(&only(dir.path()));
         let problems: Vec<(String, Severity, String)> = catalog
@@ -858,8 +859,8 @@ mod tests {
                 (
                     display(&researcher),
                     Severity::Warning,
-                    "tools WebFetch, WebSearch are not provided by Mew; the role runs without \
-                     them"
+                    "tools NotebookRead, ExitPlanMode are not provided by Mew; the role runs \
+                     without them"
                         .to_owned()
                 ),
                 (

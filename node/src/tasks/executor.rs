@@ -148,6 +148,8 @@ pub enum Annotation {
     Usage(Usage),
     /// A task it delegated (`mew.children`), appended.
     Child(ChildLink),
+    /// The task's plan (`mew.todos`), replacing what was recorded.
+    Todos(Vec<mew_cards::mew::TodoItem>),
 }
 
 /// The task is over; nothing more can be reported.

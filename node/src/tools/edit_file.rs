@@ -84,71 +84,117 @@ impl Tool for EditFile {
             Ok(path) => path,
             Err(err) => return err,
         };
-        if input.old_string.is_empty() {
-            return ToolOutput::error("old_string is empty; to create a file, use write_file");
+        let replacement = Replacement {
+            old_string: input.old_string,
+            new_string: input.new_string,
+            replace_all: input.replace_all,
+        };
+        if let Err(err) = replacement.check() {
+            return ToolOutput::error(err);
         }
-        if input.old_string == input.new_string {
-            return ToolOutput::error("old_string and new_string are identical; nothing to change");
-        }
-        run_blocking(move || edit(&path, &input)).await
+        run_blocking(move || edit(&path, &replacement)).await
     }
 }
 
-/// Applies the edit to `path`.
-fn edit(path: &Path, input: &Input) -> ToolOutput {
+/// One replacement of exact text, as `edit_file` makes it and `multi_edit` makes several.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Replacement {
+    pub(super) old_string: String,
+    pub(super) new_string: String,
+    #[serde(default)]
+    pub(super) replace_all: bool,
+}
+
+impl Replacement {
+    /// Why the replacement can never be made, whatever the file holds.
+    pub(super) fn check(&self) -> Result<(), String> {
+        if self.old_string.is_empty() {
+            return Err("old_string is empty; to create a file, use write_file".to_owned());
+        }
+        if self.old_string == self.new_string {
+            return Err("old_string and new_string are identical; nothing to change".to_owned());
+        }
+        Ok(())
+    }
+
+    /// `text` (the content of the file `shown`) with the replacement made, and how many
+    /// occurrences it replaced. Fails when old_string is not in `text`, or is there more than
+    /// once without `replace_all`.
+    pub(super) fn apply(&self, text: &str, shown: &str) -> Result<(String, usize), String> {
+        let count = text.matches(&self.old_string).count();
+        match count {
+            0 => Err(format!(
+                "old_string was not found in {shown}; it must match exactly, whitespace \
+                 included (read the file again to see its current text)"
+            )),
+            1 => Ok((text.replacen(&self.old_string, &self.new_string, 1), 1)),
+            _ if self.replace_all => Ok((text.replace(&self.old_string, &self.new_string), count)),
+            _ => Err(format!(
+                "old_string occurs {count} times in {shown}; add surrounding lines to make it \
+                 unique, or set replace_all to replace all {count}"
+            )),
+        }
+    }
+}
+
+/// The text of the existing file `path`, which `tool` is to change: an error answer when it is
+/// missing, a directory, binary or not UTF-8.
+pub(super) fn read_text(path: &Path, tool: &str) -> Result<String, ToolOutput> {
     let shown = path.display();
     if path.is_dir() {
-        return ToolOutput::error(format!("{shown} is a directory, not a file"));
+        return Err(ToolOutput::error(format!(
+            "{shown} is a directory, not a file"
+        )));
     }
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(err) if err.kind() == io::ErrorKind::NotFound => {
-            return ToolOutput::error(format!("file not found: {shown}"));
+            return Err(ToolOutput::error(format!("file not found: {shown}")));
         }
-        Err(err) => return ToolOutput::error(format!("cannot read {shown}: {err}")),
+        Err(err) => return Err(ToolOutput::error(format!("cannot read {shown}: {err}"))),
     };
     if files::looks_binary(&bytes) {
-        return ToolOutput::error(format!(
-            "{shown} is a binary file; edit_file changes text only"
-        ));
+        return Err(ToolOutput::error(format!(
+            "{shown} is a binary file; {tool} changes text only"
+        )));
     }
-    let Ok(text) = String::from_utf8(bytes) else {
-        return ToolOutput::error(format!(
-            "{shown} is not UTF-8 text; edit_file changes text only"
-        ));
-    };
-    let count = text.matches(&input.old_string).count();
-    match count {
-        0 => {
-            return ToolOutput::error(format!(
-                "old_string was not found in {shown}; it must match exactly, whitespace \
-                 included (read the file again to see its current text)"
-            ));
-        }
-        1 => {}
-        _ if input.replace_all => {}
-        _ => {
-            return ToolOutput::error(format!(
-                "old_string occurs {count} times in {shown}; add surrounding lines to make it \
-                 unique, or set replace_all to replace all {count}"
-            ));
-        }
-    }
-    let edited = text.replace(&input.old_string, &input.new_string);
-    if let Err(err) = files::write_atomic(path, edited.as_bytes()) {
-        return ToolOutput::error(format!("cannot write {shown}: {err}"));
-    }
-    let occurrences = if count == 1 {
+    String::from_utf8(bytes).map_err(|_| {
+        ToolOutput::error(format!(
+            "{shown} is not UTF-8 text; {tool} changes text only"
+        ))
+    })
+}
+
+/// How many occurrences, in words.
+pub(super) fn occurrences(count: usize) -> String {
+    if count == 1 {
         "1 occurrence".to_owned()
     } else {
         format!("{count} occurrences")
+    }
+}
+
+/// Applies the replacement to `path`.
+fn edit(path: &Path, replacement: &Replacement) -> ToolOutput {
+    let text = match read_text(path, "edit_file") {
+        Ok(text) => text,
+        Err(err) => return err,
     };
-    ToolOutput::text(format!("Edited {shown}: replaced {occurrences}")).with_response(
+    let shown = path.display().to_string();
+    let (edited, count) = match replacement.apply(&text, &shown) {
+        Ok(edited) => edited,
+        Err(err) => return ToolOutput::error(err),
+    };
+    if let Err(err) = files::write_atomic(path, edited.as_bytes()) {
+        return ToolOutput::error(format!("cannot write {shown}: {err}"));
+    }
+    ToolOutput::text(format!("Edited {shown}: replaced {}", occurrences(count))).with_response(
         serde_json::json!({
-            "filePath": path.display().to_string(),
-            "oldString": input.old_string,
-            "newString": input.new_string,
-            "replaceAll": input.replace_all,
+            "filePath": shown,
+            "oldString": replacement.old_string,
+            "newString": replacement.new_string,
+            "replaceAll": replacement.replace_all,
             "userModified": false,
             "success": true,
         }),

@@ -1,7 +1,8 @@
 //! Tools an agent can call: the `Tool` trait, the registry, and the built-in tools.
 //!
-//! The built-in tools are `read_file`, `write_file`, `edit_file`, `glob`, `grep` and `bash`,
-//! one file each; [`registry::ToolRegistry::builtin`] holds them all, and
+//! The built-in tools are `read_file`, `write_file`, `edit_file`, `multi_edit`, `ls`, `glob`,
+//! `grep`, `bash`, `web_fetch` and `web_search`, one file each (what the web tools share and
+//! their `web:` configuration are in `web.rs`); [`registry::ToolRegistry::builtin`] holds them all, and
 //! [`registry::ToolRegistry::filter`] narrows a registry for a child agent. Every tool answers
 //! with a [`ToolOutput`]: failures are `is_error` answers the model can read, never panics.
 
@@ -10,8 +11,14 @@ mod edit_file;
 mod files;
 mod glob;
 mod grep;
+mod html;
+mod ls;
+mod multi_edit;
 mod read_file;
 pub(crate) mod registry;
+pub(crate) mod web;
+mod web_fetch;
+mod web_search;
 mod write_file;
 
 use std::collections::HashMap;

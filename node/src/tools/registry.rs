@@ -13,9 +13,13 @@
 //! | `Read`                     | `read_file`    |
 //! | `Write`                    | `write_file`   |
 //! | `Edit`                     | `edit_file`    |
+//! | `MultiEdit`                | `multi_edit`   |
+//! | `LS`                       | `ls`           |
 //! | `Glob`                     | `glob`         |
 //! | `Grep`                     | `grep`         |
 //! | `Bash`                     | `bash`         |
+//! | `WebFetch`                 | `web_fetch`    |
+//! | `WebSearch`                | `web_search`   |
 //! | `Task` (Claude Code's old name for `Agent`) | `Agent` |
 //! | `load_skill`, `install_skill` (the seed's spelling) | `LoadSkill`, `InstallSkill` |
 //!
@@ -34,7 +38,12 @@ use super::bash::Bash;
 use super::edit_file::EditFile;
 use super::glob::Glob;
 use super::grep::Grep;
+use super::ls::Ls;
+use super::multi_edit::MultiEdit;
 use super::read_file::ReadFile;
+use super::web::WebConfig;
+use super::web_fetch::WebFetch;
+use super::web_search::WebSearch;
 use super::write_file::WriteFile;
 use crate::conversation::ToolSpec;
 
@@ -43,9 +52,13 @@ pub(crate) const ALIASES: &[(&str, &str)] = &[
     ("Read", "read_file"),
     ("Write", "write_file"),
     ("Edit", "edit_file"),
+    ("MultiEdit", "multi_edit"),
+    ("LS", "ls"),
     ("Glob", "glob"),
     ("Grep", "grep"),
     ("Bash", "bash"),
+    ("WebFetch", "web_fetch"),
+    ("WebSearch", "web_search"),
     ("Task", "Agent"),
     ("load_skill", "LoadSkill"),
     ("install_skill", "InstallSkill"),
@@ -63,9 +76,14 @@ pub(crate) const ASYNC_AGENT_ALLOWED_TOOLS: &[&str] = &[
     "read_file",
     "write_file",
     "edit_file",
+    "multi_edit",
+    "ls",
     "glob",
     "grep",
     "bash",
+    "web_fetch",
+    "web_search",
+    "TodoWrite",
     "LoadSkill",
     "InstallSkill",
 ];
@@ -82,7 +100,7 @@ pub(crate) fn canonical_name(name: &str) -> &str {
 }
 
 /// The tools the agent runtime adds to a model role's registry besides the built-ins and the
-/// MCP tools: delegation, skills and task management (each tool's `name()`).
+/// MCP tools: delegation, skills, task management and the plan (each tool's `name()`).
 pub(crate) const AGENT_TOOLS: &[&str] = &[
     "Agent",
     "InstallSkill",
@@ -91,10 +109,11 @@ pub(crate) const AGENT_TOOLS: &[&str] = &[
     "TaskGet",
     "TaskList",
     "TaskStop",
+    "TodoWrite",
 ];
 
 /// The entries of a role's `tools` list that name no tool Mew provides (Claude Code's
-/// `WebSearch`, a misspelt name), as written, in order. MCP names, patterns ending in `*`
+/// `NotebookEdit`, a misspelt name), as written, in order. MCP names, patterns ending in `*`
 /// and argument rules (`Bash(git:*)`, checked by the name before the parenthesis) are not
 /// judged: which MCP tools exist is known only once the servers answer.
 pub(crate) fn unknown_tools(entries: &[String]) -> Vec<&str> {
@@ -212,16 +231,27 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// The built-in tools: `bash`, `edit_file`, `glob`, `grep`, `read_file`, `write_file`.
+    /// The built-in tools: `bash`, `edit_file`, `glob`, `grep`, `ls`, `multi_edit`,
+    /// `read_file`, `web_fetch`, `web_search`, `write_file`, the web tools as the default
+    /// `web:` section sets them (no address the SSRF guard refuses, no search service).
     pub(crate) fn builtin() -> Self {
+        Self::builtin_with(&WebConfig::default(), mew_transport::TlsOptions::default())
+    }
+
+    /// The built-in tools, the web tools set by `web` and trusting the extra roots of `tls`.
+    pub(crate) fn builtin_with(web: &WebConfig, tls: mew_transport::TlsOptions) -> Self {
         let mut registry = Self::new();
-        let tools: [Arc<dyn Tool>; 6] = [
+        let tools: [Arc<dyn Tool>; 10] = [
             Arc::new(ReadFile),
             Arc::new(WriteFile),
             Arc::new(EditFile),
+            Arc::new(MultiEdit),
+            Arc::new(Ls),
             Arc::new(Glob),
             Arc::new(Grep),
             Arc::new(Bash),
+            Arc::new(WebFetch::new(web, tls)),
+            Arc::new(WebSearch::new(web)),
         ];
         for tool in tools {
             registry.register(tool);
@@ -338,7 +368,7 @@ mod tests {
     }
 
     #[test]
-    fn builtin_has_the_six_tools_in_name_order() {
+    fn builtin_has_the_ten_tools_in_name_order() {
         let registry = ToolRegistry::builtin();
         assert_eq!(
             names(&registry),
@@ -347,7 +377,11 @@ mod tests {
                 "edit_file",
                 "glob",
                 "grep",
+                "ls",
+                "multi_edit",
                 "read_file",
+                "web_fetch",
+                "web_search",
                 "write_file"
             ]
         );
@@ -366,6 +400,23 @@ mod tests {
             registry.get("edit_file").map(|tool| tool.category()),
             Some(Category::Edit)
         );
+        assert_eq!(
+            registry.get("multi_edit").map(|tool| tool.category()),
+            Some(Category::Edit)
+        );
+        assert_eq!(
+            registry.get("ls").map(|tool| tool.category()),
+            Some(Category::Read)
+        );
+        for web in ["web_fetch", "web_search"] {
+            assert_eq!(
+                registry
+                    .get(web)
+                    .map(|tool| (tool.category(), tool.writes())),
+                Some((Category::Exec, false)),
+                "{web}"
+            );
+        }
         assert!(registry.get("Read").is_none());
         // Byte-identical across builds of the registry: the prompt prefix stays cacheable.
         assert_eq!(ToolRegistry::builtin().specs(), specs);
@@ -377,7 +428,8 @@ mod tests {
             let schema = &spec.input_schema;
             assert_eq!(schema["type"], "object", "{}", spec.name);
             assert_eq!(schema["additionalProperties"], false, "{}", spec.name);
-            for required in schema["required"].as_array().unwrap() {
+            let required = schema["required"].as_array().map_or(&[][..], Vec::as_slice);
+            for required in required {
                 let field = required.as_str().unwrap();
                 assert!(
                     schema["properties"].get(field).is_some(),
@@ -418,12 +470,16 @@ mod tests {
         assert_eq!(canonical_name("Glob"), "glob");
         assert_eq!(canonical_name("Grep"), "grep");
         assert_eq!(canonical_name("Bash"), "bash");
+        assert_eq!(canonical_name("MultiEdit"), "multi_edit");
+        assert_eq!(canonical_name("LS"), "ls");
+        assert_eq!(canonical_name("WebFetch"), "web_fetch");
+        assert_eq!(canonical_name("WebSearch"), "web_search");
         assert_eq!(canonical_name("Task"), "Agent");
         assert_eq!(canonical_name("load_skill"), "LoadSkill");
         assert_eq!(canonical_name("read_file"), "read_file");
         assert_eq!(canonical_name("read"), "read");
         let builtin = ToolRegistry::builtin();
-        for (alias, _) in &ALIASES[..6] {
+        for (alias, _) in &ALIASES[..10] {
             assert!(builtin.get(canonical_name(alias)).is_some(), "{alias}");
         }
     }
@@ -465,10 +521,14 @@ mod tests {
                 "edit_file",
                 "glob",
                 "grep",
+                "ls",
                 "mcp__fs__read",
                 "mcp__github__create_issue",
                 "mcp__github__list_issues",
+                "multi_edit",
                 "read_file",
+                "web_fetch",
+                "web_search",
                 "write_file",
             ]
         );
@@ -490,8 +550,12 @@ mod tests {
                 "bash",
                 "glob",
                 "grep",
+                "ls",
                 "mcp__fs__read",
+                "multi_edit",
                 "read_file",
+                "web_fetch",
+                "web_search",
             ]
         );
     }
@@ -566,7 +630,9 @@ mod tests {
         let filtered = ToolRegistry::builtin().filter(&layers);
         let kept = names(&filtered);
         assert!(
-            !kept.contains(&"write_file") && !kept.contains(&"edit_file"),
+            !kept.contains(&"write_file")
+                && !kept.contains(&"edit_file")
+                && !kept.contains(&"multi_edit"),
             "{kept:?}"
         );
         assert!(

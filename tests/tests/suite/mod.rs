@@ -1,6 +1,7 @@
 //! The end-to-end test modules.
 
 mod agent_skills;
+mod agent_tools;
 mod backends;
 mod browser;
 mod conformance;

@@ -211,13 +211,15 @@ impl LiveState {
     }
 }
 
-/// Applies `annotation` to a task's metadata: sets `mew.usage`, or appends to `mew.children`.
+/// Applies `annotation` to a task's metadata: sets `mew.usage` or `mew.todos`, or appends to
+/// `mew.children`.
 /// Only that field changes: whatever else `mew` holds (a caller's fields, say) stays as it is.
 fn apply_annotation(annotation: &Annotation, metadata: &mut Option<mew_cards::Metadata>) {
     let metadata = metadata.get_or_insert_with(Default::default);
     match annotation {
         Annotation::Usage(usage) => mew_cards::mew::MewMetadata::set_usage(metadata, usage),
         Annotation::Child(link) => mew_cards::mew::MewMetadata::push_child(metadata, link),
+        Annotation::Todos(todos) => mew_cards::mew::MewMetadata::set_todos(metadata, todos),
     }
 }
 

@@ -1,31 +1,29 @@
-//! The SSRF guard: which addresses a webhook may reach, checked when a config is created and
-//! again before every delivery, and the addresses a delivery then connects to.
+//! The SSRF guard: which addresses the node's requests to URLs others chose (push webhooks,
+//! `web_fetch`) may reach, and a client that connects to exactly those.
 //!
-//! A URL passes when every address its host resolves to is public, or is allowed by
-//! `push.allow` (by host name, address or network). The delivery connects to exactly the
-//! addresses checked, so a DNS answer that changes between the check and the connection
-//! (rebinding) cannot send it elsewhere.
+//! A URL passes when every address its host resolves to is public, or is allowed by the
+//! guard's allowlist (`push.allow`, `web.allow`: host names, addresses or networks). The
+//! request then connects to exactly the addresses checked ([`pinned_client`]), so a DNS answer
+//! that changes between the check and the connection (rebinding) cannot send it elsewhere.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
 
 use reqwest::Url;
 
-use crate::config::PushConfig;
-use crate::config::push::AllowRule;
-
-/// How long resolving a webhook's host may take.
-const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long resolving a URL's host may take.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Host names of cloud metadata services, refused whatever they resolve to.
 const METADATA_HOSTS: &[&str] = &["metadata.google.internal", "metadata", "instance-data"];
 
-/// Why a webhook URL cannot be used.
+/// Why a URL cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum GuardError {
     /// The URL is not an absolute http or https URL.
     #[error("{0}")]
     Invalid(String),
-    /// The URL points where webhooks may not go.
+    /// The URL points where the guard's requests may not go.
     #[error("{0}")]
     Refused(String),
     /// Its host does not resolve (now).
@@ -33,7 +31,7 @@ pub(crate) enum GuardError {
     Unresolved(String),
 }
 
-/// A checked webhook: its URL and the addresses to connect to.
+/// A checked URL and the addresses to connect to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Target {
     /// The URL.
@@ -44,29 +42,40 @@ pub(crate) struct Target {
     pub(crate) addrs: Vec<SocketAddr>,
 }
 
-/// The guard, with the allowlist of `push.allow`.
-#[derive(Debug, Clone, Default)]
+/// Whose requests a guard checks, for the messages that refuse them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Purpose {
+    /// What is refused, in the plural: `webhooks`.
+    pub(crate) what: &'static str,
+    /// The configuration key whose entries let an address through: `push.allow`.
+    pub(crate) key: &'static str,
+    /// What to do instead of writing credentials in the URL.
+    pub(crate) credentials: &'static str,
+}
+
+/// Push webhooks.
+pub(crate) const WEBHOOKS: Purpose = Purpose {
+    what: "webhooks",
+    key: "push.allow",
+    credentials: "use the config's `authentication` instead",
+};
+
+/// The guard, with its allowlist.
+#[derive(Debug, Clone)]
 pub(crate) struct Guard {
     allow: Vec<AllowRule>,
+    purpose: Purpose,
 }
 
 impl Guard {
-    /// The guard of `config`.
-    pub(crate) fn new(config: &PushConfig) -> Self {
-        Self {
-            allow: config.allow_rules(),
-        }
-    }
-
-    /// A guard with these rules.
-    #[cfg(test)]
-    pub(crate) fn with_rules(allow: Vec<AllowRule>) -> Self {
-        Self { allow }
+    /// A guard for `purpose` that lets through what `allow` names.
+    pub(crate) fn new(allow: Vec<AllowRule>, purpose: Purpose) -> Self {
+        Self { allow, purpose }
     }
 
     /// Checks `url`: its form, its host, and every address it resolves to.
     pub(crate) async fn check(&self, url: &str) -> Result<Target, GuardError> {
-        let url = parse(url)?;
+        let url = parse(url, self.purpose)?;
         let port = url.port_or_known_default().unwrap_or(443);
         let Some(host) = url.host_str() else {
             return Err(GuardError::Invalid(format!("`{url}` has no host")));
@@ -87,7 +96,8 @@ impl Guard {
             .any(|rule| matches!(rule, AllowRule::Host(name) if *name == host));
         if !allowed_by_name && METADATA_HOSTS.contains(&host.as_str()) {
             return Err(GuardError::Refused(format!(
-                "`{url}` names a cloud metadata service; webhooks may not reach it"
+                "`{url}` names a cloud metadata service; {} may not reach it",
+                self.purpose.what
             )));
         }
         let lookup = tokio::net::lookup_host((host.as_str(), port));
@@ -129,14 +139,15 @@ impl Guard {
             return Ok(());
         }
         Err(GuardError::Refused(format!(
-            "`{url}` reaches {ip}, {what}; webhooks may not go there unless `push.allow` \
-             names the host or the address"
+            "`{url}` reaches {ip}, {what}; {} may not go there unless `{}` names the host or \
+             the address",
+            self.purpose.what, self.purpose.key
         )))
     }
 }
 
-/// `url` as an absolute http or https URL.
-pub(crate) fn parse(url: &str) -> Result<Url, GuardError> {
+/// `url` as an absolute http or https URL without credentials.
+pub(crate) fn parse(url: &str, purpose: Purpose) -> Result<Url, GuardError> {
     let parsed = Url::parse(url)
         .map_err(|e| GuardError::Invalid(format!("`{url}` is not an absolute URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
@@ -149,13 +160,97 @@ pub(crate) fn parse(url: &str) -> Result<Url, GuardError> {
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
         return Err(GuardError::Invalid(format!(
-            "`{url}` carries credentials; use the config's `authentication` instead"
+            "`{url}` carries credentials; {}",
+            purpose.credentials
         )));
     }
     Ok(parsed)
 }
 
-/// What kind of address `ip` is, when webhooks may not reach it; `None` for a public address.
+/// One entry of an allowlist (`push.allow`, `web.allow`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AllowRule {
+    /// An address, or a network: the address and the length of its prefix.
+    Network(IpAddr, u8),
+    /// A host name, lowercase, without a trailing dot.
+    Host(String),
+}
+
+impl AllowRule {
+    /// Parses `1.2.3.4`, `10.0.0.0/8`, `fd00::/8`, `[::1]` or a host name.
+    pub(crate) fn parse(entry: &str) -> Result<Self, String> {
+        let entry = entry.trim();
+        let (address, prefix) = match entry.split_once('/') {
+            Some((address, prefix)) => (address, Some(prefix)),
+            None => (entry, None),
+        };
+        let bare = address.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            let max = if ip.is_ipv4() { 32 } else { 128 };
+            let len = match prefix {
+                None => max,
+                Some(prefix) => prefix
+                    .parse::<u8>()
+                    .ok()
+                    .filter(|len| *len <= max)
+                    .ok_or_else(|| {
+                        format!("`{entry}`: the prefix length must be a number from 0 to {max}")
+                    })?,
+            };
+            return Ok(Self::Network(ip, len));
+        }
+        if prefix.is_some() {
+            return Err(format!(
+                "`{entry}` is not a network: write an address and a prefix length, as in \
+                 10.0.0.0/8"
+            ));
+        }
+        let host = entry.trim_end_matches('.').to_ascii_lowercase();
+        let valid = !host.is_empty()
+            && host.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            });
+        if !valid {
+            return Err(format!(
+                "`{entry}` is neither an address, a network (CIDR) nor a host name"
+            ));
+        }
+        Ok(Self::Host(host))
+    }
+
+    /// The entries of `allow` that parse (each was checked when the configuration was
+    /// resolved; a bad one is skipped).
+    pub(crate) fn parse_all(allow: &[String]) -> Vec<Self> {
+        allow
+            .iter()
+            .filter_map(|entry| Self::parse(entry).ok())
+            .collect()
+    }
+}
+
+/// A client that connects to `target`'s checked addresses only, follows no redirect (each
+/// hop is the caller's to check again) and takes at most `timeout` per request.
+pub(crate) fn pinned_client(
+    target: &Target,
+    timeout: Duration,
+    tls: &mew_transport::TlsOptions,
+) -> reqwest::Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .no_proxy();
+    if let Some(host) = &target.host {
+        builder = builder.resolve_to_addrs(host, &target.addrs);
+    }
+    tls.configure(builder)?.build()
+}
+
+/// What kind of address `ip` is, when the guard refuses it; `None` for a public address.
 pub(crate) fn forbidden(ip: IpAddr) -> Option<&'static str> {
     match ip {
         IpAddr::V4(ip) => forbidden_v4(ip),
@@ -343,12 +438,34 @@ mod tests {
         assert!(!in_network(ip("127.0.0.2"), ip("127.0.0.1"), 32));
     }
 
+    #[test]
+    fn allow_entries_parse_as_networks_or_hosts() {
+        let net = |ip: &str, len| AllowRule::Network(ip.parse().unwrap(), len);
+        for (entry, expected) in [
+            ("127.0.0.1", net("127.0.0.1", 32)),
+            ("10.0.0.0/8", net("10.0.0.0", 8)),
+            ("fd00::/8", net("fd00::", 8)),
+            ("[::1]", net("::1", 128)),
+            (
+                "Hooks.Internal.Example.",
+                AllowRule::Host("hooks.internal.example".into()),
+            ),
+            ("localhost", AllowRule::Host("localhost".into())),
+        ] {
+            assert_eq!(AllowRule::parse(entry).unwrap(), expected, "{entry}");
+        }
+        for bad in ["10.0.0.0/33", "::/129", "host/8", "", "a..b", "http://x"] {
+            assert!(AllowRule::parse(bad).is_err(), "{bad}");
+        }
+    }
+
     fn rules(entries: &[&str]) -> Guard {
-        Guard::with_rules(
+        Guard::new(
             entries
                 .iter()
                 .map(|e| AllowRule::parse(e).unwrap())
                 .collect(),
+            WEBHOOKS,
         )
     }
 
@@ -358,7 +475,7 @@ mod tests {
 
     #[tokio::test]
     async fn urls_are_checked_against_the_allowlist() {
-        let strict = Guard::default();
+        let strict = rules(&[]);
         assert!(refused(strict.check("http://127.0.0.1:9/hook").await));
         assert!(refused(strict.check("http://[::1]/hook").await));
         assert!(refused(strict.check("http://[::ffff:7f00:1]/hook").await));
