@@ -4,6 +4,7 @@ mod agent_skills;
 mod agent_tools;
 mod backends;
 mod browser;
+mod claude_code_agents;
 mod conformance;
 mod dashboard;
 mod deploy;
