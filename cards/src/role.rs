@@ -899,7 +899,43 @@ fn parse_duration(s: &str) -> Option<Duration> {
     }
 }
 
-/// Frontmatter keys Mew does not read, converted to JSON.
+/// Claude Code's subagent keys that change what an agent does and that Mew does not act on,
+/// with what it does instead (the warning's text). Cosmetic keys (`color`) say nothing.
+const UNHONOURED_KEYS: [(&str, &str); 7] = [
+    (
+        "skills",
+        "skills is not honoured: the listed skills are not preloaded; the role is offered every \
+         skill and loads one when it needs it",
+    ),
+    (
+        "mcpServers",
+        "mcpServers is not honoured: the role uses the node's MCP servers (.mcp.json, \
+         mcp_servers)",
+    ),
+    (
+        "hooks",
+        "hooks is not honoured: hooks come from the settings files and hooks.yaml",
+    ),
+    (
+        "memory",
+        "memory is not honoured: Mew keeps no memory directory for a role",
+    ),
+    (
+        "isolation",
+        "isolation is not honoured: the role works in the project directory",
+    ),
+    (
+        "effort",
+        "effort is not honoured: the role runs with its model's settings",
+    ),
+    (
+        "initialPrompt",
+        "initialPrompt is not honoured: a task starts with the caller's message",
+    ),
+];
+
+/// Frontmatter keys Mew does not read, converted to JSON; those of [`UNHONOURED_KEYS`] with
+/// their warning.
 fn extra(map: &Mapping, warnings: &mut Vec<String>) -> serde_json::Map<String, serde_json::Value> {
     let mut extra = serde_json::Map::new();
     for (key, value) in map {
@@ -912,6 +948,9 @@ fn extra(map: &Mapping, warnings: &mut Vec<String>) -> serde_json::Map<String, s
         };
         if KNOWN_KEYS.contains(&key) {
             continue;
+        }
+        if let Some((_, why)) = UNHONOURED_KEYS.iter().find(|(known, _)| *known == key) {
+            warnings.push((*why).to_owned());
         }
         match serde_json::to_value(value) {
             Ok(json) => {

@@ -746,7 +746,34 @@ fn unknown_keys_are_kept_in_extra() {
         "color: blue\nskills: [pdf, xlsx]\nmcpServers:\n  github:\n    command: gh-mcp\n\
          memory: true\nhooks: {}\n",
     );
-    assert!(parsed.warnings.is_empty());
+    // Claude Code's keys that would change what the agent does say what Mew does instead;
+    // a cosmetic one (`color`) says nothing.
+    let warnings: Vec<&str> = parsed
+        .warnings
+        .iter()
+        .map(|warning| warning.message.as_str())
+        .collect();
+    assert_eq!(warnings.len(), 4, "{warnings:#?}");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("skills is not honoured"))
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("mcpServers is not honoured"))
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("memory is not honoured"))
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("hooks is not honoured"))
+    );
     let extra = parsed.definition.extra;
     assert_eq!(extra["color"], "blue");
     assert_eq!(extra["skills"], serde_json::json!(["pdf", "xlsx"]));
