@@ -243,7 +243,9 @@ pub(crate) fn missing_claude_code_event(name: &str) -> Option<&'static str> {
             "it runs for `claude --init` and `--maintenance`; a node has no such start (SessionStart runs when a session starts)"
         }
         "ConfigChange" => {
-            "a node reads its settings files when it starts; a change takes effect at the next start"
+            "a node reads its settings files when it starts (a change takes effect at the next \
+             start); the role and skill files it reloads while running are reported in /status \
+             and the log, not to hooks, which run for a session"
         }
         "InstructionsLoaded" => "Mew loads no CLAUDE.md or rules files into a role's context",
         "PermissionDenied" => {
