@@ -46,9 +46,16 @@ pub(crate) async fn write(path: &Path, session: &str, messages: &[ChatMessage]) 
     if let Some(dir) = path.parent() {
         tokio::fs::create_dir_all(dir).await?;
     }
-    let temp = path.with_extension("jsonl.tmp");
-    tokio::fs::write(&temp, render(session, messages)).await?;
-    tokio::fs::rename(&temp, path).await
+    // A name of its own, so two runs of one session never write the same temporary file.
+    let temp = path.with_extension(format!("tmp-{}", crate::skills::unique_suffix()));
+    let written = match tokio::fs::write(&temp, render(session, messages)).await {
+        Ok(()) => tokio::fs::rename(&temp, path).await,
+        Err(err) => Err(err),
+    };
+    if written.is_err() {
+        let _ = tokio::fs::remove_file(&temp).await;
+    }
+    written
 }
 
 fn block(block: &Block) -> Value {
