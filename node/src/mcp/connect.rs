@@ -243,9 +243,11 @@ impl Connection {
 
 /// Why a connection could not be made.
 pub(super) enum Failure {
-    /// The server answered the 2026-07-28 probe but supports none of the versions asked for:
-    /// worth a new connection with `initialize`.
-    NoCommonVersion(String),
+    /// Worth a new connection with `initialize`: the server answered the 2026-07-28 probe but
+    /// supports none of the versions asked for, or answered it with something that is no
+    /// discovery result (a 2025-11-25 server may answer a method it does not know with an
+    /// empty result, as the TypeScript SDK's servers do).
+    Legacy(String),
     /// Anything else.
     Other(String),
 }
@@ -253,7 +255,7 @@ pub(super) enum Failure {
 impl Failure {
     fn message(self) -> String {
         match self {
-            Self::NoCommonVersion(message) | Self::Other(message) => message,
+            Self::Legacy(message) | Self::Other(message) => message,
         }
     }
 }
@@ -269,7 +271,7 @@ pub(super) async fn connect(
 ) -> Result<(Connection, Vec<ListedTool>), String> {
     let start = Instant::now();
     match open(name, config, ctx, handler.clone(), false, limit).await {
-        Err(Failure::NoCommonVersion(why)) => {
+        Err(Failure::Legacy(why)) => {
             tracing::debug!(server = name, "{why}; connecting again with initialize");
             let left = limit.saturating_sub(start.elapsed());
             open(name, config, ctx, handler, true, left)
@@ -330,8 +332,8 @@ async fn open(
     };
     let session = match session {
         Ok(Ok(session)) => session,
-        Ok(Err(Failure::NoCommonVersion(why))) => {
-            return Err(Failure::NoCommonVersion(endpoint.explain(&why)));
+        Ok(Err(Failure::Legacy(why))) => {
+            return Err(Failure::Legacy(endpoint.explain(&why)));
         }
         Ok(Err(Failure::Other(why))) => {
             endpoint.settle().await;
@@ -396,7 +398,17 @@ where
         .await
         .map_err(|err| match err {
             ClientInitializeError::NoCompatibleProtocolVersion { .. } => {
-                Failure::NoCommonVersion(describe_init_error(&err))
+                Failure::Legacy(describe_init_error(&err))
+            }
+            // Only the probe can be answered with something else: `initialize` is final.
+            ClientInitializeError::ExpectedInitResult(_)
+            | ClientInitializeError::ExpectedInitResponse(_)
+                if !legacy =>
+            {
+                Failure::Legacy(format!(
+                    "the server/discover probe got no discovery result ({})",
+                    describe_init_error(&err)
+                ))
             }
             other => Failure::Other(describe_init_error(&other)),
         })

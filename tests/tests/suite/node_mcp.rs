@@ -224,3 +224,49 @@ async fn a_claude_code_mcp_json_expands_its_variables_and_mew_run_uses_its_serve
     ensure!(code == 0, "exit {code}: {out}{err}");
     Ok(())
 }
+
+/// A 2025-11-25 stdio server that answers every method it does not know, `server/discover`
+/// included, with an empty result, as the TypeScript SDK's servers do: Mew must take that for
+/// "no discovery here" and connect again with `initialize`.
+const EMPTY_RESULT_SERVER: &str = r#"
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message:
+        continue
+    method = message.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "empty-result", "version": "1.0.0"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "ping", "description": "Answers pong.",
+                             "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "pong"}]}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+"#;
+
+#[tokio::test]
+async fn a_server_answering_discovery_with_an_empty_result_is_reached_with_initialize()
+-> anyhow::Result<()> {
+    let node = MewNode::new()?;
+    let script = node.dir().join("empty_result_server.py");
+    std::fs::write(&script, EMPTY_RESULT_SERVER)?;
+    node.write_config(&format!(
+        "mcp_servers:\n  older:\n    command: python3\n    args: [\"{}\"]\n",
+        script.display()
+    ))?;
+    let (code, out, err) = node.client(&["mcp", "list"]).await?;
+    ensure!(
+        code == 0 && out.contains("state:     connected (protocol 2025-11-25)"),
+        "mew mcp list ({code}):\n{out}{err}"
+    );
+    let (code, out, err) = node.client(&["mcp", "tools", "older"]).await?;
+    ensure!(
+        code == 0 && out.contains("mcp__older__ping"),
+        "mew mcp tools ({code}):\n{out}{err}"
+    );
+    Ok(())
+}
