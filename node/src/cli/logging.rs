@@ -19,6 +19,18 @@ use crate::telemetry::{TelemetryConfig, WithTraceIds};
 ///
 /// Fails if the directive does not parse (the error names it), the exporter cannot be built,
 /// or a subscriber is already installed.
+/// The filter's directives for the user's `level`. The trace spans are for the exporter, not
+/// for log lines: a log line names the spans it is written in, and these would drown it. The
+/// MCP SDK logs each handshake at INFO with the whole of the server's description (kilobytes
+/// a server): it says only warnings unless `level` names `rmcp` itself.
+fn directives(level: &str) -> String {
+    let mut directives = format!("{level},{}=off", crate::telemetry::TARGET);
+    if !level.contains("rmcp") {
+        directives.push_str(",rmcp=warn");
+    }
+    directives
+}
+
 pub fn init_logging(
     level: &str,
     format: LogFormat,
@@ -29,9 +41,7 @@ pub fn init_logging(
         Some((telemetry, name)) => crate::telemetry::layer(telemetry, name)?,
         None => None,
     };
-    // The trace spans are for the exporter, not for log lines: a log line names the spans it
-    // is written in, and these would drown it.
-    let directives = format!("{level},{}=off", crate::telemetry::TARGET);
+    let directives = directives(level);
     let filter = EnvFilter::builder()
         .parse(&directives)
         .with_context(|| format!("bad log level directive `{level}`"))?;
@@ -74,6 +84,18 @@ pub fn init_logging(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mcp_sdk_says_only_warnings_unless_named() {
+        assert_eq!(
+            directives("info"),
+            format!("info,{}=off,rmcp=warn", crate::telemetry::TARGET)
+        );
+        assert_eq!(
+            directives("info,rmcp=debug"),
+            format!("info,rmcp=debug,{}=off", crate::telemetry::TARGET)
+        );
+    }
 
     #[test]
     fn a_bad_directive_is_an_error_that_names_it() {

@@ -72,6 +72,13 @@ async fn a_model_role_calls_an_mcp_tool_through_a_running_node() -> anyhow::Resu
         task.status.state
     );
     model.assert_done();
+    // The node logs at INFO; the MCP SDK's own INFO lines (each handshake with the server's
+    // whole description) are not the node's to show.
+    let output = node.output();
+    ensure!(
+        !output.contains("Service initialized as client"),
+        "the SDK's INFO lines reach the node's log:\n{output}"
+    );
     Ok(())
 }
 
