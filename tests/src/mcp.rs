@@ -247,6 +247,11 @@ impl TestServer {
                 no_input(),
             ),
             tool(
+                "roots",
+                "The roots the client declared (`declared`) and lists (`roots`).",
+                no_input(),
+            ),
+            tool(
                 "spawn_child",
                 "Starts `sleep 1000` in the server's process group.",
                 no_input(),
@@ -372,6 +377,23 @@ impl TestServer {
                     .map(|(name, value)| (name, Value::String(value)))
                     .collect();
                 text(json!({"cwd": cwd, "env": env}).to_string())
+            }
+            // Roots are deprecated from 2026-07-28 on; 2025-11-25 clients still answer them.
+            #[allow(deprecated)]
+            "roots" => {
+                let declared = context
+                    .peer
+                    .peer_info()
+                    .is_some_and(|info| info.capabilities.roots.is_some());
+                let roots = if declared {
+                    let listed = context.peer.list_roots().await.map_err(|err| {
+                        ErrorData::internal_error(format!("roots/list failed: {err}"), None)
+                    })?;
+                    serde_json::to_value(&listed.roots).unwrap_or_default()
+                } else {
+                    Value::Null
+                };
+                text(json!({"declared": declared, "roots": roots}).to_string())
             }
             "spawn_child" => self.spawn_child(),
             "add_tool" => {

@@ -202,6 +202,7 @@ impl McpClient {
             server: self.me.clone(),
             generation,
             name: Arc::from(self.name.as_str()),
+            roots: connect::project_roots(&self.ctx.project_dir),
         };
         let limit = self.config.connect_timeout;
         let attempt = connect::connect(&self.name, &self.config, &self.ctx, handler, limit);

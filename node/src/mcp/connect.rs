@@ -7,12 +7,17 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use http::{HeaderName, HeaderValue};
+use rmcp::ErrorData;
+// Roots are deprecated from 2026-07-28 on (SEP-2577); 2025-11-25 servers still ask for them.
 use rmcp::model::{
     ClientCapabilities, ClientConfig, Implementation, ProtocolVersion, ServerNotification,
     SubscriptionFilter, Tool as ListedTool,
 };
+#[allow(deprecated)]
+use rmcp::model::{ListRootsResult, Root};
 use rmcp::service::{
-    ClientInitializeError, NotificationContext, Peer, RoleClient, RunningService, ServiceError,
+    ClientInitializeError, NotificationContext, Peer, RequestContext, RoleClient, RunningService,
+    ServiceError,
 };
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -57,6 +62,29 @@ pub(super) struct Handler {
     pub(super) generation: u64,
     /// The server's name, for logs.
     pub(super) name: Arc<str>,
+    /// The roots the client declares and lists: the project directory, as a `file://` URI.
+    #[allow(deprecated)]
+    pub(super) roots: Arc<[Root]>,
+}
+
+/// The roots of a project: its directory, as a `file://` URI (none when the path cannot be
+/// one, such as a relative path).
+#[allow(deprecated)]
+pub(super) fn project_roots(project: &Path) -> Arc<[Root]> {
+    let name = project
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned());
+    reqwest::Url::from_directory_path(project)
+        .ok()
+        .map(|url| {
+            let root = Root::new(url.to_string());
+            match name {
+                Some(name) => root.with_name(name),
+                None => root,
+            }
+        })
+        .into_iter()
+        .collect()
 }
 
 impl Handler {
@@ -69,11 +97,28 @@ impl Handler {
 
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
+        // Roots are declared only when there are some to list.
+        // The SDK's builder is behind its server feature, and the struct is non-exhaustive:
+        // the capability is read from its JSON form.
+        let capabilities = if self.roots.is_empty() {
+            ClientCapabilities::default()
+        } else {
+            serde_json::from_value(serde_json::json!({"roots": {"listChanged": false}}))
+                .unwrap_or_default()
+        };
         ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("mew", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(LEGACY)
+    }
+
+    #[allow(deprecated)]
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        Ok(ListRootsResult::new(self.roots.to_vec()))
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {

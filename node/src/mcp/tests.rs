@@ -36,6 +36,7 @@ fn expected_tools(server: &str) -> Vec<String> {
         "link",
         "pid",
         "resource",
+        "roots",
         "slow",
         "slow_calls",
         "spawn_child",
@@ -864,6 +865,23 @@ async fn servers_connect_at_the_same_time() {
     for status in manager.status() {
         assert_eq!(status.state, ServerState::Connected, "{status:?}");
     }
+    manager.shutdown(PATIENCE).await;
+}
+
+#[tokio::test]
+async fn roots_are_declared_and_list_the_project_directory() {
+    let project = Project::new();
+    let manager = project.start(vec![("s", stdio("legacy"))]).await;
+    let text = call_ok(&manager, &project, "mcp__s__roots", json!({})).await;
+    let seen: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(seen["declared"], true, "{seen}");
+    let uri = reqwest::Url::from_directory_path(project.path()).unwrap();
+    let name = project.path().file_name().unwrap().to_string_lossy();
+    assert_eq!(
+        seen["roots"],
+        json!([{"uri": uri.to_string(), "name": name}]),
+        "{seen}"
+    );
     manager.shutdown(PATIENCE).await;
 }
 
