@@ -99,6 +99,9 @@ pub struct McpServerConfig {
     pub deny_tools: Vec<String>,
     /// How many times a stdio server that died is restarted before it is given up.
     pub max_restarts: u32,
+    /// The handshake: probe with `server/discover` and fall back to `initialize` (the
+    /// default), or one of them only.
+    pub protocol: McpProtocol,
     /// Where it was defined: a file, with the line when known.
     pub origin: String,
     /// `${VAR}`s it refers to that are not set (each once); they expanded to empty text.
@@ -133,6 +136,7 @@ impl Serialize for McpServerConfig {
             allow_tools: &'a [String],
             deny_tools: &'a [String],
             max_restarts: u32,
+            protocol: McpProtocol,
         }
         Shown {
             transport: self.shown_transport(),
@@ -141,6 +145,7 @@ impl Serialize for McpServerConfig {
             allow_tools: &self.allow_tools,
             deny_tools: &self.deny_tools,
             max_restarts: self.max_restarts,
+            protocol: self.protocol,
         }
         .serialize(serializer)
     }
@@ -155,12 +160,29 @@ impl fmt::Debug for McpServerConfig {
             .field("allow_tools", &self.allow_tools)
             .field("deny_tools", &self.deny_tools)
             .field("max_restarts", &self.max_restarts)
+            .field("protocol", &self.protocol)
             .field("origin", &self.origin)
             .field("undefined_vars", &self.undefined_vars)
             .field("warnings", &self.warnings)
             .field("expanded", &self.as_written.is_some())
             .finish()
     }
+}
+
+/// Which handshake Mew makes with an MCP server (`protocol:` of its entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum McpProtocol {
+    /// `auto`: `server/discover` (2026-07-28), falling back to `initialize`; once a server
+    /// spoke an earlier version, its later connections start with `initialize`.
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// `2025-11-25`: `initialize` only, for a server that mishandles the probe.
+    #[serde(rename = "2025-11-25")]
+    Initialize,
+    /// `2026-07-28`: `server/discover` only, never falling back.
+    #[serde(rename = "2026-07-28")]
+    Discover,
 }
 
 /// How an MCP server is reached. Serialized and debug-printed with the values of `env` and

@@ -12,7 +12,7 @@ use serde_yaml_ng::{Mapping, Value};
 
 use super::check::{edit_distance, line_of};
 use super::mcp::{
-    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESTARTS, McpProblem,
+    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESTARTS, McpProblem, McpProtocol,
     McpServerConfig, McpTransport,
 };
 use super::merge::{key_name, singleton};
@@ -33,6 +33,7 @@ const KEYS: &[&str] = &[
     "allow_tools",
     "deny_tools",
     "max_restarts",
+    "protocol",
     "enabled",
 ];
 
@@ -445,6 +446,21 @@ fn resolve_entry(
             .and_then(|count| u32::try_from(count).ok())
             .ok_or_else(|| "`max_restarts`: expected a whole number, 0 or more".to_owned())?,
     };
+    let protocol = match field("protocol") {
+        None => McpProtocol::Auto,
+        Some(value) => match value.as_str() {
+            Some("auto") => McpProtocol::Auto,
+            Some("2025-11-25") => McpProtocol::Initialize,
+            Some("2026-07-28") => McpProtocol::Discover,
+            _ => {
+                return Err(
+                    "`protocol`: expected auto, 2025-11-25 (initialize) or 2026-07-28 \
+                     (server/discover)"
+                        .to_owned(),
+                );
+            }
+        },
+    };
     Ok(Some(McpServerConfig {
         transport,
         connect_timeout: timeout("connect_timeout", field("connect_timeout"))?
@@ -454,6 +470,7 @@ fn resolve_entry(
         allow_tools: tools("allow_tools", field("allow_tools"))?,
         deny_tools: tools("deny_tools", field("deny_tools"))?,
         max_restarts,
+        protocol,
         origin: String::new(),
         undefined_vars: expansion.undefined,
         warnings: expansion.warnings,

@@ -132,6 +132,7 @@ fn entries_resolve_with_defaults_and_every_key() {
          \x20   allow_tools: [search, read]\n\
          \x20   deny_tools: [delete_repo]\n\
          \x20   max_restarts: 0\n\
+         \x20   protocol: 2025-11-25\n\
          \x20   enabled: true\n\
          \x20 search:\n\
          \x20   type: http\n\
@@ -159,6 +160,7 @@ fn entries_resolve_with_defaults_and_every_key() {
             allow_tools: vec!["search".into(), "read".into()],
             deny_tools: vec!["delete_repo".into()],
             max_restarts: 0,
+            protocol: mcp::McpProtocol::Initialize,
             origin: at(&file, 2),
             undefined_vars: vec![],
             warnings: vec![],
@@ -177,7 +179,8 @@ fn entries_resolve_with_defaults_and_every_key() {
             allow_tools: vec![],
             deny_tools: vec![],
             max_restarts: mcp::DEFAULT_MAX_RESTARTS,
-            origin: at(&file, 14),
+            protocol: mcp::McpProtocol::Auto,
+            origin: at(&file, 15),
             undefined_vars: vec![],
             warnings: vec![],
             as_written: None,
@@ -218,7 +221,11 @@ fn each_check_skips_the_entry_with_its_message() {
             "x: {command: npx, transport_mode: fast}",
             "unknown key `transport_mode` (the keys are type, command, args, env, cwd, url, \
              headers, connect_timeout, call_timeout, allow_tools, deny_tools, max_restarts, \
-             enabled)",
+             protocol, enabled)",
+        ),
+        (
+            "x: {command: npx, protocol: 2024-11-05}",
+            "`protocol`: expected auto, 2025-11-25 (initialize) or 2026-07-28 (server/discover)",
         ),
         (
             "x: 5",
@@ -679,7 +686,7 @@ fn an_unknown_key_is_ignored_with_a_warning_in_mcp_json_and_skips_the_entry_in_m
             "unknown key `comand` (did you mean `command`?); it is ignored",
             "unknown key `description` (the keys are type, command, args, env, cwd, url, \
              headers, connect_timeout, call_timeout, allow_tools, deny_tools, max_restarts, \
-             enabled); it is ignored",
+             protocol, enabled); it is ignored",
         ]
     );
     assert_eq!(
@@ -703,7 +710,7 @@ fn an_unknown_key_is_ignored_with_a_warning_in_mcp_json_and_skips_the_entry_in_m
             origin: at(&file, 2),
             message: "unknown key `description` (the keys are type, command, args, env, cwd, \
                       url, headers, connect_timeout, call_timeout, allow_tools, deny_tools, \
-                      max_restarts, enabled)"
+                      max_restarts, protocol, enabled)"
                 .into(),
         }]
     );

@@ -67,6 +67,8 @@ struct Shared {
     tools: Vec<Arc<dyn Tool>>,
     skipped: Vec<String>,
     protocol: Option<String>,
+    /// The server spoke a version of the `initialize` era: its next connection starts there.
+    spoke_initialize: bool,
     last_error: Option<String>,
     restarts: u32,
     /// Restarts since a call last got an answer.
@@ -103,6 +105,7 @@ impl McpClient {
                 tools: Vec::new(),
                 skipped: Vec::new(),
                 protocol: None,
+                spoke_initialize: false,
                 last_error: None,
                 restarts: 0,
                 in_a_row: 0,
@@ -205,7 +208,15 @@ impl McpClient {
             roots: connect::project_roots(&self.ctx.project_dir),
         };
         let limit = self.config.connect_timeout;
-        let attempt = connect::connect(&self.name, &self.config, &self.ctx, handler, limit);
+        let spoke_initialize = self.shared().spoke_initialize;
+        let attempt = connect::connect(
+            &self.name,
+            &self.config,
+            &self.ctx,
+            handler,
+            limit,
+            spoke_initialize,
+        );
         let (connection, listed) = tokio::select! {
             result = attempt => result?,
             () = self.stopping.cancelled() => return Err("the node is shutting down".to_owned()),
@@ -222,6 +233,7 @@ impl McpClient {
             "connected to the MCP server"
         );
         shared.protocol = Some(connection.protocol().to_owned());
+        shared.spoke_initialize = connection.spoke_initialize();
         shared.connection = Some(Arc::new(connection));
         shared.tools = tools;
         shared.skipped = skipped;

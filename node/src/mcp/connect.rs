@@ -30,7 +30,7 @@ use super::McpContext;
 use super::client::McpClient;
 use super::http::HttpClient;
 use super::stderr::StderrTail;
-use crate::config::mcp::{McpServerConfig, McpTransport};
+use crate::config::mcp::{McpProtocol, McpServerConfig, McpTransport};
 use crate::process::{BASE_ENV, ProcessGroup, command, pass_env};
 
 /// The version asked for in the `server/discover` probe.
@@ -231,6 +231,13 @@ impl Connection {
         &self.protocol
     }
 
+    /// Whether the server spoke a version of the `initialize` era (before 2026-07-28).
+    pub(super) fn spoke_initialize(&self) -> bool {
+        self.peer
+            .peer_info()
+            .is_some_and(|info| info.protocol_version.has_initialize())
+    }
+
     /// False once the session ended or the stdio program exited.
     pub(super) fn is_alive(&self) -> bool {
         !self.peer.is_transport_closed() && self.endpoint.exit_status().is_none()
@@ -305,21 +312,43 @@ impl Failure {
     }
 }
 
+/// Which handshake one attempt makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// `server/discover`, falling back to `initialize` when the server says it is legacy.
+    Auto,
+    /// `initialize` only.
+    Initialize,
+    /// `server/discover` only.
+    Discover,
+}
+
 /// Connects to the server, within `limit`: the transport, the handshake, the tool list, and
 /// on 2026-07-28 the `list_changed` subscription. Returns the connection and the tools.
+///
+/// The handshake is the entry's `protocol`; with `auto`, a server that answered the probe with
+/// something else than a discovery result is connected again with `initialize`, and one known
+/// to speak an earlier version (`spoke_initialize`, from its last connection) starts there.
 pub(super) async fn connect(
     name: &str,
     config: &McpServerConfig,
     ctx: &McpContext,
     handler: Handler,
     limit: Duration,
+    spoke_initialize: bool,
 ) -> Result<(Connection, Vec<ListedTool>), String> {
     let start = Instant::now();
-    match open(name, config, ctx, handler.clone(), false, limit).await {
-        Err(Failure::Legacy(why)) => {
+    let mode = match config.protocol {
+        McpProtocol::Initialize => Mode::Initialize,
+        McpProtocol::Discover => Mode::Discover,
+        McpProtocol::Auto if spoke_initialize => Mode::Initialize,
+        McpProtocol::Auto => Mode::Auto,
+    };
+    match open(name, config, ctx, handler.clone(), mode, limit).await {
+        Err(Failure::Legacy(why)) if mode == Mode::Auto => {
             tracing::debug!(server = name, "{why}; connecting again with initialize");
             let left = limit.saturating_sub(start.elapsed());
-            open(name, config, ctx, handler, true, left)
+            open(name, config, ctx, handler, Mode::Initialize, left)
                 .await
                 .map_err(Failure::message)
         }
@@ -327,13 +356,13 @@ pub(super) async fn connect(
     }
 }
 
-/// One attempt: with `initialize` only when `legacy`, else probing with `server/discover`.
+/// One attempt, with the handshake of `mode`.
 async fn open(
     name: &str,
     config: &McpServerConfig,
     ctx: &McpContext,
     handler: Handler,
-    legacy: bool,
+    mode: Mode,
     limit: Duration,
 ) -> Result<(Connection, Vec<ListedTool>), Failure> {
     let start = Instant::now();
@@ -359,7 +388,7 @@ async fn open(
             };
             let transport = AsyncRwTransport::new_client(stdout, stdin);
             let session =
-                tokio::time::timeout(limit, handshake(handler.clone(), transport, legacy)).await;
+                tokio::time::timeout(limit, handshake(handler.clone(), transport, mode)).await;
             (endpoint, session)
         }
         McpTransport::Http { url, headers } => {
@@ -371,7 +400,7 @@ async fn open(
             let transport = http_transport(url, headers, config.connect_timeout)
                 .map_err(|why| Failure::Other(endpoint.explain(&why)))?;
             let session =
-                tokio::time::timeout(limit, handshake(handler.clone(), transport, legacy)).await;
+                tokio::time::timeout(limit, handshake(handler.clone(), transport, mode)).await;
             (endpoint, session)
         }
     };
@@ -419,24 +448,25 @@ async fn open(
     Ok((connection, tools))
 }
 
-/// The SDK's handshake: `server/discover` first, falling back to `initialize` (or
-/// `initialize` alone when `legacy`).
+/// The SDK's handshake of `mode`.
 async fn handshake<T, E, A>(
     handler: Handler,
     transport: T,
-    legacy: bool,
+    mode: Mode,
 ) -> Result<RunningService<RoleClient, Handler>, Failure>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    let lifecycle = if legacy {
-        ClientLifecycleMode::Initialize
-    } else {
-        ClientLifecycleMode::Auto {
+    let lifecycle = match mode {
+        Mode::Initialize => ClientLifecycleMode::Initialize,
+        Mode::Discover => ClientLifecycleMode::Discover {
+            preferred_versions: vec![MODERN],
+        },
+        Mode::Auto => ClientLifecycleMode::Auto {
             preferred_versions: vec![MODERN],
             legacy_version: Some(LEGACY),
-        }
+        },
     };
     handler
         .serve_with_lifecycle(transport, lifecycle)
@@ -448,7 +478,7 @@ where
             // Only the probe can be answered with something else: `initialize` is final.
             ClientInitializeError::ExpectedInitResult(_)
             | ClientInitializeError::ExpectedInitResponse(_)
-                if !legacy =>
+                if mode == Mode::Auto =>
             {
                 Failure::Legacy(format!(
                     "the server/discover probe got no discovery result ({})",

@@ -63,6 +63,7 @@ fn config(transport: McpTransport) -> McpServerConfig {
         allow_tools: Vec::new(),
         deny_tools: Vec::new(),
         max_restarts: 5,
+        protocol: Default::default(),
         origin: "test".to_owned(),
         undefined_vars: Vec::new(),
         warnings: Vec::new(),

@@ -174,6 +174,7 @@ fn server_config(transport: McpTransport, call_timeout: Duration) -> McpServerCo
         allow_tools: Vec::new(),
         deny_tools: Vec::new(),
         max_restarts: 5,
+        protocol: Default::default(),
         origin: "third_party_tests".to_owned(),
         undefined_vars: Vec::new(),
         warnings: Vec::new(),

@@ -236,18 +236,25 @@ async fn a_claude_code_mcp_json_expands_its_variables_and_mew_run_uses_its_serve
 /// included, with an empty result, as the TypeScript SDK's servers do: Mew must take that for
 /// "no discovery here" and connect again with `initialize`.
 const EMPTY_RESULT_SERVER: &str = r#"
-import json, sys
+import json, os, sys
+log = open(sys.argv[1], "a") if len(sys.argv) > 1 else None
 for line in sys.stdin:
     message = json.loads(line)
+    method = message.get("method")
+    if log:
+        log.write(f"{method}\n")
+        log.flush()
     if "id" not in message:
         continue
-    method = message.get("method")
     if method == "initialize":
         result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
                   "serverInfo": {"name": "empty-result", "version": "1.0.0"}}
     elif method == "tools/list":
-        result = {"tools": [{"name": "ping", "description": "Answers pong.",
-                             "inputSchema": {"type": "object"}}]}
+        result = {"tools": [
+            {"name": "ping", "description": "Answers pong.", "inputSchema": {"type": "object"}},
+            {"name": "crash", "description": "Exits.", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call" and message["params"]["name"] == "crash":
+        os._exit(1)
     elif method == "tools/call":
         result = {"content": [{"type": "text", "text": "pong"}]}
     else:
@@ -274,6 +281,63 @@ async fn a_server_answering_discovery_with_an_empty_result_is_reached_with_initi
     ensure!(
         code == 0 && out.contains("mcp__older__ping"),
         "mew mcp tools ({code}):\n{out}{err}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_server_that_spoke_2025_11_25_is_reconnected_with_initialize_and_a_pinned_one_never_probed()
+-> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("call_1", "mcp__older__crash", json!({})),
+        // The crashed server is started again for the next call.
+        Step::tool_call("call_2", "mcp__older__ping", json!({})).expect_tool_results(["call_1"]),
+        Step::text("It came back.")
+            .expect_tool_results(["call_2"])
+            .expect_last_user("pong"),
+    ])?;
+    let node = MewNode::new()?;
+    let script = node.dir().join("empty_result_server.py");
+    std::fs::write(&script, EMPTY_RESULT_SERVER)?;
+    let (older_log, pinned_log) = (node.dir().join("older.log"), node.dir().join("pinned.log"));
+    node.write_config(&format!(
+        "agent:\n  provider: scripted\n  model: sonnet\n\
+         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n\
+         permissions:\n  allow: [mcp__older__crash, mcp__older__ping]\n\
+         mcp_servers:\n\
+         \x20 older:\n    command: python3\n    args: [\"{script}\", \"{older}\"]\n\
+         \x20 pinned:\n    command: python3\n    args: [\"{script}\", \"{pinned}\"]\n\
+         \x20   protocol: 2025-11-25\n",
+        model.base_url(),
+        script = script.display(),
+        older = older_log.display(),
+        pinned = pinned_log.display(),
+    ))?;
+    node.write_role(
+        "toolsmith.md",
+        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__older]\n---\nUse them.\n",
+    )?;
+    let (code, out, err) = node
+        .client(&["run", "--role", "toolsmith", "crash it and ping it"])
+        .await?;
+    ensure!(
+        code == 0 && out.contains("It came back."),
+        "mew run ({code}):\n{out}{err}"
+    );
+    model.assert_done();
+    // The first connection probed and fell back; the second began with initialize.
+    let methods = std::fs::read_to_string(&older_log)?;
+    let probes = methods.lines().filter(|m| *m == "server/discover").count();
+    let handshakes = methods.lines().filter(|m| *m == "initialize").count();
+    ensure!(
+        probes == 1 && handshakes == 2,
+        "methods the server got:\n{methods}"
+    );
+    // The pinned server was never probed.
+    let methods = std::fs::read_to_string(&pinned_log)?;
+    ensure!(
+        methods.lines().next() == Some("initialize") && !methods.contains("server/discover"),
+        "methods the pinned server got:\n{methods}"
     );
     Ok(())
 }
