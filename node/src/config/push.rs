@@ -55,34 +55,19 @@ impl LoadedConfig {
     pub(super) fn resolve_push(&self) -> Result<PushConfig, ConfigError> {
         let settings = &self.settings.push;
         for entry in &settings.allow {
-            AllowRule::parse(entry).map_err(|message| self.push_error("push.allow", message))?;
+            AllowRule::parse(entry).map_err(|message| self.key_error("push.allow", message))?;
         }
         if settings.max_attempts == 0 {
-            return Err(self.push_error("push.max_attempts", "must be at least 1".to_owned()));
+            return Err(self.key_error("push.max_attempts", "must be at least 1".to_owned()));
         }
         if settings.timeout.is_zero() {
-            return Err(self.push_error("push.timeout", "must be longer than 0s".to_owned()));
+            return Err(self.key_error("push.timeout", "must be longer than 0s".to_owned()));
         }
         Ok(PushConfig {
             allow: settings.allow.clone(),
             max_attempts: settings.max_attempts,
             timeout: settings.timeout,
         })
-    }
-
-    fn push_error(&self, key: &str, message: String) -> ConfigError {
-        let below = format!("{key}.");
-        let origin = self
-            .origins
-            .iter()
-            .find(|(k, _)| *k == key || k.starts_with(&below))
-            .map(|(_, origin)| origin.clone())
-            .unwrap_or(super::Origin::Default);
-        ConfigError::Resolve {
-            origin,
-            key: key.to_owned(),
-            message,
-        }
     }
 }
 

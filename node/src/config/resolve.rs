@@ -163,6 +163,23 @@ impl LoadedConfig {
         self.origins.get(key).cloned().unwrap_or(Origin::Default)
     }
 
+    /// An error about the key `key` (dotted), blamed on the layer that set it or a key below
+    /// it (the built-in defaults when none did).
+    pub(super) fn key_error(&self, key: &str, message: String) -> ConfigError {
+        let below = format!("{key}.");
+        let origin = self
+            .origins
+            .iter()
+            .find(|(k, _)| *k == key || k.starts_with(&below))
+            .map(|(_, origin)| origin.clone())
+            .unwrap_or(Origin::Default);
+        ConfigError::Resolve {
+            origin,
+            key: key.to_owned(),
+            message,
+        }
+    }
+
     /// Expands a leading `~` and makes `path` absolute against the project directory.
     pub(super) fn path(
         &self,

@@ -34,10 +34,10 @@ impl LoadedConfig {
     pub(super) fn resolve_web(&self) -> Result<WebConfig, ConfigError> {
         let settings = &self.settings.web;
         for entry in &settings.allow {
-            AllowRule::parse(entry).map_err(|message| self.web_error("web.allow", message))?;
+            AllowRule::parse(entry).map_err(|message| self.key_error("web.allow", message))?;
         }
         if settings.timeout.is_zero() {
-            return Err(self.web_error("web.timeout", "must be longer than 0s".to_owned()));
+            return Err(self.key_error("web.timeout", "must be longer than 0s".to_owned()));
         }
         Ok(WebConfig {
             allow: settings.allow.clone(),
@@ -48,21 +48,6 @@ impl LoadedConfig {
                 url: settings.search.url.clone(),
             },
         })
-    }
-
-    fn web_error(&self, key: &str, message: String) -> ConfigError {
-        let below = format!("{key}.");
-        let origin = self
-            .origins
-            .iter()
-            .find(|(k, _)| *k == key || k.starts_with(&below))
-            .map(|(_, origin)| origin.clone())
-            .unwrap_or(super::Origin::Default);
-        ConfigError::Resolve {
-            origin,
-            key: key.to_owned(),
-            message,
-        }
     }
 }
 
