@@ -488,18 +488,22 @@ fn command_description(value: Option<&Value>, body: &str, warnings: &mut Vec<Str
                 .to_owned(),
         );
     }
-    if text.chars().count() > MAX_DESCRIPTION_LEN {
-        warnings.push(format!(
-            "description is longer than {MAX_DESCRIPTION_LEN} characters; it is cut"
-        ));
-        return text
-            .chars()
-            .take(MAX_DESCRIPTION_LEN)
-            .collect::<String>()
-            .trim_end()
-            .to_owned();
+    cut_description(text, warnings)
+}
+
+/// `text` cut to [`MAX_DESCRIPTION_LEN`] characters, with a warning when it was longer.
+fn cut_description(text: String, warnings: &mut Vec<String>) -> String {
+    if text.chars().count() <= MAX_DESCRIPTION_LEN {
+        return text;
     }
-    text
+    warnings.push(format!(
+        "description is longer than {MAX_DESCRIPTION_LEN} characters; it is cut"
+    ));
+    text.chars()
+        .take(MAX_DESCRIPTION_LEN)
+        .collect::<String>()
+        .trim_end()
+        .to_owned()
 }
 
 /// `text` without the blank (whitespace-only) lines it starts with.
@@ -739,18 +743,7 @@ fn description(value: Option<&Value>, body: &str, warnings: &mut Vec<String>) ->
     } else {
         text
     };
-    if text.chars().count() > MAX_DESCRIPTION_LEN {
-        warnings.push(format!(
-            "description is longer than {MAX_DESCRIPTION_LEN} characters; it is cut"
-        ));
-        return text
-            .chars()
-            .take(MAX_DESCRIPTION_LEN)
-            .collect::<String>()
-            .trim_end()
-            .to_owned();
-    }
-    text
+    cut_description(text, warnings)
 }
 
 /// `allowed-tools`: a list of strings, or one string split on commas and whitespace outside
