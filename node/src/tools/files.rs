@@ -13,6 +13,15 @@ pub(crate) const SNIFF_LEN: usize = 8192;
 /// The most characters of one line the tools show; the rest is cut.
 pub(crate) const MAX_LINE_CHARS: usize = 2000;
 
+/// Resolves an optional directory argument `path` as [`resolve`] does; without one, the
+/// context's cwd.
+pub(crate) fn resolve_or_cwd(ctx: &ToolContext, path: Option<&str>) -> Result<PathBuf, ToolOutput> {
+    match path {
+        None => Ok(ctx.cwd.clone()),
+        Some(path) => resolve(ctx, "path", path),
+    }
+}
+
 /// Resolves a path argument: absolute paths stay, relative ones join the context's cwd.
 /// An empty argument is an error answer naming `field`.
 pub(crate) fn resolve(ctx: &ToolContext, field: &str, path: &str) -> Result<PathBuf, ToolOutput> {

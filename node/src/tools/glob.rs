@@ -75,12 +75,9 @@ impl Tool for Glob {
             Ok(input) => input,
             Err(err) => return err,
         };
-        let base = match input.path.as_deref() {
-            None => ctx.cwd.clone(),
-            Some(path) => match files::resolve(ctx, "path", path) {
-                Ok(path) => path,
-                Err(err) => return err,
-            },
+        let base = match files::resolve_or_cwd(ctx, input.path.as_deref()) {
+            Ok(path) => path,
+            Err(err) => return err,
         };
         let cancel = ctx.cancel.clone();
         run_blocking(move || find(&base, &input.pattern, &cancel)).await

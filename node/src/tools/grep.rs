@@ -152,12 +152,9 @@ impl Tool for Grep {
             Ok(input) => input,
             Err(err) => return err,
         };
-        let base = match input.path.as_deref() {
-            None => ctx.cwd.clone(),
-            Some(path) => match files::resolve(ctx, "path", path) {
-                Ok(path) => path,
-                Err(err) => return err,
-            },
+        let base = match files::resolve_or_cwd(ctx, input.path.as_deref()) {
+            Ok(path) => path,
+            Err(err) => return err,
         };
         let regex = match RegexBuilder::new(&input.pattern)
             .case_insensitive(input.case_insensitive)

@@ -78,12 +78,9 @@ impl Tool for Ls {
             Ok(input) => input,
             Err(err) => return err,
         };
-        let dir = match input.path.as_deref() {
-            None => ctx.cwd.clone(),
-            Some(path) => match files::resolve(ctx, "path", path) {
-                Ok(path) => path,
-                Err(err) => return err,
-            },
+        let dir = match files::resolve_or_cwd(ctx, input.path.as_deref()) {
+            Ok(path) => path,
+            Err(err) => return err,
         };
         let ignore = match ignore_set(&input.ignore) {
             Ok(ignore) => ignore,
