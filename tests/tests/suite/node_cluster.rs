@@ -630,10 +630,18 @@ async fn a_new_task_a_full_replica_cannot_start_is_run_by_one_with_room() -> any
 
 #[tokio::test]
 async fn a_rolling_restart_under_load_leaves_no_task_unfinished() -> anyhow::Result<()> {
-    // A short turn that may run again: a replica that stops hands its running turns back.
-    let work = "---\nname: work\ndescription: Works a little.\n\
-                command: \"sh -c 'sleep 1; echo done'\"\nresumable: true\n---\nWorks.\n";
-    let mut cluster = Cluster::start(3, "", &[("work.md", work.to_owned())]).await?;
+    // A turn that may run again: a replica that stops hands its running turns back. Turns
+    // end only once the gate opens, after the last restart, so a replica seen running one
+    // still runs it when it is told to stop, however slow the machine.
+    let dir = tempfile::tempdir()?;
+    let gate = dir.path().join("gate");
+    let work = format!(
+        "---\nname: work\ndescription: Works until the gate opens.\n\
+         command: \"sh -c 'while [ ! -f {gate} ]; do sleep 0.05; done; echo done'\"\n\
+         resumable: true\n---\nWorks.\n",
+        gate = gate.display()
+    );
+    let mut cluster = Cluster::start(3, "", &[("work.md", work)]).await?;
     // Each replica comes back on its own address, as behind a load balancer.
     for node in &mut cluster.nodes {
         let port = node
@@ -697,6 +705,7 @@ async fn a_rolling_restart_under_load_leaves_no_task_unfinished() -> anyhow::Res
     }
     stop.cancel();
     let (sent, refused): (Vec<Vec<TaskId>>, Vec<usize>) = load.await?.into_iter().unzip();
+    std::fs::write(&gate, "")?;
     let sent: Vec<TaskId> = sent.into_iter().flatten().collect();
     let refused: usize = refused.into_iter().sum();
     // Each replica stopped while it ran a task, and handed it back.
