@@ -13,6 +13,12 @@ use mew_tests::EchoAgent;
 
 const ANSWER: &str = r#"{"jsonrpc":"2.0","id":"1","result":{"task":{"id":"t","contextId":"c","status":{"state":"TASK_STATE_COMPLETED"},"artifacts":[{"artifactId":"a","parts":[{"text":"hi"}]}]}}}"#;
 
+// The node's allocator (see node/src/main.rs), so that benchmarks against this server compare
+// protocol work, not allocators.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let port: u16 = std::env::args()

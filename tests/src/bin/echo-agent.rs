@@ -6,6 +6,12 @@ use std::sync::Arc;
 
 use mew_tests::EchoAgent;
 
+// The node's allocator (see node/src/main.rs), so that benchmarks against this server compare
+// protocol work, not allocators.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let port: u16 = std::env::args()
