@@ -496,6 +496,7 @@ mod tests {
         Agent {
             provider: Arc::new(AnthropicProvider::new(setup).unwrap()),
             tools,
+            tool_source: None,
             permissions: Arc::new(permissions),
             settings: AgentSettings {
                 system: SYSTEM.into(),
@@ -597,7 +598,7 @@ mod tests {
                 .with_usage(Tokens::new(700, 5)),
         ])
         .unwrap();
-        let agent = agent(&model);
+        let mut agent = agent(&model);
         let mut s = session("task");
         let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
         assert_eq!(outcome, Outcome::Answered("done".into()));
@@ -675,7 +676,7 @@ mod tests {
                 .with_usage(Tokens::new(20, 5)),
         ])
         .unwrap();
-        let agent = agent(&model);
+        let mut agent = agent(&model);
         let mut s = session("task: echo three times");
         let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
         assert_eq!(outcome, Outcome::Answered("finished".into()));
@@ -746,7 +747,7 @@ mod tests {
             Step::text("done").expect_tool_results(["c2", "c3"]),
         ])
         .unwrap();
-        let agent = agent(&model);
+        let mut agent = agent(&model);
         let mut s = session("task");
         let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
         assert_eq!(outcome, Outcome::Answered("done".into()));
@@ -834,7 +835,7 @@ mod tests {
                 .expect_tools_include(["echo"]),
         ])
         .unwrap();
-        let agent = agent(&model);
+        let mut agent = agent(&model);
         let mut s = session("task");
         let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
         assert_eq!(outcome, Outcome::Answered("done".into()));
@@ -853,7 +854,7 @@ mod tests {
             Step::text("second answer").expect_last_user("second question"),
         ])
         .unwrap();
-        let agent = agent(&model);
+        let mut agent = agent(&model);
         let mut s = Session {
             messages: vec![
                 ChatMessage::user("first question"),
@@ -890,7 +891,7 @@ mod tests {
             Step::error(400, ErrorKind::InvalidRequestError, "prompt is too long"),
         ])
         .unwrap();
-        let agent = agent(&model);
+        let mut agent = agent(&model);
         let mut s = session("task");
         match agent.run(&mut s, Resume::Fresh, "", &Quiet).await {
             Err(AgentError::Provider(ProviderError::BadRequest { message, .. })) => {
@@ -913,7 +914,7 @@ mod tests {
             Step::text("  ").with_usage(Tokens::new(40, 1)),
         ])
         .unwrap();
-        let agent = agent(&model);
+        let mut agent = agent(&model);
         let mut s = session("task");
         match agent.run(&mut s, Resume::Fresh, "", &Quiet).await {
             Err(AgentError::Provider(ProviderError::Protocol { message, .. })) => {

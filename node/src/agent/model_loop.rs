@@ -16,6 +16,10 @@
 //! there (`Resume::Recovered`). A read-only call that had no result yet runs again; a
 //! delegation whose task was started follows that task (`Tool::reattach`); any other gets a
 //! result saying it was interrupted with an unknown outcome, and the model decides.
+//!
+//! Tools can change while a run goes on (an MCP server's `tools/list_changed`): an agent with
+//! a [`ToolSource`] builds its tools again before the next model call after a change, so the
+//! model sees the new set on its next request, not at the next turn.
 
 use std::sync::Arc;
 
@@ -129,13 +133,37 @@ fn tool_span(id: &str, name: &str, verdict: &Verdict) -> tracing::Span {
     )
 }
 
+/// Where an agent's tools come from when they can change during a run.
+pub(crate) struct ToolSource {
+    /// Changes whenever what `build` returns may have changed.
+    pub(crate) changes: tokio::sync::watch::Receiver<u64>,
+    /// The agent's tools as they are now, filtered as the run's first set was.
+    pub(crate) build: Box<dyn Fn() -> ToolRegistry + Send + Sync>,
+}
+
 /// One agent: a model, its tools and its permissions.
 pub(crate) struct Agent {
     pub(crate) provider: Arc<dyn Provider>,
     pub(crate) tools: ToolRegistry,
+    /// Set when the tools can change during a run: `tools` is built again from it before the
+    /// model call that follows a change.
+    pub(crate) tool_source: Option<ToolSource>,
     pub(crate) permissions: Arc<PermissionPolicy>,
     pub(crate) settings: AgentSettings,
     pub(crate) context: ToolContext,
+}
+
+impl Agent {
+    /// Builds the tools again if they changed since they were last built.
+    fn refresh_tools(&mut self) {
+        if let Some(source) = &mut self.tool_source
+            && source.changes.has_changed().unwrap_or(false)
+        {
+            source.changes.mark_unchanged();
+            self.tools = (source.build)();
+            tracing::debug!(tools = self.tools.len(), "the tools changed during the run");
+        }
+    }
 }
 
 /// The fate of one tool call.
@@ -164,7 +192,7 @@ impl Agent {
     /// Not cancel safe: dropping the future may leave a tool call without a
     /// result in `session`. Cancel through the context's token instead.
     pub(crate) async fn run(
-        &self,
+        &mut self,
         session: &mut Session,
         resume: Resume,
         environment: &str,
@@ -244,6 +272,7 @@ impl Agent {
                     push_text(session, notice);
                 }
             }
+            self.refresh_tools();
             // Once per model call: the compaction check and the request both need them.
             let specs = self.tools.specs();
             match super::compact::compact_if_needed(

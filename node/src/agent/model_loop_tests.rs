@@ -102,6 +102,7 @@ fn agent(model: &ScriptedModel, tools: ToolRegistry, unknown_tool_limit: u32) ->
     Agent {
         provider: provider(model),
         tools,
+        tool_source: None,
         permissions: Arc::new(permissions),
         settings: AgentSettings {
             system: "You are a test agent.".into(),
@@ -164,7 +165,7 @@ async fn read_only_calls_of_one_answer_run_concurrently() {
     .unwrap();
     let mut tools = ToolRegistry::new();
     tools.register(Arc::new(Rendezvous(Arc::new(Barrier::new(2)))));
-    let agent = agent(&model, tools, 3);
+    let mut agent = agent(&model, tools, 3);
     let mut s = session("meet");
     let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
     assert_eq!(outcome, Outcome::Answered("both met".into()));
@@ -190,7 +191,7 @@ async fn other_calls_run_in_order_and_every_call_gets_one_result() {
     .unwrap();
     let mut tools = ToolRegistry::new();
     tools.register(Arc::new(Recorder(order.clone())));
-    let agent = agent(&model, tools, 3);
+    let mut agent = agent(&model, tools, 3);
     let mut s = session("record");
     agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
     assert_eq!(*order.lock().unwrap(), [1, 3, 4]);
@@ -216,7 +217,7 @@ async fn the_unknown_tool_guard_stops_the_run() {
             .map(|i| Step::tool_call(format!("u{i}"), "no_such_tool", json!({})))
             .collect();
         let model = ScriptedModel::start(steps).unwrap();
-        let agent = agent(&model, ToolRegistry::new(), limit);
+        let mut agent = agent(&model, ToolRegistry::new(), limit);
         let mut s = session("go");
         match agent.run(&mut s, Resume::Fresh, "", &Quiet).await {
             Err(AgentError::UnknownTools(count, names)) => {
@@ -240,7 +241,7 @@ async fn the_unknown_tool_guard_stops_the_run() {
 async fn the_environment_block_rides_on_the_newest_user_message() {
     let model =
         ScriptedModel::start(vec![Step::text("hi").expect_last_user("<env>here</env>")]).unwrap();
-    let agent = agent(&model, ToolRegistry::new(), 3);
+    let mut agent = agent(&model, ToolRegistry::new(), 3);
     let mut s = session("hello");
     agent
         .run(&mut s, Resume::Fresh, "<env>here</env>", &Quiet)
@@ -410,7 +411,7 @@ async fn a_pre_tool_use_block_refuses_the_call_with_the_reason() {
         Step::text("refused").expect_last_user("[hook guard] no recording today"),
     ])
     .unwrap();
-    let (agent, order) = hooked_agent(
+    let (mut agent, order) = hooked_agent(
         &model,
         dir.path(),
         json!([shell_hook(
@@ -437,7 +438,7 @@ async fn a_pre_tool_use_hook_rewrites_the_input() {
     .unwrap();
     let output =
         json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": {"n": 7}}});
-    let (agent, order) = hooked_agent(
+    let (mut agent, order) = hooked_agent(
         &model,
         dir.path(),
         json!([json_hook("rewrite", "PreToolUse", &output)]),
@@ -455,7 +456,7 @@ async fn a_pre_tool_use_ask_asks_even_where_the_mode_allows() {
         ScriptedModel::start(vec![Step::tool_call("c1", "record", json!({"n": 1}))]).unwrap();
     let output = json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
         "permissionDecision": "ask", "permissionDecisionReason": "check with a human"}});
-    let (agent, order) = hooked_agent(
+    let (mut agent, order) = hooked_agent(
         &model,
         dir.path(),
         json!([json_hook("asker", "PreToolUse", &output)]),
@@ -486,7 +487,7 @@ async fn a_pre_tool_use_deny_refuses_the_call() {
     .unwrap();
     let output = json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
         "permissionDecision": "deny", "permissionDecisionReason": "not this one"}});
-    let (agent, order) = hooked_agent(
+    let (mut agent, order) = hooked_agent(
         &model,
         dir.path(),
         json!([json_hook("denier", "PreToolUse", &output)]),
@@ -548,7 +549,7 @@ async fn post_tool_use_context_and_blocks_reach_the_next_request() {
     .unwrap();
     let output = json!({"hookSpecificOutput": {"hookEventName": "PostToolUse",
         "additionalContext": "remember the milk"}});
-    let (agent, order) = hooked_agent(
+    let (mut agent, order) = hooked_agent(
         &model,
         dir.path(),
         json!([
@@ -591,7 +592,7 @@ async fn a_stop_block_makes_the_run_go_on_once() {
         Step::text("tests pass").expect_last_user("check the tests first"),
     ])
     .unwrap();
-    let (agent, _) = hooked_agent(
+    let (mut agent, _) = hooked_agent(
         &model,
         dir.path(),
         json!([shell_hook("gate", "Stop", &script)]),
@@ -630,7 +631,7 @@ async fn continue_false_from_a_pre_tool_use_hook_stops_the_run() {
     let model =
         ScriptedModel::start(vec![Step::tool_call("c1", "record", json!({"n": 1}))]).unwrap();
     let output = json!({"continue": false, "stopReason": "budget exhausted"});
-    let (agent, order) = hooked_agent(
+    let (mut agent, order) = hooked_agent(
         &model,
         dir.path(),
         json!([json_hook("budget", "PreToolUse", &output)]),
@@ -659,7 +660,7 @@ async fn pre_tool_use_context_rides_with_the_result() {
     .unwrap();
     let output = json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
         "additionalContext": "the record is shared"}});
-    let (agent, order) = hooked_agent(
+    let (mut agent, order) = hooked_agent(
         &model,
         dir.path(),
         json!([json_hook("note", "PreToolUse", &output)]),
@@ -679,7 +680,7 @@ async fn pre_user_message_context_reaches_every_request() {
     ])
     .unwrap();
     let script = r#"iter=$(sed -n 's/.*"iter":\([0-9]*\).*/\1/p'); printf '{"hookSpecificOutput": {"hookEventName": "PreUserMessage", "additionalContext": "turn %s of the run"}}\n' "$iter""#;
-    let (agent, _) = hooked_agent(
+    let (mut agent, _) = hooked_agent(
         &model,
         dir.path(),
         json!([shell_hook("turns", "PreUserMessage", script)]),
@@ -816,7 +817,7 @@ async fn without_compaction_the_compaction_hooks_do_not_run() {
         Step::text("done"),
     ])
     .unwrap();
-    let (agent, _) = hooked_agent(
+    let (mut agent, _) = hooked_agent(
         &model,
         dir.path(),
         json!([
@@ -972,7 +973,7 @@ async fn a_recovered_run_runs_interrupted_reads_again_and_tells_the_model_of_oth
     let mut tools = ToolRegistry::new();
     tools.register(Arc::new(Look(looks.clone())));
     tools.register(Arc::new(Recorder(order.clone())));
-    let agent = agent(&model, tools, 3);
+    let mut agent = agent(&model, tools, 3);
     // A checkpoint taken after the first call's result: the other two were under way.
     let mut s = Session {
         messages: vec![
@@ -1048,7 +1049,7 @@ async fn the_loop_checkpoints_before_a_call_runs_and_after_its_result() {
     .unwrap();
     let mut tools = ToolRegistry::new();
     tools.register(Arc::new(Recorder(order.clone())));
-    let agent = agent(&model, tools, 3);
+    let mut agent = agent(&model, tools, 3);
     let observer = Checkpoints {
         order: order.clone(),
         seen: Mutex::default(),
@@ -1060,5 +1061,75 @@ async fn the_loop_checkpoints_before_a_call_runs_and_after_its_result() {
         .unwrap();
     // Before: the call is in the conversation and has not run; after: its result is.
     assert_eq!(*observer.seen.lock().unwrap(), [(3, 0, 0), (3, 1, 1)]);
+    model.assert_done();
+}
+
+/// A tool whose call adds the tool `added` to the agent's source and says so.
+struct AddTool {
+    added: Arc<std::sync::atomic::AtomicBool>,
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+#[async_trait]
+impl Tool for AddTool {
+    fn name(&self) -> &str {
+        "add_tool"
+    }
+    fn description(&self) -> String {
+        "adds a tool".into()
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn category(&self) -> Category {
+        Category::Exec
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> ToolOutput {
+        self.added.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.changes.send_modify(|version| *version += 1);
+        ToolOutput::text("added")
+    }
+}
+
+#[tokio::test]
+async fn a_tool_added_during_a_run_is_offered_at_the_next_model_call() {
+    let model = ScriptedModel::start(vec![
+        Step::tool_calls(vec![call("a", "add_tool", json!({}))])
+            .expect_tools_include(["add_tool"])
+            .expect_tools_exclude(["record"]),
+        Step::tool_calls(vec![call("b", "record", json!({"n": 7}))])
+            .expect_tool_results(["a"])
+            .expect_tools_include(["add_tool", "record"]),
+        Step::text("done").expect_tool_results(["b"]),
+    ])
+    .unwrap();
+    let added = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (changes, seen) = tokio::sync::watch::channel(0);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let build = {
+        let tool: Arc<dyn Tool> = Arc::new(AddTool {
+            added: added.clone(),
+            changes,
+        });
+        let added = added.clone();
+        let order = order.clone();
+        move || {
+            let mut tools = ToolRegistry::new();
+            tools.register(tool.clone());
+            if added.load(std::sync::atomic::Ordering::SeqCst) {
+                tools.register(Arc::new(Recorder(order.clone())));
+            }
+            tools
+        }
+    };
+    let mut agent = agent(&model, build(), 3);
+    agent.tool_source = Some(super::model_loop::ToolSource {
+        changes: seen,
+        build: Box::new(build),
+    });
+    let mut s = session("add a tool, then use it");
+    let outcome = agent.run(&mut s, Resume::Fresh, "", &Quiet).await.unwrap();
+    assert_eq!(outcome, Outcome::Answered("done".into()));
+    assert_eq!(*order.lock().unwrap(), [7]);
     model.assert_done();
 }

@@ -471,6 +471,38 @@ async fn forward(
     }
 }
 
+/// A role's tools: the node's built-in tools and the MCP servers' current ones, filtered by
+/// `layers` and then by a fork skill's `fork_allowed` (when it names any); `LoadSkill` stays
+/// whatever the filters say when the node has skills.
+fn role_tools(
+    builtin: &ToolRegistry,
+    mcp: Option<&crate::mcp::McpManager>,
+    layers: &FilterLayers,
+    fork_allowed: &[String],
+    with_skills: bool,
+) -> ToolRegistry {
+    let mut all_tools = builtin.clone();
+    if let Some(mcp) = mcp {
+        for tool in mcp.tools() {
+            all_tools.register(tool);
+        }
+    }
+    let mut tools = all_tools.filter(layers);
+    if !fork_allowed.is_empty() {
+        tools = tools.filter(&FilterLayers {
+            allowed: fork_allowed.to_vec(),
+            ..FilterLayers::default()
+        });
+    }
+    // LoadSkill is exempt from every allowlist: no filter may lock skills out.
+    if let Some(load) = all_tools.get("LoadSkill")
+        && with_skills
+    {
+        tools.register(load.clone());
+    }
+    tools
+}
+
 #[async_trait]
 impl Executor for ModelExecutor {
     /// A model role continues from its last checkpoint.
@@ -499,13 +531,7 @@ impl Executor for ModelExecutor {
             .unwrap_or_else(|| turn.role.model.clone());
         let model = self.providers.resolve_model(&role_model, &self.agent.model);
         let role = &turn.role;
-        let mut all_tools = self.tools.clone();
-        if let Some(mcp) = &self.mcp {
-            for tool in mcp.tools() {
-                all_tools.register(tool);
-            }
-        }
-        let mut tools = all_tools.filter(&FilterLayers {
+        let layers = FilterLayers {
             // Delegation chains end at the configured depth: deeper tasks get no Agent tool.
             withhold: if turn.depth < self.agent.max_depth {
                 Vec::new()
@@ -522,20 +548,29 @@ impl Executor for ModelExecutor {
                 role.permission_mode,
                 &role.disallowed_tools,
             ),
-        });
-        if let Some(fork) = fork.as_ref().filter(|f| !f.allowed_tools.is_empty()) {
-            // A fork skill's allowed-tools is a hard filter.
-            tools = tools.filter(&FilterLayers {
-                allowed: fork.allowed_tools.clone(),
-                ..FilterLayers::default()
-            });
-        }
-        // LoadSkill is exempt from every allowlist: no filter may lock skills out.
-        if let Some(load) = all_tools.get("LoadSkill")
-            && self.skills.is_some()
-        {
-            tools.register(load.clone());
-        }
+        };
+        // A fork skill's allowed-tools is a hard filter.
+        let fork_allowed = fork
+            .as_ref()
+            .map(|f| f.allowed_tools.clone())
+            .unwrap_or_default();
+        let build_tools = {
+            let builtin = self.tools.clone();
+            let mcp = self.mcp.clone();
+            let with_skills = self.skills.is_some();
+            move || {
+                role_tools(
+                    &builtin,
+                    mcp.as_deref(),
+                    &layers,
+                    &fork_allowed,
+                    with_skills,
+                )
+            }
+        };
+        // Subscribed before the first build: a change after it is seen at the next model call.
+        let tool_changes = self.mcp.as_ref().map(|mcp| mcp.subscribe());
+        let tools = build_tools();
         let skills = self.skills.as_ref().map(|catalog| {
             Arc::new(SkillState::new(
                 catalog.clone(),
@@ -575,9 +610,13 @@ impl Executor for ModelExecutor {
                 }));
             }
         });
-        let agent = Agent {
+        let mut agent = Agent {
             provider,
             tools,
+            tool_source: tool_changes.map(|changes| super::model_loop::ToolSource {
+                changes,
+                build: Box::new(build_tools),
+            }),
             permissions: self.permissions.clone(),
             settings: AgentSettings {
                 system: self.system_prompt(&turn),

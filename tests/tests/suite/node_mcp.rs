@@ -4,10 +4,13 @@
 
 use anyhow::{Context, bail, ensure};
 use mew_cards::{Message, SendMessageRequest, SendMessageResponse, TaskState};
-use mew_tests::model::{ScriptedModel, Step};
-use mew_tests::node::MewNode;
+use mew_tests::model::{ScriptedModel, Step, ToolCall};
+use mew_tests::node::{MewNode, poll_until, status_text};
 use mew_transport::{AgentTransport, Binding, CallContext};
 use serde_json::json;
+
+/// How long a condition may take on a busy machine.
+const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A node whose model roles run on `model` and that knows the hermetic MCP server (stdio) as
 /// `hermetic` and a server whose program does not exist as `broken`. MCP tools are `exec`
@@ -79,6 +82,80 @@ async fn a_model_role_calls_an_mcp_tool_through_a_running_node() -> anyhow::Resu
         !output.contains("Service initialized as client"),
         "the SDK's INFO lines reach the node's log:\n{output}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_tool_an_mcp_server_adds_during_a_turn_is_offered_at_the_next_model_call()
+-> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let gate = dir.path().join("gate");
+    // The model adds a tool, then waits at a gate (a bash call) that the test opens once the
+    // node has reloaded the server's tools; its next request must offer the new tool.
+    let model = ScriptedModel::start(vec![
+        Step::tool_calls(vec![
+            ToolCall::new("add", "mcp__hermetic__add_tool", json!({"name": "extra"})),
+            ToolCall::new(
+                "wait",
+                "bash",
+                json!({"command": format!(
+                    "while [ ! -f '{}' ]; do sleep 0.05; done; echo open",
+                    gate.display()
+                )}),
+            ),
+        ])
+        .expect_tools_include(["mcp__hermetic__add_tool"])
+        .expect_tools_exclude(["mcp__hermetic__extra"]),
+        Step::tool_call("use", "mcp__hermetic__extra", json!({}))
+            .expect_tool_results(["add", "wait"])
+            .expect_tools_include(["mcp__hermetic__extra"]),
+        Step::text("The new tool answered.")
+            .expect_tool_results(["use"])
+            .expect_last_user("extra tool extra"),
+    ])?;
+    let config = format!(
+        "agent:\n  provider: scripted\n  model: sonnet\n\
+         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n\
+         permissions:\n  allow: [mcp__hermetic, bash]\n\
+         mcp_servers:\n  hermetic:\n    command: {}\n",
+        model.base_url(),
+        mew_tests::mcp::server_bin()?.display()
+    );
+    let mut node = MewNode::new()?;
+    node.write_config(&config)?;
+    node.write_role(
+        "toolsmith.md",
+        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__hermetic, bash]\n---\nUse the tools.\n",
+    )?;
+    node.launch().await?;
+    let agent = node.agent("/agents/toolsmith", Binding::JsonRpc).await?;
+    let turn = tokio::spawn(async move {
+        agent
+            .send_message(
+                &CallContext::default(),
+                SendMessageRequest::new(Message::user_text("add a tool and use it")),
+            )
+            .await
+    });
+    poll_until("the node reloads the server's tools", WAIT, || async {
+        Ok(node
+            .log()
+            .contains("reloaded the MCP server's tools")
+            .then_some(()))
+    })
+    .await?;
+    std::fs::write(&gate, "")?;
+    let task = match turn.await?? {
+        SendMessageResponse::Task(task) => task,
+        other => bail!("expected a task, got {other:?}"),
+    };
+    ensure!(
+        task.status.state == TaskState::Completed,
+        "{:?}: {}",
+        task.status.state,
+        status_text(&task)
+    );
+    model.assert_done();
     Ok(())
 }
 
