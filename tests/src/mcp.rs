@@ -22,6 +22,8 @@
 //! | `environment`   | `{"cwd": ..., "env": {...}}` of the server process                   |
 //! | `spawn_child`   | starts `sleep 1000` in the server's process group; its pid           |
 //! | `add_tool`      | adds a tool `name` and sends `notifications/tools/list_changed`      |
+//! | `report`        | log message `reporting`, progress 1/2 `halfway`; once the file `gate` |
+//! |                 | exists, progress 2/2 `done`; answers `reported`                      |
 //! | `bare`          | no description and an empty input schema                             |
 //! | `bad.name`, `has space` | names outside `^[A-Za-z0-9_-]+$`, which clients must skip    |
 //!
@@ -265,6 +267,16 @@ impl TestServer {
                     "required": ["name"]
                 }),
             ),
+            tool(
+                "report",
+                "Says `reporting` as a log message and `halfway` as progress, waits until the \
+                 file `gate` exists, then says `done` as progress.",
+                json!({
+                    "type": "object",
+                    "properties": {"gate": {"type": "string"}},
+                    "required": ["gate"]
+                }),
+            ),
             Tool::new_with_raw("bare", None, Arc::new(JsonObject::new())),
             tool("bad.name", "A name with a dot.", no_input()),
             tool("has space", "A name with a space.", no_input()),
@@ -407,6 +419,40 @@ impl TestServer {
                     let _ = context.peer.notify_tool_list_changed().await;
                 }
                 text(format!("added {name}"))
+            }
+            "report" => {
+                let gate = PathBuf::from(string_arg(&args, "gate")?);
+                // Log messages are deprecated from 2026-07-28 on; older servers send them.
+                #[allow(deprecated)]
+                {
+                    let log = rmcp::model::LoggingMessageNotificationParam::new(
+                        rmcp::model::LoggingLevel::Info,
+                        json!("reporting"),
+                    );
+                    let _ = context.peer.notify_logging_message(log).await;
+                }
+                let token = context.meta.get_progress_token();
+                let progress = |done: f64, message: &str| {
+                    token.clone().map(|token| {
+                        let mut params = rmcp::model::ProgressNotificationParam::new(token, done);
+                        params.total = Some(2.0);
+                        params.message = Some(message.to_owned());
+                        params
+                    })
+                };
+                if let Some(params) = progress(1.0, "halfway") {
+                    let _ = context.peer.notify_progress(params).await;
+                }
+                while !gate.exists() {
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                        () = context.ct.cancelled() => return text("cancelled".to_owned()),
+                    }
+                }
+                if let Some(params) = progress(2.0, "done") {
+                    let _ = context.peer.notify_progress(params).await;
+                }
+                text("reported".to_owned())
             }
             "bare" | "bad.name" | "has space" => text(format!("called {}", request.name)),
             name if lock(&self.shared.extra_tools).iter().any(|t| t == name) => {

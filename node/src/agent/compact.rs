@@ -516,6 +516,7 @@ mod tests {
                 depth: 0,
                 scope: None,
                 call_id: None,
+                news: None,
             },
         }
     }

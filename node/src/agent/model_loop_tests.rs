@@ -122,6 +122,7 @@ fn agent(model: &ScriptedModel, tools: ToolRegistry, unknown_tool_limit: u32) ->
             depth: 0,
             scope: None,
             call_id: None,
+            news: None,
         },
     }
 }

@@ -600,6 +600,7 @@ impl Executor for ModelExecutor {
         let (queue, reports) = mpsc::unbounded_channel();
         let hook_reports = queue.downgrade();
         let plan_reports = queue.downgrade();
+        let news_reports = queue.downgrade();
         let report_hook: crate::hooks::ReportHookRun = Arc::new(move |run| {
             if let Some(queue) = hook_reports.upgrade() {
                 let _ = queue.send(Report::Hook(mew::HookNote {
@@ -660,6 +661,16 @@ impl Executor for ModelExecutor {
                 }
                 .into_context(),
                 call_id: None,
+                news: Some(Arc::new(move |news: crate::tools::ToolNews| {
+                    if let Some(queue) = news_reports.upgrade() {
+                        let _ = queue.send(Report::Tool {
+                            phase: news.phase,
+                            id: news.call_id.unwrap_or_default(),
+                            name: news.tool,
+                            detail: news.detail,
+                        });
+                    }
+                })),
             },
         };
 

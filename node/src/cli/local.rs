@@ -416,6 +416,39 @@ pub(crate) fn tool_line(tool: &ToolNote) -> Option<String> {
                 .unwrap_or(false);
             Some(format!("  {} {name}", if failed { "✗" } else { "✓" }))
         }
+        // What an MCP server says during the call: `  … mcp__s__t: 1/2 halfway`, and its log
+        // messages with their level: `  … mcp__s__t: [warning] disk low`.
+        "progress" => {
+            let detail = &tool.detail;
+            let count = match (
+                detail.get("progress").and_then(Value::as_f64),
+                detail.get("total").and_then(Value::as_f64),
+            ) {
+                (Some(done), Some(total)) => format!("{done}/{total}"),
+                (Some(done), None) => done.to_string(),
+                _ => String::new(),
+            };
+            let message = detail.get("message").and_then(Value::as_str).unwrap_or("");
+            let text = [count.as_str(), message]
+                .into_iter()
+                .filter(|part| !part.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ");
+            Some(format!("  … {name}: {}", one_line(&text, SUMMARY_CHARS)))
+        }
+        "log" => {
+            let level = tool.detail.get("level").and_then(Value::as_str);
+            let message = tool
+                .detail
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let message = one_line(message, SUMMARY_CHARS);
+            Some(match level {
+                Some(level) => format!("  … {name}: [{level}] {message}"),
+                None => format!("  … {name}: {message}"),
+            })
+        }
         _ => None,
     }
 }
@@ -1007,6 +1040,18 @@ mod tests {
             )
             .as_deref(),
             Some("  ✗ bash")
+        );
+        assert_eq!(
+            tool_line(json!({"phase": "progress", "id": "c", "name": "mcp__s__t",
+                "detail": {"progress": 1.0, "total": 2.0, "message": "halfway"}}))
+            .as_deref(),
+            Some("  … mcp__s__t: 1/2 halfway")
+        );
+        assert_eq!(
+            tool_line(json!({"phase": "log", "id": "c", "name": "mcp__s__t",
+                "detail": {"level": "warning", "message": "disk\nlow"}}))
+            .as_deref(),
+            Some("  … mcp__s__t: [warning] disk…")
         );
         assert_eq!(
             tool_line(json!({"phase": "other", "id": "c", "name": "bash"})),

@@ -56,6 +56,8 @@ pub(super) struct McpClient {
     /// Cancelled by shutdown.
     stopping: CancellationToken,
     changes: watch::Sender<u64>,
+    /// The running calls whose progress and the server's log messages someone follows.
+    pub(super) followers: super::news::Followers,
 }
 
 /// What changes, behind one lock.
@@ -76,6 +78,32 @@ struct Shared {
     /// Calls of the current connection that timed out since one last got an answer.
     timeouts_in_a_row: u32,
     started: Option<Instant>,
+}
+
+/// Tells the server about a call whose caller stopped waiting for it, when dropped while
+/// `id` is set: a best-effort `notifications/cancelled`, so the server does not keep working
+/// on a result nobody reads.
+struct Abandoned {
+    peer: rmcp::Peer<rmcp::RoleClient>,
+    id: Option<rmcp::model::RequestId>,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let cancelled = rmcp::model::CancelledNotificationParam::new(
+                    Some(id),
+                    Some("request abandoned by the caller".to_owned()),
+                );
+                let _ = peer.notify_cancelled(cancelled).await;
+            });
+        }
+    }
 }
 
 /// What became of a call.
@@ -116,6 +144,7 @@ impl McpClient {
             refreshing: tokio::sync::Mutex::new(()),
             stopping: CancellationToken::new(),
             changes,
+            followers: super::news::Followers::default(),
         })
     }
 
@@ -349,7 +378,7 @@ impl McpClient {
         let started = std::time::Instant::now();
         let outcome = tokio::select! {
             biased;
-            answer = connection.peer().call_tool_once(params) => Outcome::Answer(answer),
+            answer = self.call_tool(connection.peer(), params, name, ctx) => Outcome::Answer(answer),
             () = ctx.cancel.cancelled() => Outcome::Cancelled,
             () = tokio::time::sleep(timeout) => Outcome::TimedOut,
             () = self.stopping.cancelled() => Outcome::Stopped,
@@ -596,6 +625,57 @@ impl McpClient {
                 }
                 Err(format!("the MCP server {}: {why}", self.name))
             }
+        }
+    }
+
+    /// Sends `tools/call` and waits for its answer, the server's progress and log messages
+    /// on the way going to `ctx`'s news. Dropped before the answer, it tells the server the
+    /// call was cancelled.
+    ///
+    /// The SDK's `call_tool_once` does the same without saying which progress token it gave
+    /// the request (it replaces any the caller sets), so the request is sent here, as it
+    /// does, and followed by the token it got.
+    async fn call_tool(
+        &self,
+        peer: &rmcp::Peer<rmcp::RoleClient>,
+        params: CallToolRequestParams,
+        name: &str,
+        ctx: &ToolContext,
+    ) -> Result<CallToolResponse, ServiceError> {
+        let request =
+            rmcp::model::ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params));
+        let handle = peer
+            .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
+            .await?;
+        let _following = ctx.news.clone().map(|report| {
+            self.followers.follow(
+                handle.progress_token.clone(),
+                ctx.call_id.clone(),
+                name,
+                report,
+            )
+        });
+        let mut abandoned = Abandoned {
+            peer: peer.clone(),
+            id: Some(handle.id.clone()),
+        };
+        let result = handle.await_response().await;
+        abandoned.id = None;
+        match result? {
+            rmcp::model::ServerResult::CallToolResult(result) => {
+                Ok(CallToolResponse::Complete(result))
+            }
+            rmcp::model::ServerResult::InputRequiredResult(result) => {
+                Ok(CallToolResponse::InputRequired(result))
+            }
+            rmcp::model::ServerResult::CreateTaskResult(result) => {
+                Ok(CallToolResponse::Task(result))
+            }
+            // A result without content decodes as the empty result.
+            rmcp::model::ServerResult::EmptyResult(_) => Ok(CallToolResponse::Complete(
+                rmcp::model::CallToolResult::default(),
+            )),
+            _ => Err(ServiceError::UnexpectedResponse),
         }
     }
 

@@ -8,13 +8,16 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderName, HeaderValue};
 use rmcp::ErrorData;
-// Roots are deprecated from 2026-07-28 on (SEP-2577); 2025-11-25 servers still ask for them.
 use rmcp::model::{
     ClientCapabilities, ClientConfig, Implementation, ProtocolVersion, ServerNotification,
     SubscriptionFilter, Tool as ListedTool,
 };
+// Roots and log messages are deprecated from 2026-07-28 on (SEP-2577); 2025-11-25 servers
+// still ask for the one and send the other.
 #[allow(deprecated)]
-use rmcp::model::{ListRootsResult, Root};
+use rmcp::model::{
+    ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, Root,
+};
 use rmcp::service::{
     ClientInitializeError, NotificationContext, Peer, RequestContext, RoleClient, RunningService,
     ServiceError,
@@ -123,6 +126,28 @@ impl ClientHandler for Handler {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tool_list_changed();
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(server) = self.server.upgrade() {
+            server.followers.progress(&params);
+        }
+    }
+
+    // Deprecated by 2026-07-28 (SEP-2577); servers of 2025-11-25 and before send them.
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(server) = self.server.upgrade() {
+            server.followers.log(&self.name, &params);
+        }
     }
 }
 

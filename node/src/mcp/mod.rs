@@ -68,6 +68,7 @@ mod client;
 mod connect;
 mod content;
 mod http;
+mod news;
 mod stderr;
 mod tool;
 

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mew_tests::mcp::{self as hermetic, Options, Protocol, TestMcpServer};
@@ -35,6 +35,7 @@ fn expected_tools(server: &str) -> Vec<String> {
         "image",
         "link",
         "pid",
+        "report",
         "resource",
         "roots",
         "slow",
@@ -1079,4 +1080,70 @@ fn status_serializes_for_json() {
             "undefined_vars": ["TOKEN"],
         })
     );
+}
+
+#[tokio::test]
+async fn a_servers_progress_and_log_messages_reach_the_call_while_it_runs() {
+    let project = Project::new();
+    let legacy = http_server(Protocol::Legacy).await;
+    let modern = http_server(Protocol::Modern).await;
+    let manager = project
+        .start(vec![
+            ("stdio_legacy", stdio("legacy")),
+            ("stdio_modern", stdio("modern")),
+            ("http_legacy", http(legacy.url())),
+            ("http_modern", http(modern.url())),
+        ])
+        .await;
+    for name in ["stdio_legacy", "stdio_modern", "http_legacy", "http_modern"] {
+        let gate = project.path().join(format!("gate-{name}"));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let mut ctx = project.tool_context();
+        ctx.call_id = Some("call_1".to_owned());
+        ctx.news = Some(Arc::new(move |news| sink.lock().unwrap().push(news)));
+        let tool = format!("mcp__{name}__report");
+        let call = {
+            let (manager, tool, gate) = (manager.clone(), tool.clone(), gate.clone());
+            tokio::spawn(async move {
+                let tool = manager
+                    .tools()
+                    .into_iter()
+                    .find(|t| t.name() == tool)
+                    .unwrap();
+                tool.call(json!({"gate": gate.display().to_string()}), &ctx)
+                    .await
+            })
+        };
+        eventually(&format!("{name}'s notes"), || {
+            let seen = seen.clone();
+            async move { seen.lock().unwrap().len() >= 2 }
+        })
+        .await;
+        std::fs::write(&gate, "").unwrap();
+        let output = call.await.unwrap();
+        assert_eq!(output.text_content(), "reported", "{name}");
+        let seen = seen.lock().unwrap().clone();
+        let news = |phase: &str, detail: Value| crate::tools::ToolNews {
+            call_id: Some("call_1".to_owned()),
+            tool: tool.clone(),
+            phase: if phase == "log" { "log" } else { "progress" },
+            detail,
+        };
+        assert!(
+            seen.contains(&news(
+                "log",
+                json!({"level": "info", "message": "reporting"})
+            )),
+            "{name}: {seen:?}"
+        );
+        assert!(
+            seen.contains(&news(
+                "progress",
+                json!({"progress": 1.0, "total": 2.0, "message": "halfway"})
+            )),
+            "{name}: {seen:?}"
+        );
+    }
+    manager.shutdown(PATIENCE).await;
 }

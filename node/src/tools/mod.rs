@@ -77,7 +77,26 @@ pub(crate) struct ToolContext {
     pub(crate) scope: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// The id of the model's tool call being run, when a model made it.
     pub(crate) call_id: Option<String>,
+    /// Where a tool's news goes while it runs (`None` where nobody follows the calls).
+    pub(crate) news: Option<NewsReport>,
 }
+
+/// Something a tool says while it runs, before its result: an MCP server's progress or log
+/// message. The task shows it as a progress note of the call.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ToolNews {
+    /// The model's call it is about.
+    pub(crate) call_id: Option<String>,
+    /// The tool, as the model names it.
+    pub(crate) tool: String,
+    /// `progress` or `log`.
+    pub(crate) phase: &'static str,
+    /// What it said.
+    pub(crate) detail: Value,
+}
+
+/// Where the news of running tools goes.
+pub(crate) type NewsReport = Arc<dyn Fn(ToolNews) + Send + Sync>;
 
 impl std::fmt::Debug for ToolContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -232,6 +251,7 @@ pub(crate) mod test_support {
             depth: 0,
             scope: None,
             call_id: None,
+            news: None,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! Claude Code `.mcp.json` read as Claude Code reads it, through `mew run`.
 
 use anyhow::{Context, bail, ensure};
-use mew_cards::{Message, SendMessageRequest, SendMessageResponse, TaskState};
+use mew_cards::{Message, SendMessageRequest, SendMessageResponse, StreamResponse, TaskState};
 use mew_tests::model::{ScriptedModel, Step, ToolCall};
 use mew_tests::node::{MewNode, poll_until, status_text};
 use mew_transport::{AgentTransport, Binding, CallContext};
@@ -20,7 +20,7 @@ async fn node(model: &ScriptedModel) -> anyhow::Result<MewNode> {
     let config = format!(
         "agent:\n  provider: scripted\n  model: sonnet\n\
          providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n\
-         permissions:\n  allow: [mcp__hermetic__echo]\n\
+         permissions:\n  allow: [mcp__hermetic__echo, mcp__hermetic__report]\n\
          mcp_servers:\n\
          \x20 hermetic:\n    command: {}\n    deny_tools: [crash]\n\
          \x20 broken:\n    command: mew-test-no-such-mcp-server\n    connect_timeout: 10s\n",
@@ -156,6 +156,85 @@ async fn a_tool_an_mcp_server_adds_during_a_turn_is_offered_at_the_next_model_ca
         status_text(&task)
     );
     model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_mcp_servers_progress_and_log_messages_are_the_tasks_progress_notes()
+-> anyhow::Result<()> {
+    use futures_util::StreamExt as _;
+    let dir = tempfile::tempdir()?;
+    let gate = dir.path().join("gate");
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "mcp__hermetic__report",
+            json!({"gate": gate.display().to_string()}),
+        ),
+        Step::text("Reported.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("reported"),
+    ])?;
+    let node = node(&model).await?;
+    let agent = node.agent("/agents/toolsmith", Binding::JsonRpc).await?;
+    let mut stream = agent
+        .send_streaming_message(
+            &CallContext::default(),
+            SendMessageRequest::new(Message::user_text("report")),
+        )
+        .await?;
+    // The notes of the call, as (phase, detail), while it waits at the gate.
+    let note = |event: &StreamResponse| match event {
+        StreamResponse::StatusUpdate(update) => update
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("mew"))
+            .and_then(|mew| mew.get("tool"))
+            .filter(|tool| tool["name"] == "mcp__hermetic__report" && tool["id"] == "call_1")
+            .map(|tool| (tool["phase"].clone(), tool["detail"].clone())),
+        _ => None,
+    };
+    let mut notes = Vec::new();
+    let wanted = |notes: &[(serde_json::Value, serde_json::Value)]| {
+        notes.iter().any(|(phase, detail)| {
+            phase == "progress"
+                && *detail == json!({"progress": 1.0, "total": 2.0, "message": "halfway"})
+        }) && notes.iter().any(|(phase, detail)| {
+            phase == "log" && *detail == json!({"level": "info", "message": "reporting"})
+        })
+    };
+    while !wanted(&notes) {
+        let event = tokio::time::timeout(WAIT, stream.next())
+            .await
+            .context("no event")?
+            .context("the stream ended before the server's notes")??;
+        notes.extend(note(&event));
+    }
+    std::fs::write(&gate, "")?;
+    let mut last = None;
+    while let Some(event) = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .context("the stream did not end")?
+    {
+        last = Some(event?);
+    }
+    match last {
+        Some(StreamResponse::StatusUpdate(update)) => ensure!(
+            update.status.state == TaskState::Completed,
+            "ended {:?}",
+            update.status
+        ),
+        other => bail!("the stream ended with {other:?}"),
+    }
+    model.assert_done();
+    // The node logs the server's log message as its own, under the server's name.
+    ensure!(
+        node.log()
+            .lines()
+            .any(|line| line.contains("reporting") && line.contains("hermetic")),
+        "{}",
+        node.log()
+    );
     Ok(())
 }
 

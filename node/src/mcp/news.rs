@@ -1,0 +1,271 @@
+//! What an MCP server says while a call runs: `notifications/progress` for the call's
+//! progress token, and `notifications/message` (log messages) while calls to it run. Both
+//! become news of the running calls (the task's progress notes); log messages also go to the
+//! node's own log, under the server's name.
+//!
+//! A server decides how much it says, so each call shows at most [`MAX_NOTES`] of them and
+//! each at most [`MAX_TEXT`] characters: a chatty server cannot fill a task's history.
+
+// 2026-07-28 deprecates log messages (SEP-2577); servers of 2025-11-25 and before send them.
+#![allow(deprecated)]
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use rmcp::model::{
+    LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+};
+use serde_json::{Value, json};
+
+use crate::tools::{NewsReport, ToolNews};
+
+/// The most notes one call shows; one more says the rest were left out.
+pub(super) const MAX_NOTES: u32 = 50;
+/// The most characters of a message a note carries.
+pub(super) const MAX_TEXT: usize = 2000;
+
+/// The running calls of one server that someone follows, by progress token.
+#[derive(Default)]
+pub(super) struct Followers {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    calls: HashMap<ProgressToken, Follower>,
+}
+
+struct Follower {
+    call_id: Option<String>,
+    tool: String,
+    report: NewsReport,
+    notes: u32,
+}
+
+/// Stops following its call when dropped.
+pub(super) struct Following<'a> {
+    followers: &'a Followers,
+    token: ProgressToken,
+}
+
+impl Drop for Following<'_> {
+    fn drop(&mut self) {
+        self.followers.lock().calls.remove(&self.token);
+    }
+}
+
+impl Followers {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Follows the call of `tool` (as the model names it) whose request carries `token`,
+    /// until the guard is dropped.
+    pub(super) fn follow(
+        &self,
+        token: ProgressToken,
+        call_id: Option<String>,
+        tool: &str,
+        report: NewsReport,
+    ) -> Following<'_> {
+        let mut inner = self.lock();
+        inner.calls.insert(
+            token.clone(),
+            Follower {
+                call_id,
+                tool: tool.to_owned(),
+                report,
+                notes: 0,
+            },
+        );
+        Following {
+            followers: self,
+            token,
+        }
+    }
+
+    /// The server's progress on the call of `params.progress_token`, if it is followed.
+    pub(super) fn progress(&self, params: &ProgressNotificationParam) {
+        let mut detail = json!({ "progress": params.progress });
+        if let Some(total) = params.total {
+            detail["total"] = json!(total);
+        }
+        if let Some(message) = &params.message {
+            detail["message"] = Value::String(cut(message));
+        }
+        let news = {
+            let mut inner = self.lock();
+            inner
+                .calls
+                .get_mut(&params.progress_token)
+                .and_then(|follower| follower.news("progress", detail))
+        };
+        if let Some((report, news)) = news {
+            report(news);
+        }
+    }
+
+    /// A log message of the server: the node logs it, and every followed call shows it.
+    pub(super) fn log(&self, server: &str, params: &LoggingMessageNotificationParam) {
+        let text = match &params.data {
+            Value::String(text) => cut(text),
+            other => cut(&other.to_string()),
+        };
+        let logger = params.logger.as_deref().unwrap_or("");
+        match params.level {
+            LoggingLevel::Debug => tracing::debug!(server, logger, "{text}"),
+            LoggingLevel::Info | LoggingLevel::Notice => tracing::info!(server, logger, "{text}"),
+            LoggingLevel::Warning => tracing::warn!(server, logger, "{text}"),
+            LoggingLevel::Error
+            | LoggingLevel::Critical
+            | LoggingLevel::Alert
+            | LoggingLevel::Emergency => tracing::error!(server, logger, "{text}"),
+        }
+        let level = serde_json::to_value(params.level).unwrap_or(Value::Null);
+        let mut detail = json!({ "level": level, "message": text });
+        if let Some(logger) = &params.logger {
+            detail["logger"] = Value::String(cut(logger));
+        }
+        let news: Vec<_> = {
+            let mut inner = self.lock();
+            inner
+                .calls
+                .values_mut()
+                .filter_map(|follower| follower.news("log", detail.clone()))
+                .collect()
+        };
+        for (report, news) in news {
+            report(news);
+        }
+    }
+}
+
+impl Follower {
+    /// The note to show, counted against the call's limit; the one past the limit says so.
+    fn news(&mut self, phase: &'static str, detail: Value) -> Option<(NewsReport, ToolNews)> {
+        self.notes = self.notes.saturating_add(1);
+        let detail = match self.notes {
+            n if n <= MAX_NOTES => detail,
+            n if n == MAX_NOTES + 1 => json!({
+                "message": format!(
+                    "the server said more during this call; only its first {MAX_NOTES} \
+                     messages are shown"
+                )
+            }),
+            _ => return None,
+        };
+        Some((
+            self.report.clone(),
+            ToolNews {
+                call_id: self.call_id.clone(),
+                tool: self.tool.clone(),
+                phase,
+                detail,
+            },
+        ))
+    }
+}
+
+/// At most [`MAX_TEXT`] characters of `text`, saying how many were left out.
+fn cut(text: &str) -> String {
+    let mut chars = text.chars();
+    let head: String = chars.by_ref().take(MAX_TEXT).collect();
+    match chars.count() {
+        0 => head,
+        rest => format!("{head}… ({rest} more characters)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rmcp::model::NumberOrString;
+
+    use super::*;
+
+    fn recorder() -> (NewsReport, Arc<Mutex<Vec<ToolNews>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let report: NewsReport = Arc::new(move |news| sink.lock().unwrap().push(news));
+        (report, seen)
+    }
+
+    fn token(n: i64) -> ProgressToken {
+        ProgressToken(NumberOrString::Number(n))
+    }
+
+    fn progress(token: ProgressToken, progress: f64, message: &str) -> ProgressNotificationParam {
+        let mut params = ProgressNotificationParam::new(token, progress);
+        params.total = Some(2.0);
+        params.message = Some(message.to_owned());
+        params
+    }
+
+    #[test]
+    fn progress_reaches_its_own_call_and_log_messages_every_followed_call() {
+        let followers = Followers::default();
+        let (first, first_seen) = recorder();
+        let (second, second_seen) = recorder();
+        let a = followers.follow(token(1), Some("a".into()), "mcp__s__one", first);
+        let b = followers.follow(token(2), Some("b".into()), "mcp__s__two", second);
+        followers.progress(&progress(token(1), 1.0, "half"));
+        followers.progress(&progress(token(3), 1.0, "not ours"));
+        followers.log(
+            "s",
+            &LoggingMessageNotificationParam::new(LoggingLevel::Warning, json!("disk low")),
+        );
+        let first_seen = first_seen.lock().unwrap().clone();
+        assert_eq!(
+            first_seen,
+            [
+                ToolNews {
+                    call_id: Some("a".into()),
+                    tool: "mcp__s__one".into(),
+                    phase: "progress",
+                    detail: json!({"progress": 1.0, "total": 2.0, "message": "half"}),
+                },
+                ToolNews {
+                    call_id: Some("a".into()),
+                    tool: "mcp__s__one".into(),
+                    phase: "log",
+                    detail: json!({"level": "warning", "message": "disk low"}),
+                },
+            ]
+        );
+        assert_eq!(second_seen.lock().unwrap().len(), 1);
+        drop(b);
+        drop(a);
+        // Nobody follows now: nothing is reported, nothing is kept.
+        followers.log(
+            "s",
+            &LoggingMessageNotificationParam::new(LoggingLevel::Info, json!({"n": 1})),
+        );
+        assert_eq!(second_seen.lock().unwrap().len(), 1);
+        assert!(followers.lock().calls.is_empty());
+    }
+
+    #[test]
+    fn a_chatty_server_is_cut_off_after_the_limit_with_one_note_saying_so() {
+        let followers = Followers::default();
+        let (report, seen) = recorder();
+        let _call = followers.follow(token(7), None, "mcp__s__loud", report);
+        let long = "x".repeat(MAX_TEXT + 10);
+        for n in 0..MAX_NOTES + 20 {
+            followers.progress(&progress(token(7), f64::from(n), &long));
+        }
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), MAX_NOTES as usize + 1);
+        assert_eq!(
+            seen[0].detail["message"],
+            format!("{}… (10 more characters)", "x".repeat(MAX_TEXT))
+        );
+        assert!(
+            seen[MAX_NOTES as usize].detail["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("only its first 50")),
+            "{:?}",
+            seen.last()
+        );
+    }
+}
