@@ -56,7 +56,6 @@ pub(crate) struct ChatMessage {
 
 impl ChatMessage {
     /// A user message of plain text.
-    #[cfg(test)]
     pub(crate) fn user(text: impl Into<String>) -> Self {
         Self {
             speaker: Speaker::User,
@@ -65,7 +64,6 @@ impl ChatMessage {
     }
 
     /// An assistant message of plain text.
-    #[cfg(test)]
     pub(crate) fn assistant(text: impl Into<String>) -> Self {
         Self {
             speaker: Speaker::Assistant,

@@ -24,6 +24,9 @@
 //! | `add_tool`      | adds a tool `name` and sends `notifications/tools/list_changed`      |
 //! | `report`        | log message `reporting`, progress 1/2 `halfway`; once the file `gate` |
 //! |                 | exists, progress 2/2 `done`; answers `reported`                      |
+//! | `sample`        | asks the client's model (`sampling/createMessage`) `prompt`, with     |
+//! |                 | system prompt `Answer in one word.`, 50 tokens and the model hint    |
+//! |                 | `hint` if given: `model said: TEXT (MODEL)`, or the refusal as error |
 //! | `bare`          | no description and an empty input schema                             |
 //! | `bad.name`, `has space` | names outside `^[A-Za-z0-9_-]+$`, which clients must skip    |
 //!
@@ -277,6 +280,15 @@ impl TestServer {
                     "required": ["gate"]
                 }),
             ),
+            tool(
+                "sample",
+                "Asks the client's model `prompt` and answers what it said.",
+                json!({
+                    "type": "object",
+                    "properties": {"prompt": {"type": "string"}, "hint": {"type": "string"}},
+                    "required": ["prompt"]
+                }),
+            ),
             Tool::new_with_raw("bare", None, Arc::new(JsonObject::new())),
             tool("bad.name", "A name with a dot.", no_input()),
             tool("has space", "A name with a space.", no_input()),
@@ -453,6 +465,40 @@ impl TestServer {
                     let _ = context.peer.notify_progress(params).await;
                 }
                 text("reported".to_owned())
+            }
+            // Sampling is deprecated from 2026-07-28 on; 2025-11-25 clients still answer it.
+            #[allow(deprecated)]
+            "sample" => {
+                let prompt = string_arg(&args, "prompt")?;
+                let mut params = rmcp::model::CreateMessageRequestParams::new(
+                    vec![rmcp::model::SamplingMessage::user_text(prompt)],
+                    50,
+                );
+                params.system_prompt = Some("Answer in one word.".to_owned());
+                if let Some(hint) = args.get("hint").and_then(Value::as_str) {
+                    params.model_preferences = Some(
+                        rmcp::model::ModelPreferences::new()
+                            .with_hints(vec![rmcp::model::ModelHint::new(hint)]),
+                    );
+                }
+                match context.peer.create_message(params).await {
+                    Ok(result) => {
+                        let said: String = result
+                            .message
+                            .content
+                            .into_vec()
+                            .into_iter()
+                            .filter_map(|block| match block {
+                                rmcp::model::SamplingMessageContentBlock::Text(t) => Some(t.text),
+                                _ => None,
+                            })
+                            .collect();
+                        text(format!("model said: {said} ({})", result.model))
+                    }
+                    Err(err) => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                        "sampling refused: {err}"
+                    ))])),
+                }
             }
             "bare" | "bad.name" | "has space" => text(format!("called {}", request.name)),
             name if lock(&self.shared.extra_tools).iter().any(|t| t == name) => {

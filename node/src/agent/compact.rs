@@ -517,6 +517,7 @@ mod tests {
                 scope: None,
                 call_id: None,
                 news: None,
+                sampler: None,
             },
         }
     }

@@ -865,6 +865,7 @@ pub(crate) fn turn_context(
         .into_context(),
         call_id: None,
         news: None,
+        sampler: None,
     }
 }
 

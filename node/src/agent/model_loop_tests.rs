@@ -123,6 +123,7 @@ fn agent(model: &ScriptedModel, tools: ToolRegistry, unknown_tool_limit: u32) ->
             scope: None,
             call_id: None,
             news: None,
+            sampler: None,
         },
     }
 }

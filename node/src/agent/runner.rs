@@ -471,6 +471,80 @@ async fn forward(
     }
 }
 
+/// The most model calls the MCP servers of one turn may ask for (sampling).
+const MAX_SAMPLES_PER_TURN: u64 = 10;
+
+/// The model calls a turn's MCP servers asked for, to count into the task's usage.
+#[derive(Default)]
+struct Sampled {
+    calls: u64,
+    unreported: u64,
+    usage: crate::conversation::Usage,
+}
+
+/// Answers a turn's MCP sampling requests with its provider: the first of the server's model
+/// hints that the provider's alias table knows, else the turn's `model`; at most `max_tokens`
+/// (the role's limit) and [`MAX_SAMPLES_PER_TURN`] calls; no tools.
+fn sampler(
+    provider: Arc<dyn crate::provider::Provider>,
+    model: String,
+    max_tokens: u32,
+    sampled: Arc<std::sync::Mutex<Sampled>>,
+) -> crate::tools::Sampler {
+    Arc::new(move |request: crate::tools::SampleRequest| {
+        let (provider, sampled) = (provider.clone(), sampled.clone());
+        let model = request
+            .model_hints
+            .iter()
+            .map(|hint| (hint, provider.resolve_model(hint)))
+            .find(|(hint, id)| *hint != id)
+            .map_or_else(|| model.clone(), |(_, id)| id);
+        Box::pin(async move {
+            {
+                let mut sampled = sampled
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if sampled.calls >= MAX_SAMPLES_PER_TURN {
+                    return Err(format!(
+                        "the task's MCP servers already asked its model {MAX_SAMPLES_PER_TURN} \
+                         times in this turn, the most one turn allows"
+                    ));
+                }
+                sampled.calls += 1;
+            }
+            let request = crate::conversation::ModelRequest {
+                model,
+                system: request.system.unwrap_or_default(),
+                messages: request.messages,
+                tools: Vec::new(),
+                max_tokens: request.max_tokens.clamp(1, max_tokens.max(1)),
+            };
+            let response = crate::provider::complete(provider.as_ref(), &request, &|_| {})
+                .await
+                .map_err(|error| format!("the task's model failed: {error}"))?;
+            {
+                let mut sampled = sampled
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                match response.usage {
+                    Some(usage) => sampled.usage += usage,
+                    None => sampled.unreported += 1,
+                }
+            }
+            let text = ChatMessage {
+                speaker: Speaker::Assistant,
+                content: response.content,
+            }
+            .text();
+            Ok(crate::tools::SampleAnswer {
+                text,
+                model: response.model.unwrap_or(request.model),
+                hit_max_tokens: response.stop == crate::conversation::StopReason::MaxTokens,
+            })
+        })
+    })
+}
+
 /// A role's tools: the node's built-in tools and the MCP servers' current ones, filtered by
 /// `layers` and then by a fork skill's `fork_allowed` (when it names any); `LoadSkill` stays
 /// whatever the filters say when the node has skills.
@@ -611,6 +685,15 @@ impl Executor for ModelExecutor {
                 }));
             }
         });
+        // What the task's MCP servers ask its model (sampling), counted into the task's usage
+        // when the run returns.
+        let sampled = Arc::new(std::sync::Mutex::new(Sampled::default()));
+        let sampler = sampler(
+            provider.clone(),
+            model.clone(),
+            self.agent.max_tokens,
+            sampled.clone(),
+        );
         let mut agent = Agent {
             provider,
             tools,
@@ -661,6 +744,7 @@ impl Executor for ModelExecutor {
                 }
                 .into_context(),
                 call_id: None,
+                sampler: Some(sampler),
                 news: Some(Arc::new(move |news: crate::tools::ToolNews| {
                     if let Some(queue) = news_reports.upgrade() {
                         let _ = queue.send(Report::Tool {
@@ -819,6 +903,16 @@ impl Executor for ModelExecutor {
                 &Reporter { queue, checkpoints },
             )
             .await;
+        {
+            let sampled = std::mem::take(
+                &mut *sampled
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            state.session.usage += sampled.usage;
+            state.session.model_calls += sampled.calls;
+            state.session.unreported_calls += sampled.unreported;
+        }
         // The reporter is gone: the forwarder drains what is left and ends.
         let mut last = forwarder.await.ok().flatten();
         if !matches!(outcome, Ok(Outcome::Answered(_)))

@@ -102,6 +102,9 @@ pub struct McpServerConfig {
     /// The handshake: probe with `server/discover` and fall back to `initialize` (the
     /// default), or one of them only.
     pub protocol: McpProtocol,
+    /// Whether the server may ask the task's model for a completion (MCP sampling): off
+    /// unless the entry says `sampling: true`.
+    pub sampling: bool,
     /// Where it was defined: a file, with the line when known.
     pub origin: String,
     /// `${VAR}`s it refers to that are not set (each once); they expanded to empty text.
@@ -137,6 +140,7 @@ impl Serialize for McpServerConfig {
             deny_tools: &'a [String],
             max_restarts: u32,
             protocol: McpProtocol,
+            sampling: bool,
         }
         Shown {
             transport: self.shown_transport(),
@@ -146,6 +150,7 @@ impl Serialize for McpServerConfig {
             deny_tools: &self.deny_tools,
             max_restarts: self.max_restarts,
             protocol: self.protocol,
+            sampling: self.sampling,
         }
         .serialize(serializer)
     }
@@ -161,6 +166,7 @@ impl fmt::Debug for McpServerConfig {
             .field("deny_tools", &self.deny_tools)
             .field("max_restarts", &self.max_restarts)
             .field("protocol", &self.protocol)
+            .field("sampling", &self.sampling)
             .field("origin", &self.origin)
             .field("undefined_vars", &self.undefined_vars)
             .field("warnings", &self.warnings)

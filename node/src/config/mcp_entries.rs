@@ -34,6 +34,7 @@ const KEYS: &[&str] = &[
     "deny_tools",
     "max_restarts",
     "protocol",
+    "sampling",
     "enabled",
 ];
 
@@ -461,6 +462,12 @@ fn resolve_entry(
             }
         },
     };
+    let sampling = match field("sampling") {
+        None => false,
+        Some(value) => value
+            .as_bool()
+            .ok_or_else(|| "`sampling`: expected true or false".to_owned())?,
+    };
     Ok(Some(McpServerConfig {
         transport,
         connect_timeout: timeout("connect_timeout", field("connect_timeout"))?
@@ -471,6 +478,7 @@ fn resolve_entry(
         deny_tools: tools("deny_tools", field("deny_tools"))?,
         max_restarts,
         protocol,
+        sampling,
         origin: String::new(),
         undefined_vars: expansion.undefined,
         warnings: expansion.warnings,

@@ -133,6 +133,7 @@ fn entries_resolve_with_defaults_and_every_key() {
          \x20   deny_tools: [delete_repo]\n\
          \x20   max_restarts: 0\n\
          \x20   protocol: 2025-11-25\n\
+         \x20   sampling: true\n\
          \x20   enabled: true\n\
          \x20 search:\n\
          \x20   type: http\n\
@@ -161,6 +162,7 @@ fn entries_resolve_with_defaults_and_every_key() {
             deny_tools: vec!["delete_repo".into()],
             max_restarts: 0,
             protocol: mcp::McpProtocol::Initialize,
+            sampling: true,
             origin: at(&file, 2),
             undefined_vars: vec![],
             warnings: vec![],
@@ -180,7 +182,8 @@ fn entries_resolve_with_defaults_and_every_key() {
             deny_tools: vec![],
             max_restarts: mcp::DEFAULT_MAX_RESTARTS,
             protocol: mcp::McpProtocol::Auto,
-            origin: at(&file, 15),
+            sampling: false,
+            origin: at(&file, 16),
             undefined_vars: vec![],
             warnings: vec![],
             as_written: None,
@@ -221,7 +224,7 @@ fn each_check_skips_the_entry_with_its_message() {
             "x: {command: npx, transport_mode: fast}",
             "unknown key `transport_mode` (the keys are type, command, args, env, cwd, url, \
              headers, connect_timeout, call_timeout, allow_tools, deny_tools, max_restarts, \
-             protocol, enabled)",
+             protocol, sampling, enabled)",
         ),
         (
             "x: {command: npx, protocol: 2024-11-05}",
@@ -686,7 +689,7 @@ fn an_unknown_key_is_ignored_with_a_warning_in_mcp_json_and_skips_the_entry_in_m
             "unknown key `comand` (did you mean `command`?); it is ignored",
             "unknown key `description` (the keys are type, command, args, env, cwd, url, \
              headers, connect_timeout, call_timeout, allow_tools, deny_tools, max_restarts, \
-             protocol, enabled); it is ignored",
+             protocol, sampling, enabled); it is ignored",
         ]
     );
     assert_eq!(
@@ -710,7 +713,7 @@ fn an_unknown_key_is_ignored_with_a_warning_in_mcp_json_and_skips_the_entry_in_m
             origin: at(&file, 2),
             message: "unknown key `description` (the keys are type, command, args, env, cwd, \
                       url, headers, connect_timeout, call_timeout, allow_tools, deny_tools, \
-                      max_restarts, protocol, enabled)"
+                      max_restarts, protocol, sampling, enabled)"
                 .into(),
         }]
     );

@@ -235,6 +235,7 @@ impl McpClient {
             generation,
             name: Arc::from(self.name.as_str()),
             roots: connect::project_roots(&self.ctx.project_dir),
+            sampling: self.config.sampling,
         };
         let limit = self.config.connect_timeout;
         let spoke_initialize = self.shared().spoke_initialize;
@@ -647,13 +648,9 @@ impl McpClient {
         let handle = peer
             .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
             .await?;
-        let _following = ctx.news.clone().map(|report| {
-            self.followers.follow(
-                handle.progress_token.clone(),
-                ctx.call_id.clone(),
-                name,
-                report,
-            )
+        let _following = (ctx.news.is_some() || ctx.sampler.is_some()).then(|| {
+            self.followers
+                .follow(handle.progress_token.clone(), name, ctx)
         });
         let mut abandoned = Abandoned {
             peer: peer.clone(),

@@ -12,11 +12,13 @@ use rmcp::model::{
     ClientCapabilities, ClientConfig, Implementation, ProtocolVersion, ServerNotification,
     SubscriptionFilter, Tool as ListedTool,
 };
-// Roots and log messages are deprecated from 2026-07-28 on (SEP-2577); 2025-11-25 servers
-// still ask for the one and send the other.
+// Roots, log messages and sampling are deprecated from 2026-07-28 on (SEP-2577); servers of
+// 2025-11-25 still use them.
 #[allow(deprecated)]
 use rmcp::model::{
-    ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, Root,
+    CreateMessageRequestParams, CreateMessageResult, ListRootsResult,
+    LoggingMessageNotificationParam, ProgressNotificationParam, Root, SamplingMessage,
+    SamplingMessageContentBlock,
 };
 use rmcp::service::{
     ClientInitializeError, NotificationContext, Peer, RequestContext, RoleClient, RunningService,
@@ -68,6 +70,8 @@ pub(super) struct Handler {
     /// The roots the client declares and lists: the project directory, as a `file://` URI.
     #[allow(deprecated)]
     pub(super) roots: Arc<[Root]>,
+    /// Whether the server may ask the task's model (`sampling: true` on its entry).
+    pub(super) sampling: bool,
 }
 
 /// The roots of a project: its directory, as a `file://` URI (none when the path cannot be
@@ -90,6 +94,53 @@ pub(super) fn project_roots(project: &Path) -> Arc<[Root]> {
         .collect()
 }
 
+#[allow(deprecated)] // Sampling, see the imports.
+/// A sampling request as the task's model gets it: its text messages, system prompt, token
+/// limit and model hints. Images, audio and tool use are refused: the request says so.
+fn sample_request(
+    params: CreateMessageRequestParams,
+) -> Result<crate::tools::SampleRequest, ErrorData> {
+    use crate::conversation::ChatMessage;
+    let mut messages = Vec::with_capacity(params.messages.len());
+    for message in params.messages {
+        let mut text = String::new();
+        for block in message.content.into_vec() {
+            match block {
+                SamplingMessageContentBlock::Text(block) => text.push_str(&block.text),
+                _ => {
+                    return Err(ErrorData::invalid_params(
+                        "Mew answers sampling requests with text messages only",
+                        None,
+                    ));
+                }
+            }
+        }
+        messages.push(match message.role {
+            rmcp::model::Role::User => ChatMessage::user(text),
+            rmcp::model::Role::Assistant => ChatMessage::assistant(text),
+        });
+    }
+    if messages.is_empty() {
+        return Err(ErrorData::invalid_params(
+            "a sampling request needs at least one message",
+            None,
+        ));
+    }
+    let model_hints = params
+        .model_preferences
+        .and_then(|preferences| preferences.hints)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|hint| hint.name)
+        .collect();
+    Ok(crate::tools::SampleRequest {
+        system: params.system_prompt,
+        messages,
+        max_tokens: params.max_tokens,
+        model_hints,
+    })
+}
+
 impl Handler {
     fn tool_list_changed(&self) {
         if let Some(server) = self.server.upgrade() {
@@ -103,12 +154,15 @@ impl ClientHandler for Handler {
         // Roots are declared only when there are some to list.
         // The SDK's builder is behind its server feature, and the struct is non-exhaustive:
         // the capability is read from its JSON form.
-        let capabilities = if self.roots.is_empty() {
-            ClientCapabilities::default()
-        } else {
-            serde_json::from_value(serde_json::json!({"roots": {"listChanged": false}}))
-                .unwrap_or_default()
-        };
+        let mut capabilities = serde_json::Map::new();
+        if !self.roots.is_empty() {
+            capabilities.insert("roots".into(), serde_json::json!({"listChanged": false}));
+        }
+        if self.sampling {
+            capabilities.insert("sampling".into(), serde_json::json!({}));
+        }
+        let capabilities: ClientCapabilities =
+            serde_json::from_value(serde_json::Value::Object(capabilities)).unwrap_or_default();
         ClientConfig::new(
             capabilities,
             Implementation::new("mew", env!("CARGO_PKG_VERSION")),
@@ -122,6 +176,47 @@ impl ClientHandler for Handler {
         _context: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, ErrorData> {
         Ok(ListRootsResult::new(self.roots.to_vec()))
+    }
+
+    #[allow(deprecated)] // Sampling, see the imports.
+    /// `sampling/createMessage`: answered by the model of the task whose call is running,
+    /// when the server's entry allows it; text only.
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let server = &self.name;
+        if !self.sampling {
+            return Err(ErrorData::invalid_request(
+                format!(
+                    "Mew does not let the MCP server {server} ask its model (sampling); its \
+                     entry can allow it with `sampling: true`"
+                ),
+                None,
+            ));
+        }
+        let sampler = self
+            .server
+            .upgrade()
+            .ok_or_else(|| ErrorData::internal_error("the client is shut down", None))?
+            .followers
+            .sampler()
+            .map_err(|why| ErrorData::invalid_request(format!("cannot sample: {why}"), None))?;
+        let request = sample_request(params)?;
+        let answer = sampler(request)
+            .await
+            .map_err(|why| ErrorData::internal_error(why, None))?;
+        tracing::info!(server = %server, model = %answer.model, "answered an MCP server's sampling request");
+        let stop = if answer.hit_max_tokens {
+            CreateMessageResult::STOP_REASON_END_MAX_TOKEN
+        } else {
+            CreateMessageResult::STOP_REASON_END_TURN
+        };
+        Ok(
+            CreateMessageResult::new(SamplingMessage::assistant_text(answer.text), answer.model)
+                .with_stop_reason(stop),
+        )
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {

@@ -1,7 +1,8 @@
-//! What an MCP server says while a call runs: `notifications/progress` for the call's
-//! progress token, and `notifications/message` (log messages) while calls to it run. Both
+//! What an MCP server says and asks while a call runs: `notifications/progress` for the
+//! call's progress token, and `notifications/message` (log messages) while calls to it run,
 //! become news of the running calls (the task's progress notes); log messages also go to the
-//! node's own log, under the server's name.
+//! node's own log, under the server's name. A model call the server asks for (sampling) is
+//! answered by the model of the task whose call is running.
 //!
 //! A server decides how much it says, so each call shows at most [`MAX_NOTES`] of them and
 //! each at most [`MAX_TEXT`] characters: a chatty server cannot fill a task's history.
@@ -17,7 +18,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 
-use crate::tools::{NewsReport, ToolNews};
+use crate::tools::{NewsReport, Sampler, ToolContext, ToolNews};
 
 /// The most notes one call shows; one more says the rest were left out.
 pub(super) const MAX_NOTES: u32 = 50;
@@ -38,7 +39,9 @@ struct Inner {
 struct Follower {
     call_id: Option<String>,
     tool: String,
-    report: NewsReport,
+    task: Option<mew_cards::TaskId>,
+    report: Option<NewsReport>,
+    sampler: Option<Sampler>,
     notes: u32,
 }
 
@@ -59,22 +62,23 @@ impl Followers {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Follows the call of `tool` (as the model names it) whose request carries `token`,
-    /// until the guard is dropped.
+    /// Follows the call of `tool` (as the model names it) whose request carries `token`, made
+    /// in `ctx`, until the guard is dropped.
     pub(super) fn follow(
         &self,
         token: ProgressToken,
-        call_id: Option<String>,
         tool: &str,
-        report: NewsReport,
+        ctx: &ToolContext,
     ) -> Following<'_> {
         let mut inner = self.lock();
         inner.calls.insert(
             token.clone(),
             Follower {
-                call_id,
+                call_id: ctx.call_id.clone(),
                 tool: tool.to_owned(),
-                report,
+                task: ctx.task_id.clone(),
+                report: ctx.news.clone(),
+                sampler: ctx.sampler.clone(),
                 notes: 0,
             },
         );
@@ -103,6 +107,31 @@ impl Followers {
         if let Some((report, news)) = news {
             report(news);
         }
+    }
+
+    /// Who answers the server's model call: the task whose calls to the server are running.
+    /// The server's request does not say which call it is for, so when calls of several tasks
+    /// run, or none that can sample, it is refused.
+    pub(super) fn sampler(&self) -> Result<Sampler, String> {
+        let inner = self.lock();
+        let mut running = inner.calls.values();
+        let Some(first) = running.next() else {
+            return Err("no call of a task is running on this server".to_owned());
+        };
+        if first.task.is_none() {
+            return Err("the call running on this server is not a task's".to_owned());
+        }
+        if running.any(|other| other.task != first.task) {
+            return Err(
+                "calls of several tasks are running on this server, and the request does not \
+                 say which one it is for"
+                    .to_owned(),
+            );
+        }
+        first
+            .sampler
+            .clone()
+            .ok_or_else(|| "the running call's task has no model to ask".to_owned())
     }
 
     /// A log message of the server: the node logs it, and every followed call shows it.
@@ -143,6 +172,7 @@ impl Followers {
 impl Follower {
     /// The note to show, counted against the call's limit; the one past the limit says so.
     fn news(&mut self, phase: &'static str, detail: Value) -> Option<(NewsReport, ToolNews)> {
+        let report = self.report.clone()?;
         self.notes = self.notes.saturating_add(1);
         let detail = match self.notes {
             n if n <= MAX_NOTES => detail,
@@ -155,7 +185,7 @@ impl Follower {
             _ => return None,
         };
         Some((
-            self.report.clone(),
+            report,
             ToolNews {
                 call_id: self.call_id.clone(),
                 tool: self.tool.clone(),
@@ -184,11 +214,14 @@ mod tests {
 
     use super::*;
 
-    fn recorder() -> (NewsReport, Arc<Mutex<Vec<ToolNews>>>) {
+    /// A call's context whose news is recorded.
+    fn recorder(call_id: Option<&str>) -> (ToolContext, Arc<Mutex<Vec<ToolNews>>>) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
-        let report: NewsReport = Arc::new(move |news| sink.lock().unwrap().push(news));
-        (report, seen)
+        let mut ctx = crate::tools::test_support::context(std::path::Path::new("/"));
+        ctx.call_id = call_id.map(str::to_owned);
+        ctx.news = Some(Arc::new(move |news| sink.lock().unwrap().push(news)));
+        (ctx, seen)
     }
 
     fn token(n: i64) -> ProgressToken {
@@ -205,10 +238,10 @@ mod tests {
     #[test]
     fn progress_reaches_its_own_call_and_log_messages_every_followed_call() {
         let followers = Followers::default();
-        let (first, first_seen) = recorder();
-        let (second, second_seen) = recorder();
-        let a = followers.follow(token(1), Some("a".into()), "mcp__s__one", first);
-        let b = followers.follow(token(2), Some("b".into()), "mcp__s__two", second);
+        let (first, first_seen) = recorder(Some("a"));
+        let (second, second_seen) = recorder(Some("b"));
+        let a = followers.follow(token(1), "mcp__s__one", &first);
+        let b = followers.follow(token(2), "mcp__s__two", &second);
         followers.progress(&progress(token(1), 1.0, "half"));
         followers.progress(&progress(token(3), 1.0, "not ours"));
         followers.log(
@@ -248,8 +281,8 @@ mod tests {
     #[test]
     fn a_chatty_server_is_cut_off_after_the_limit_with_one_note_saying_so() {
         let followers = Followers::default();
-        let (report, seen) = recorder();
-        let _call = followers.follow(token(7), None, "mcp__s__loud", report);
+        let (ctx, seen) = recorder(None);
+        let _call = followers.follow(token(7), "mcp__s__loud", &ctx);
         let long = "x".repeat(MAX_TEXT + 10);
         for n in 0..MAX_NOTES + 20 {
             followers.progress(&progress(token(7), f64::from(n), &long));
@@ -267,5 +300,47 @@ mod tests {
             "{:?}",
             seen.last()
         );
+    }
+
+    #[tokio::test]
+    async fn a_model_call_goes_to_the_one_task_whose_calls_run_and_is_refused_otherwise() {
+        let followers = Followers::default();
+        let sampler = |answer: &'static str| -> Sampler {
+            Arc::new(move |_| {
+                Box::pin(async move {
+                    Ok(crate::tools::SampleAnswer {
+                        text: answer.to_owned(),
+                        model: "m".to_owned(),
+                        hit_max_tokens: false,
+                    })
+                })
+            })
+        };
+        let call = |task: Option<&str>, answer: &'static str| {
+            let (mut ctx, _) = recorder(None);
+            ctx.task_id = task.map(|t| mew_cards::TaskId::from(t.to_owned()));
+            ctx.sampler = Some(sampler(answer));
+            ctx
+        };
+        let refused = |followers: &Followers| followers.sampler().err().unwrap_or_default();
+        assert!(refused(&followers).contains("no call"));
+        let first = call(Some("t1"), "one");
+        let a = followers.follow(token(1), "mcp__s__a", &first);
+        let b = followers.follow(token(2), "mcp__s__b", &call(Some("t1"), "one"));
+        assert!(followers.sampler().is_ok());
+        let c = followers.follow(token(3), "mcp__s__c", &call(Some("t2"), "two"));
+        assert!(refused(&followers).contains("several tasks"));
+        drop((a, b));
+        let answer = (followers.sampler().unwrap())(crate::tools::SampleRequest {
+            system: None,
+            messages: Vec::new(),
+            max_tokens: 10,
+            model_hints: Vec::new(),
+        })
+        .await;
+        assert_eq!(answer.map(|a| a.text), Ok("two".to_owned()));
+        drop(c);
+        let _outside = followers.follow(token(4), "mcp__s__d", &call(None, "none"));
+        assert!(refused(&followers).contains("not a task's"));
     }
 }

@@ -38,6 +38,7 @@ fn expected_tools(server: &str) -> Vec<String> {
         "report",
         "resource",
         "roots",
+        "sample",
         "slow",
         "slow_calls",
         "spawn_child",
@@ -65,6 +66,7 @@ fn config(transport: McpTransport) -> McpServerConfig {
         deny_tools: Vec::new(),
         max_restarts: 5,
         protocol: Default::default(),
+        sampling: false,
         origin: "test".to_owned(),
         undefined_vars: Vec::new(),
         warnings: Vec::new(),
@@ -1145,5 +1147,71 @@ async fn a_servers_progress_and_log_messages_reach_the_call_while_it_runs() {
             "{name}: {seen:?}"
         );
     }
+    manager.shutdown(PATIENCE).await;
+}
+
+#[tokio::test]
+async fn a_server_allowed_to_sample_asks_the_calling_tasks_model_and_others_are_refused() {
+    let project = Project::new();
+    let legacy = http_server(Protocol::Legacy).await;
+    let allowed = |mut config: McpServerConfig| {
+        config.sampling = true;
+        config
+    };
+    let manager = project
+        .start(vec![
+            ("stdio_legacy", allowed(stdio("legacy"))),
+            ("http_legacy", allowed(http(legacy.url()))),
+            ("refused", stdio("legacy")),
+        ])
+        .await;
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let mut ctx = project.tool_context();
+    ctx.task_id = Some(mew_cards::TaskId::from("task-1"));
+    ctx.sampler = Some({
+        let asked = asked.clone();
+        Arc::new(move |request: crate::tools::SampleRequest| {
+            asked.lock().unwrap().push(request.clone());
+            Box::pin(async move {
+                Ok(crate::tools::SampleAnswer {
+                    text: format!("{} words", request.messages.len()),
+                    model: "task-model".to_owned(),
+                    hit_max_tokens: false,
+                })
+            })
+        })
+    });
+    // 2026-07-28 removes server-to-client requests (sampling goes through the input-required
+    // result, which Mew does not answer yet): the servers speak 2025-11-25.
+    for name in ["stdio_legacy", "http_legacy"] {
+        let output = find(&manager, &format!("mcp__{name}__sample"))
+            .call(json!({"prompt": "name a cat", "hint": "haiku"}), &ctx)
+            .await;
+        assert!(!output.is_error, "{name}: {output:?}");
+        assert_eq!(
+            output.text_content(),
+            "model said: 1 words (task-model)",
+            "{name}"
+        );
+    }
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 2);
+    assert_eq!(
+        asked[0],
+        crate::tools::SampleRequest {
+            system: Some("Answer in one word.".to_owned()),
+            messages: vec![crate::conversation::ChatMessage::user("name a cat")],
+            max_tokens: 50,
+            model_hints: vec!["haiku".to_owned()],
+        }
+    );
+    // Without `sampling: true` the server hears why.
+    let output = find(&manager, "mcp__refused__sample")
+        .call(json!({"prompt": "name a cat"}), &ctx)
+        .await;
+    assert!(
+        output.is_error && output.text_content().contains("sampling: true"),
+        "{output:?}"
+    );
     manager.shutdown(PATIENCE).await;
 }

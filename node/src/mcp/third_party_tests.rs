@@ -175,6 +175,7 @@ fn server_config(transport: McpTransport, call_timeout: Duration) -> McpServerCo
         deny_tools: Vec::new(),
         max_restarts: 5,
         protocol: Default::default(),
+        sampling: false,
         origin: "third_party_tests".to_owned(),
         undefined_vars: Vec::new(),
         warnings: Vec::new(),

@@ -79,7 +79,41 @@ pub(crate) struct ToolContext {
     pub(crate) call_id: Option<String>,
     /// Where a tool's news goes while it runs (`None` where nobody follows the calls).
     pub(crate) news: Option<NewsReport>,
+    /// Answers the model calls a tool's server asks for (MCP sampling) with the task's own
+    /// model (`None` outside a model-driven task).
+    pub(crate) sampler: Option<Sampler>,
 }
+
+/// A model call a tool's server asks for on the task's behalf (MCP `sampling/createMessage`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct SampleRequest {
+    /// The server's system prompt, if any.
+    pub(crate) system: Option<String>,
+    /// The conversation, oldest first, as text.
+    pub(crate) messages: Vec<crate::conversation::ChatMessage>,
+    /// The most tokens the server wants.
+    pub(crate) max_tokens: u32,
+    /// The server's model hints, most preferred first.
+    pub(crate) model_hints: Vec<String>,
+}
+
+/// The task's model's answer to a [`SampleRequest`].
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct SampleAnswer {
+    /// The answer's text.
+    pub(crate) text: String,
+    /// The model that answered.
+    pub(crate) model: String,
+    /// Whether it stopped at the token limit.
+    pub(crate) hit_max_tokens: bool,
+}
+
+/// Answers [`SampleRequest`]s; the error says why a request was refused or failed.
+pub(crate) type Sampler = Arc<
+    dyn Fn(SampleRequest) -> futures_util::future::BoxFuture<'static, Result<SampleAnswer, String>>
+        + Send
+        + Sync,
+>;
 
 /// Something a tool says while it runs, before its result: an MCP server's progress or log
 /// message. The task shows it as a progress note of the call.
@@ -252,6 +286,7 @@ pub(crate) mod test_support {
             scope: None,
             call_id: None,
             news: None,
+            sampler: None,
         }
     }
 }

@@ -239,6 +239,85 @@ async fn an_mcp_servers_progress_and_log_messages_are_the_tasks_progress_notes()
 }
 
 #[tokio::test]
+async fn a_servers_sampling_request_is_answered_by_the_tasks_model_and_counted_in_its_usage()
+-> anyhow::Result<()> {
+    use mew_tests::model::Usage;
+    // The server asks the task's model; its hint `haiku` goes through the provider's aliases.
+    let model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "mcp__hermetic__sample",
+            json!({"prompt": "name a cat", "hint": "haiku"}),
+        )
+        .with_usage(Usage::new(100, 10)),
+        Step::text("Tom")
+            .expect_system("Answer in one word.")
+            .expect_last_user("name a cat")
+            .expect_model("gpt-4o-mini")
+            .expect_tools_exclude(["mcp__hermetic__sample"])
+            .with_usage(Usage::new(7, 1)),
+        Step::text("The server's question was answered.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("model said: Tom (gpt-4o-mini)")
+            .with_usage(Usage::new(120, 5)),
+    ])?;
+    let config = format!(
+        "agent:\n  provider: scripted\n  model: sonnet\n\
+         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n\
+         permissions:\n  allow: [mcp__hermetic__sample]\n\
+         mcp_servers:\n  hermetic:\n    command: {}\n    protocol: 2025-11-25\n    sampling: true\n",
+        model.base_url(),
+        mew_tests::mcp::server_bin()?.display()
+    );
+    let mut node = MewNode::new()?;
+    node.write_config(&config)?;
+    node.write_role(
+        "toolsmith.md",
+        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__hermetic]\n---\nUse the tools.\n",
+    )?;
+    node.launch().await?;
+    let agent = node.agent("/agents/toolsmith", Binding::JsonRpc).await?;
+    let task = match agent
+        .send_message(
+            &CallContext::default(),
+            SendMessageRequest::new(Message::user_text("ask the server")),
+        )
+        .await?
+    {
+        SendMessageResponse::Task(task) => task,
+        other => bail!("expected a task, got {other:?}"),
+    };
+    ensure!(
+        task.status.state == TaskState::Completed,
+        "{:?}: {}",
+        task.status.state,
+        status_text(&task)
+    );
+    model.assert_done();
+    let task = agent
+        .get_task(
+            &CallContext::default(),
+            mew_cards::GetTaskRequest {
+                id: task.id.clone(),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let usage = task
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("mew"))
+        .and_then(|mew| mew.get("usage"))
+        .cloned()
+        .context("no usage on the task")?;
+    ensure!(
+        usage["inputTokens"] == 227 && usage["outputTokens"] == 16 && usage["modelCalls"] == 3,
+        "the sampling call is not in the task's usage: {usage}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn mew_mcp_list_reports_the_broken_server_and_the_good_one_works() -> anyhow::Result<()> {
     let model = ScriptedModel::start(Vec::new())?;
     let node = node(&model).await?;
