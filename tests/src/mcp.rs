@@ -468,38 +468,12 @@ impl TestServer {
             }
             // Sampling is deprecated from 2026-07-28 on; 2025-11-25 clients still answer it.
             #[allow(deprecated)]
-            "sample" => {
-                let prompt = string_arg(&args, "prompt")?;
-                let mut params = rmcp::model::CreateMessageRequestParams::new(
-                    vec![rmcp::model::SamplingMessage::user_text(prompt)],
-                    50,
-                );
-                params.system_prompt = Some("Answer in one word.".to_owned());
-                if let Some(hint) = args.get("hint").and_then(Value::as_str) {
-                    params.model_preferences = Some(
-                        rmcp::model::ModelPreferences::new()
-                            .with_hints(vec![rmcp::model::ModelHint::new(hint)]),
-                    );
-                }
-                match context.peer.create_message(params).await {
-                    Ok(result) => {
-                        let said: String = result
-                            .message
-                            .content
-                            .into_vec()
-                            .into_iter()
-                            .filter_map(|block| match block {
-                                rmcp::model::SamplingMessageContentBlock::Text(t) => Some(t.text),
-                                _ => None,
-                            })
-                            .collect();
-                        text(format!("model said: {said} ({})", result.model))
-                    }
-                    Err(err) => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
-                        "sampling refused: {err}"
-                    ))])),
-                }
-            }
+            "sample" => match context.peer.create_message(sample_params(&args)?).await {
+                Ok(result) => text(said(result)),
+                Err(err) => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "sampling refused: {err}"
+                ))])),
+            },
             "bare" | "bad.name" | "has space" => text(format!("called {}", request.name)),
             name if lock(&self.shared.extra_tools).iter().any(|t| t == name) => {
                 text(format!("extra tool {name}"))
@@ -592,6 +566,15 @@ impl ServerHandler for TestServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // On 2026-07-28 a server asks through the call's result (input required), and reads
+        // the answer in the call that the client makes again.
+        if request.name == "sample"
+            && context
+                .protocol_version()
+                .is_some_and(|version| !version.has_initialize())
+        {
+            return sample_round(&request);
+        }
         self.call(request, context).await.map(Into::into)
     }
 
@@ -805,4 +788,82 @@ pub fn server_bin() -> anyhow::Result<PathBuf> {
         bin.display()
     );
     Ok(bin)
+}
+
+/// The `sample` tool's request: `prompt`, a system prompt, 50 tokens and the `hint`.
+// Sampling is deprecated from 2026-07-28 on (as a request to the client).
+#[allow(deprecated)]
+fn sample_params(args: &JsonObject) -> Result<rmcp::model::CreateMessageRequestParams, ErrorData> {
+    let prompt = string_arg(args, "prompt")?;
+    let mut params = rmcp::model::CreateMessageRequestParams::new(
+        vec![rmcp::model::SamplingMessage::user_text(prompt)],
+        50,
+    );
+    params.system_prompt = Some("Answer in one word.".to_owned());
+    if let Some(hint) = args.get("hint").and_then(Value::as_str) {
+        params.model_preferences = Some(
+            rmcp::model::ModelPreferences::new()
+                .with_hints(vec![rmcp::model::ModelHint::new(hint)]),
+        );
+    }
+    Ok(params)
+}
+
+/// What the `sample` tool answers: the model's text and the model.
+#[allow(deprecated)]
+fn said(result: rmcp::model::CreateMessageResult) -> String {
+    let text: String = result
+        .message
+        .content
+        .into_vec()
+        .into_iter()
+        .filter_map(|block| match block {
+            rmcp::model::SamplingMessageContentBlock::Text(t) => Some(t.text),
+            _ => None,
+        })
+        .collect();
+    format!("model said: {text} ({})", result.model)
+}
+
+/// One round of `sample` on 2026-07-28: the sampling request as an input-required result, then
+/// the answer from the call's `inputResponses`.
+#[allow(deprecated)]
+fn sample_round(request: &CallToolRequestParams) -> Result<CallToolResponse, ErrorData> {
+    let args = request.arguments.clone().unwrap_or_default();
+    if let Some(answer) = request
+        .input_responses
+        .as_ref()
+        .and_then(|answers| answers.get("sample"))
+    {
+        ensure_state(request.request_state.as_deref())?;
+        let result: rmcp::model::CreateMessageResult = serde_json::from_value(answer.clone())
+            .map_err(|e| ErrorData::invalid_params(format!("not a sampling result: {e}"), None))?;
+        return Ok(CallToolResponse::Complete(CallToolResult::success(vec![
+            ContentBlock::text(said(result)),
+        ])));
+    }
+    let mut requests = rmcp::model::InputRequests::new();
+    requests.insert(
+        "sample".to_owned(),
+        rmcp::model::InputRequest::CreateMessage(rmcp::model::CreateMessageRequest::new(
+            sample_params(&args)?,
+        )),
+    );
+    Ok(CallToolResponse::InputRequired(
+        rmcp::model::InputRequiredResult::new(Some(requests), Some(SAMPLE_STATE.to_owned())),
+    ))
+}
+
+/// The request state `sample` hands out, which the client must echo.
+const SAMPLE_STATE: &str = "sample-round-1";
+
+fn ensure_state(state: Option<&str>) -> Result<(), ErrorData> {
+    if state == Some(SAMPLE_STATE) {
+        Ok(())
+    } else {
+        Err(ErrorData::invalid_params(
+            format!("requestState must be echoed as {SAMPLE_STATE:?}, got {state:?}"),
+            None,
+        ))
+    }
 }

@@ -106,6 +106,9 @@ impl Drop for Abandoned {
     }
 }
 
+/// The most rounds of input a server may ask for in one call.
+const MAX_INPUT_ROUNDS: u32 = 8;
+
 /// What became of a call.
 enum Outcome {
     Answer(Result<CallToolResponse, ServiceError>),
@@ -377,12 +380,45 @@ impl McpClient {
         // Dropping the call before its answer (below, on cancellation or timeout) sends the
         // server `notifications/cancelled` for the request.
         let started = std::time::Instant::now();
-        let outcome = tokio::select! {
-            biased;
-            answer = self.call_tool(connection.peer(), params, name, ctx) => Outcome::Answer(answer),
-            () = ctx.cancel.cancelled() => Outcome::Cancelled,
-            () = tokio::time::sleep(timeout) => Outcome::TimedOut,
-            () = self.stopping.cancelled() => Outcome::Stopped,
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut rounds = 0;
+        let outcome = loop {
+            let outcome = tokio::select! {
+                biased;
+                answer = self.call_tool(connection.peer(), params.clone(), name, ctx) => Outcome::Answer(answer),
+                () = ctx.cancel.cancelled() => Outcome::Cancelled,
+                () = tokio::time::sleep_until(deadline) => Outcome::TimedOut,
+                () = self.stopping.cancelled() => Outcome::Stopped,
+            };
+            // A 2026-07-28 server asks what it needs in the call's result; the call is made
+            // again with the answers, for at most MAX_INPUT_ROUNDS rounds.
+            let Outcome::Answer(Ok(CallToolResponse::InputRequired(required))) = &outcome else {
+                break outcome;
+            };
+            if rounds == MAX_INPUT_ROUNDS {
+                break outcome;
+            }
+            rounds += 1;
+            let answers = tokio::select! {
+                biased;
+                answers = self.answer_inputs(required, ctx) => answers,
+                () = ctx.cancel.cancelled() => break Outcome::Cancelled,
+                () = tokio::time::sleep_until(deadline) => break Outcome::TimedOut,
+                () = self.stopping.cancelled() => break Outcome::Stopped,
+            };
+            match answers {
+                Ok(answers) => {
+                    params.input_responses = Some(answers);
+                    params.request_state = required.request_state.clone();
+                }
+                Err(why) => {
+                    self.answered(&connection);
+                    return ToolOutput::error(format!(
+                        "{name} failed: the MCP server {} asked for {why}",
+                        self.name
+                    ));
+                }
+            }
         };
         let label = match &outcome {
             Outcome::Answer(Ok(CallToolResponse::Complete(result))) => {
@@ -409,8 +445,8 @@ impl McpClient {
             Outcome::Answer(Ok(CallToolResponse::InputRequired(_))) => {
                 self.answered(&connection);
                 ToolOutput::error(format!(
-                    "{name} failed: the MCP server {server} asked for more input during the \
-                     call, which Mew does not provide"
+                    "{name} failed: the MCP server {server} still asked for input after \
+                     {MAX_INPUT_ROUNDS} rounds"
                 ))
             }
             Outcome::Answer(Ok(CallToolResponse::Task(_))) => {
@@ -674,6 +710,54 @@ impl McpClient {
             )),
             _ => Err(ServiceError::UnexpectedResponse),
         }
+    }
+
+    /// The answers to what a server asks in an input-required result: sampling through the
+    /// task's model (when the entry allows it), the roots, and a decline for elicitation
+    /// (which Mew does not put to the user yet). The error says what could not be answered.
+    #[allow(deprecated)] // Sampling and roots, as servers of 2025-11-25 know them.
+    async fn answer_inputs(
+        &self,
+        required: &rmcp::model::InputRequiredResult,
+        ctx: &ToolContext,
+    ) -> Result<rmcp::model::InputResponses, String> {
+        use rmcp::model::InputRequest;
+        let mut answers = rmcp::model::InputResponses::new();
+        for (key, request) in required.input_requests.iter().flatten() {
+            let answer = match request {
+                InputRequest::CreateMessage(request) => {
+                    if !self.config.sampling {
+                        return Err(
+                            "the task's model (sampling), which its entry does not allow (set \
+                             `sampling: true`)"
+                                .to_owned(),
+                        );
+                    }
+                    let sampler = ctx
+                        .sampler
+                        .clone()
+                        .ok_or("the model of a task (sampling), and this call is not a task's")?;
+                    let request = connect::sample_request(request.params.clone())
+                        .map_err(|e| format!("a model call Mew cannot make: {}", e.message))?;
+                    let answer = sampler(request)
+                        .await
+                        .map_err(|why| format!("the task's model, which failed: {why}"))?;
+                    serde_json::to_value(connect::sample_result(answer))
+                }
+                InputRequest::ListRoots(_) => {
+                    serde_json::to_value(rmcp::model::ListRootsResult::new(
+                        connect::project_roots(&self.ctx.project_dir).to_vec(),
+                    ))
+                }
+                InputRequest::Elicitation(_) => Ok(serde_json::json!({"action": "decline"})),
+                _ => return Err(format!("something Mew does not know ({key})")),
+            };
+            answers.insert(
+                key.clone(),
+                answer.map_err(|e| format!("an answer Mew cannot encode: {e}"))?,
+            );
+        }
+        Ok(answers)
     }
 
     fn stopped(&self) -> String {

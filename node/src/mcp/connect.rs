@@ -97,7 +97,7 @@ pub(super) fn project_roots(project: &Path) -> Arc<[Root]> {
 #[allow(deprecated)] // Sampling, see the imports.
 /// A sampling request as the task's model gets it: its text messages, system prompt, token
 /// limit and model hints. Images, audio and tool use are refused: the request says so.
-fn sample_request(
+pub(super) fn sample_request(
     params: CreateMessageRequestParams,
 ) -> Result<crate::tools::SampleRequest, ErrorData> {
     use crate::conversation::ChatMessage;
@@ -139,6 +139,18 @@ fn sample_request(
         max_tokens: params.max_tokens,
         model_hints,
     })
+}
+
+/// The task's model's answer as a sampling result.
+#[allow(deprecated)] // Sampling, see the imports.
+pub(super) fn sample_result(answer: crate::tools::SampleAnswer) -> CreateMessageResult {
+    let stop = if answer.hit_max_tokens {
+        CreateMessageResult::STOP_REASON_END_MAX_TOKEN
+    } else {
+        CreateMessageResult::STOP_REASON_END_TURN
+    };
+    CreateMessageResult::new(SamplingMessage::assistant_text(answer.text), answer.model)
+        .with_stop_reason(stop)
 }
 
 impl Handler {
@@ -208,15 +220,7 @@ impl ClientHandler for Handler {
             .await
             .map_err(|why| ErrorData::internal_error(why, None))?;
         tracing::info!(server = %server, model = %answer.model, "answered an MCP server's sampling request");
-        let stop = if answer.hit_max_tokens {
-            CreateMessageResult::STOP_REASON_END_MAX_TOKEN
-        } else {
-            CreateMessageResult::STOP_REASON_END_TURN
-        };
-        Ok(
-            CreateMessageResult::new(SamplingMessage::assistant_text(answer.text), answer.model)
-                .with_stop_reason(stop),
-        )
+        Ok(sample_result(answer))
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {

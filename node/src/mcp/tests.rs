@@ -1154,6 +1154,7 @@ async fn a_servers_progress_and_log_messages_reach_the_call_while_it_runs() {
 async fn a_server_allowed_to_sample_asks_the_calling_tasks_model_and_others_are_refused() {
     let project = Project::new();
     let legacy = http_server(Protocol::Legacy).await;
+    let modern = http_server(Protocol::Modern).await;
     let allowed = |mut config: McpServerConfig| {
         config.sampling = true;
         config
@@ -1162,7 +1163,10 @@ async fn a_server_allowed_to_sample_asks_the_calling_tasks_model_and_others_are_
         .start(vec![
             ("stdio_legacy", allowed(stdio("legacy"))),
             ("http_legacy", allowed(http(legacy.url()))),
+            ("stdio_modern", allowed(stdio("modern"))),
+            ("http_modern", allowed(http(modern.url()))),
             ("refused", stdio("legacy")),
+            ("refused_modern", stdio("modern")),
         ])
         .await;
     let asked = Arc::new(Mutex::new(Vec::new()));
@@ -1181,9 +1185,9 @@ async fn a_server_allowed_to_sample_asks_the_calling_tasks_model_and_others_are_
             })
         })
     });
-    // 2026-07-28 removes server-to-client requests (sampling goes through the input-required
-    // result, which Mew does not answer yet): the servers speak 2025-11-25.
-    for name in ["stdio_legacy", "http_legacy"] {
+    // 2025-11-25 servers send a request; 2026-07-28 ones ask in the call's input-required
+    // result and read the answer in the call made again.
+    for name in ["stdio_legacy", "http_legacy", "stdio_modern", "http_modern"] {
         let output = find(&manager, &format!("mcp__{name}__sample"))
             .call(json!({"prompt": "name a cat", "hint": "haiku"}), &ctx)
             .await;
@@ -1195,7 +1199,11 @@ async fn a_server_allowed_to_sample_asks_the_calling_tasks_model_and_others_are_
         );
     }
     let asked = asked.lock().unwrap().clone();
-    assert_eq!(asked.len(), 2);
+    assert_eq!(asked.len(), 4);
+    assert!(
+        asked.iter().all(|request| *request == asked[0]),
+        "{asked:?}"
+    );
     assert_eq!(
         asked[0],
         crate::tools::SampleRequest {
@@ -1205,13 +1213,15 @@ async fn a_server_allowed_to_sample_asks_the_calling_tasks_model_and_others_are_
             model_hints: vec!["haiku".to_owned()],
         }
     );
-    // Without `sampling: true` the server hears why.
-    let output = find(&manager, "mcp__refused__sample")
-        .call(json!({"prompt": "name a cat"}), &ctx)
-        .await;
-    assert!(
-        output.is_error && output.text_content().contains("sampling: true"),
-        "{output:?}"
-    );
+    // Without `sampling: true` the server hears why, or the call fails saying so.
+    for name in ["refused", "refused_modern"] {
+        let output = find(&manager, &format!("mcp__{name}__sample"))
+            .call(json!({"prompt": "name a cat"}), &ctx)
+            .await;
+        assert!(
+            output.is_error && output.text_content().contains("sampling: true"),
+            "{name}: {output:?}"
+        );
+    }
     manager.shutdown(PATIENCE).await;
 }

@@ -265,7 +265,7 @@ async fn a_servers_sampling_request_is_answered_by_the_tasks_model_and_counted_i
         "agent:\n  provider: scripted\n  model: sonnet\n\
          providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n\
          permissions:\n  allow: [mcp__hermetic__sample]\n\
-         mcp_servers:\n  hermetic:\n    command: {}\n    protocol: 2025-11-25\n    sampling: true\n",
+         mcp_servers:\n  hermetic:\n    command: {}\n    sampling: true\n",
         model.base_url(),
         mew_tests::mcp::server_bin()?.display()
     );
