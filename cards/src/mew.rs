@@ -100,6 +100,12 @@ pub struct MewMetadata {
 /// The `ask` of a question only the user may answer: a permission.
 pub const ASK_PERMISSION: &str = "permission";
 
+/// The `ask` of a question an MCP server puts to the user during a tool call (elicitation):
+/// the status message carries a data part with the server's `message` and `requestedSchema`
+/// (or `url`); the reply is a JSON object of the fields (as text or a data part), the value
+/// alone when one field is asked for, `decline` or `cancel`. Only the user may answer it.
+pub const ASK_ELICITATION: &str = "elicitation";
+
 /// The fields of [`MewMetadata`] that only the node writes, never taken from a caller: forged
 /// links would send a task's agent to agents of the caller's choosing.
 pub const NODE_OWNED_FIELDS: &[&str] = &["role", "traceparent", "children", "usage", "todos"];

@@ -24,6 +24,8 @@
 //! | `add_tool`      | adds a tool `name` and sends `notifications/tools/list_changed`      |
 //! | `report`        | log message `reporting`, progress 1/2 `halfway`; once the file `gate` |
 //! |                 | exists, progress 2/2 `done`; answers `reported`                      |
+//! | `ask`           | on 2026-07-28, asks the user `What is your name?` (`name`, a string) in |
+//! |                 | an input-required result: `hello NAME`, `you declined`, `you cancelled` |
 //! | `sample`        | asks the client's model (`sampling/createMessage`) `prompt`, with     |
 //! |                 | system prompt `Answer in one word.`, 50 tokens and the model hint    |
 //! |                 | `hint` if given: `model said: TEXT (MODEL)`, or the refusal as error |
@@ -279,6 +281,11 @@ impl TestServer {
                     "properties": {"gate": {"type": "string"}},
                     "required": ["gate"]
                 }),
+            ),
+            tool(
+                "ask",
+                "Asks the user's name (2026-07-28 only) and greets them.",
+                no_input(),
             ),
             tool(
                 "sample",
@@ -568,12 +575,19 @@ impl ServerHandler for TestServer {
     ) -> Result<CallToolResponse, ErrorData> {
         // On 2026-07-28 a server asks through the call's result (input required), and reads
         // the answer in the call that the client makes again.
-        if request.name == "sample"
-            && context
-                .protocol_version()
-                .is_some_and(|version| !version.has_initialize())
-        {
+        let modern = context
+            .protocol_version()
+            .is_some_and(|version| !version.has_initialize());
+        if request.name == "sample" && modern {
             return sample_round(&request);
+        }
+        if request.name == "ask" {
+            if !modern {
+                return Ok(CallToolResponse::Complete(CallToolResult::error(vec![
+                    ContentBlock::text("ask asks on 2026-07-28 only"),
+                ])));
+            }
+            return ask_round(&request);
         }
         self.call(request, context).await.map(Into::into)
     }
@@ -866,4 +880,58 @@ fn ensure_state(state: Option<&str>) -> Result<(), ErrorData> {
             None,
         ))
     }
+}
+
+/// The request state `ask` hands out.
+const ASK_STATE: &str = "ask-round-1";
+
+/// One round of `ask`: the question as an input-required result, then the greeting from the
+/// answer in the call's `inputResponses`.
+fn ask_round(request: &CallToolRequestParams) -> Result<CallToolResponse, ErrorData> {
+    let answer = request
+        .input_responses
+        .as_ref()
+        .and_then(|answers| answers.get("name"));
+    let Some(answer) = answer else {
+        let params: rmcp::model::ElicitRequestParams = serde_json::from_value(json!({
+            "message": "What is your name?",
+            "requestedSchema": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "description": "Your name"}},
+                "required": ["name"]
+            }
+        }))
+        .map_err(|e| ErrorData::internal_error(format!("elicitation params: {e}"), None))?;
+        let mut requests = rmcp::model::InputRequests::new();
+        requests.insert(
+            "name".to_owned(),
+            rmcp::model::InputRequest::Elicitation(rmcp::model::ElicitRequest::new(params)),
+        );
+        return Ok(CallToolResponse::InputRequired(
+            rmcp::model::InputRequiredResult::new(Some(requests), Some(ASK_STATE.to_owned())),
+        ));
+    };
+    if request.request_state.as_deref() != Some(ASK_STATE) {
+        return Err(ErrorData::invalid_params(
+            format!("requestState must be echoed as {ASK_STATE:?}"),
+            None,
+        ));
+    }
+    let said = match answer["action"].as_str() {
+        Some("accept") => match answer["content"]["name"].as_str() {
+            Some(name) => format!("hello {name}"),
+            None => return Err(ErrorData::invalid_params("accepted without a name", None)),
+        },
+        Some("decline") => "you declined".to_owned(),
+        Some("cancel") => "you cancelled".to_owned(),
+        _ => {
+            return Err(ErrorData::invalid_params(
+                format!("not an answer: {answer}"),
+                None,
+            ));
+        }
+    };
+    Ok(CallToolResponse::Complete(CallToolResult::success(vec![
+        ContentBlock::text(said),
+    ])))
 }

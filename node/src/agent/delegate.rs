@@ -180,18 +180,39 @@ pub(crate) fn result_text(task: &Task) -> String {
         .collect()
 }
 
-/// Whether the task waits for a permission decision only a user may make.
+/// Whether the task waits for a decision only a user may make: a permission, or an MCP
+/// server's question (elicitation).
 fn asks_permission(task: &Task) -> bool {
     task.status.state == TaskState::InputRequired
         && task.status.message.as_ref().is_some_and(|m| {
-            MewMetadata::read(m.metadata.as_ref()).ask.as_deref() == Some(mew::ASK_PERMISSION)
+            matches!(
+                MewMetadata::read(m.metadata.as_ref()).ask.as_deref(),
+                Some(mew::ASK_PERMISSION | mew::ASK_ELICITATION)
+            )
         })
 }
 
-/// The permission question of `task`, to be put to the user.
+/// The question of `task` only the user may answer, to be put to the user; an MCP server's
+/// question keeps its data (what to fill in) on the way.
 fn relay_of(task: &Task, target: &str) -> ToolOutput {
+    let elicitation = task.status.message.as_ref().and_then(|m| {
+        (MewMetadata::read(m.metadata.as_ref()).ask.as_deref() == Some(mew::ASK_ELICITATION))
+            .then(|| {
+                m.parts.iter().find_map(|p| match &p.content {
+                    mew_cards::PartContent::Data(data) => Some(data.clone()),
+                    _ => None,
+                })
+            })
+            .flatten()
+    });
     ToolOutput {
         relay: Some(task.id.to_string()),
+        ask: elicitation.map(|data| {
+            Box::new(crate::tools::ToolAsk {
+                kind: mew::ASK_ELICITATION.to_owned(),
+                data,
+            })
+        }),
         ..ToolOutput::text(format!(
             "{target} (task {}) asks: {}",
             task.id,

@@ -58,6 +58,10 @@ pub(crate) struct PendingCall {
     /// user's reply goes to that task instead of deciding whether the call runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) relay: Option<String>,
+    /// Set when the question is the tool's own (an MCP server's elicitation), not a
+    /// permission: its kind and data, for the task's status message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ask: Option<Box<crate::tools::ToolAsk>>,
     /// What the `PreToolUse` hooks said of this call and of the calls after it, by call id:
     /// each call's hooks run once, and the resumed run uses what they said.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -240,6 +244,7 @@ impl Agent {
                 return Ok(Outcome::NeedsApproval(PendingCall {
                     question: output.text_content(),
                     relay: Some(task),
+                    ask: output.ask.clone(),
                     ..pending
                 }));
             }
@@ -537,6 +542,7 @@ impl Agent {
                     question: question.clone(),
                     why: why.clone(),
                     relay: None,
+                    ask: None,
                     hooks: said(&calls[index..], &pre[index..]),
                 })));
             }
@@ -582,24 +588,36 @@ impl Agent {
                 }
                 if let Some(task) = output.relay.take() {
                     let question = output.text_content();
+                    let ask = output.ask.take();
                     if relayed.is_none() && stopped.is_none() {
-                        // The first permission question of the batch goes to the user;
-                        // its call gets its result once the user has answered.
+                        // The first question of the batch goes to the user; its call gets its
+                        // result once the user has answered.
                         relayed = Some(PendingCall {
                             id: id.clone(),
                             name: name.clone(),
                             input: input.clone(),
                             question,
-                            why: format!("a delegated task of {name} asks"),
+                            why: match &ask {
+                                Some(_) => format!("{name} asks"),
+                                None => format!("a delegated task of {name} asks"),
+                            },
                             relay: Some(task),
+                            ask,
                             hooks: vec![(id.clone(), pre.clone())],
                         });
                         continue;
                     }
-                    output = ToolOutput::error(format!(
-                        "{question}\nOnly the user can answer this; call SendMessage with \
-                         to={task} to put the question to them."
-                    ));
+                    output = ToolOutput::error(match ask {
+                        // The tool's own question is gone with the call: it may be made again.
+                        Some(_) => format!(
+                            "{question}\nThis was not put to the user: another call of the same \
+                             answer asked first. Call {name} again after it is answered."
+                        ),
+                        None => format!(
+                            "{question}\nOnly the user can answer this; call SendMessage with \
+                             to={task} to put the question to them."
+                        ),
+                    });
                 }
                 // What the PreToolUse hooks had to say rides with the result.
                 append_text(&mut output, &pre.additional_context);

@@ -196,6 +196,23 @@ impl ModelExecutor {
 }
 
 /// Whether a reply to a permission question approves the call.
+/// A reply as the question's asker reads it: its text, or, when it has none, its first data
+/// part as JSON (a form filled in).
+fn reply_text(message: &Message) -> String {
+    let text = message.text();
+    if !text.trim().is_empty() {
+        return text;
+    }
+    message
+        .parts
+        .iter()
+        .find_map(|p| match &p.content {
+            PartContent::Data(value) => Some(value.to_string()),
+            _ => None,
+        })
+        .unwrap_or(text)
+}
+
 fn approves(message: &Message) -> bool {
     let data = message.parts.iter().find_map(|p| match &p.content {
         PartContent::Data(value) => value.get("approved").and_then(Value::as_bool),
@@ -867,7 +884,7 @@ impl Executor for ModelExecutor {
                 Resume::Approval {
                     pending: Box::new(pending),
                     approved,
-                    reason: turn.message.text(),
+                    reason: reply_text(&turn.message),
                 }
             }
             _ => {
@@ -962,35 +979,54 @@ impl Executor for ModelExecutor {
                 if children.outstanding() {
                     self.waiting.keep(turn.task_id.clone(), children.clone());
                 }
-                // A delegated task's question already says how to answer it.
-                let question = if pending.relay.is_some() {
-                    pending.question.clone()
-                } else {
-                    format!(
-                        "{}\nReply \"yes\" to allow it; anything else refuses it.",
-                        pending.question
-                    )
-                };
-                let asked = mew::PermissionAsk {
-                    tool: pending.name.clone(),
-                    input: pending.input.clone(),
-                    rule: pending.why.clone(),
+                let ask = match pending.ask.clone() {
+                    // A tool's own question (an MCP server's elicitation): the message says
+                    // it, a data part carries what to fill in, `mew.ask` says its kind.
+                    Some(own) => {
+                        let mut ask = Message::agent_text(pending.question.clone());
+                        let own = *own;
+                        ask.parts.push(mew_cards::Part::data(own.data));
+                        ask.metadata = Some(
+                            mew::MewMetadata {
+                                ask: Some(own.kind),
+                                ..mew::MewMetadata::default()
+                            }
+                            .to_metadata(),
+                        );
+                        ask
+                    }
+                    None => {
+                        // A delegated task's question already says how to answer it.
+                        let question = if pending.relay.is_some() {
+                            pending.question.clone()
+                        } else {
+                            format!(
+                                "{}\nReply \"yes\" to allow it; anything else refuses it.",
+                                pending.question
+                            )
+                        };
+                        let mut ask = Message::agent_text(question);
+                        // Marks a question only the user may answer: a delegating agent
+                        // relays it to its own user instead of answering it.
+                        ask.metadata = Some(
+                            mew::MewMetadata {
+                                ask: Some(mew::ASK_PERMISSION.to_owned()),
+                                permission: Some(mew::PermissionAsk {
+                                    tool: pending.name.clone(),
+                                    input: pending.input.clone(),
+                                    rule: pending.why.clone(),
+                                }),
+                                ..mew::MewMetadata::default()
+                            }
+                            .to_metadata(),
+                        );
+                        ask
+                    }
                 };
                 state.pending = Some(pending);
                 sink.save_private(serde_json::to_value(&state).unwrap_or(Value::Null))
                     .await
                     .map_err(closed)?;
-                let mut ask = Message::agent_text(question);
-                // Marks a question only the user may answer: a delegating agent relays
-                // it to its own user instead of answering it.
-                ask.metadata = Some(
-                    mew::MewMetadata {
-                        ask: Some(mew::ASK_PERMISSION.to_owned()),
-                        permission: Some(asked),
-                        ..mew::MewMetadata::default()
-                    }
-                    .to_metadata(),
-                );
                 sink.status(TaskState::InputRequired, Some(ask))
                     .await
                     .map_err(closed)

@@ -105,6 +105,8 @@ pub struct McpServerConfig {
     /// Whether the server may ask the task's model for a completion (MCP sampling): off
     /// unless the entry says `sampling: true`.
     pub sampling: bool,
+    /// Whether the server's questions (elicitation) go to the user or are declined.
+    pub elicitation: McpElicitation,
     /// Where it was defined: a file, with the line when known.
     pub origin: String,
     /// `${VAR}`s it refers to that are not set (each once); they expanded to empty text.
@@ -141,6 +143,7 @@ impl Serialize for McpServerConfig {
             max_restarts: u32,
             protocol: McpProtocol,
             sampling: bool,
+            elicitation: McpElicitation,
         }
         Shown {
             transport: self.shown_transport(),
@@ -151,6 +154,7 @@ impl Serialize for McpServerConfig {
             max_restarts: self.max_restarts,
             protocol: self.protocol,
             sampling: self.sampling,
+            elicitation: self.elicitation,
         }
         .serialize(serializer)
     }
@@ -167,12 +171,24 @@ impl fmt::Debug for McpServerConfig {
             .field("max_restarts", &self.max_restarts)
             .field("protocol", &self.protocol)
             .field("sampling", &self.sampling)
+            .field("elicitation", &self.elicitation)
             .field("origin", &self.origin)
             .field("undefined_vars", &self.undefined_vars)
             .field("warnings", &self.warnings)
             .field("expanded", &self.as_written.is_some())
             .finish()
     }
+}
+
+/// What becomes of an MCP server's questions to the user (`elicitation:` of its entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum McpElicitation {
+    /// `ask`: a task's call puts the question to the caller (INPUT_REQUIRED).
+    #[default]
+    Ask,
+    /// `decline`: every question is declined at once.
+    Decline,
 }
 
 /// Which handshake Mew makes with an MCP server (`protocol:` of its entry).

@@ -12,8 +12,8 @@ use serde_yaml_ng::{Mapping, Value};
 
 use super::check::{edit_distance, line_of};
 use super::mcp::{
-    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESTARTS, McpProblem, McpProtocol,
-    McpServerConfig, McpTransport,
+    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESTARTS, McpElicitation,
+    McpProblem, McpProtocol, McpServerConfig, McpTransport,
 };
 use super::merge::{key_name, singleton};
 use super::{ConfigError, LoadedConfig, Origin};
@@ -35,6 +35,7 @@ const KEYS: &[&str] = &[
     "max_restarts",
     "protocol",
     "sampling",
+    "elicitation",
     "enabled",
 ];
 
@@ -468,6 +469,12 @@ fn resolve_entry(
             .as_bool()
             .ok_or_else(|| "`sampling`: expected true or false".to_owned())?,
     };
+    let elicitation = match field("elicitation").map(|value| value.as_str()) {
+        None => McpElicitation::Ask,
+        Some(Some("ask")) => McpElicitation::Ask,
+        Some(Some("decline")) => McpElicitation::Decline,
+        Some(_) => return Err("`elicitation`: expected ask or decline".to_owned()),
+    };
     Ok(Some(McpServerConfig {
         transport,
         connect_timeout: timeout("connect_timeout", field("connect_timeout"))?
@@ -479,6 +486,7 @@ fn resolve_entry(
         max_restarts,
         protocol,
         sampling,
+        elicitation,
         origin: String::new(),
         undefined_vars: expansion.undefined,
         warnings: expansion.warnings,

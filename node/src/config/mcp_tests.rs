@@ -163,6 +163,7 @@ fn entries_resolve_with_defaults_and_every_key() {
             max_restarts: 0,
             protocol: mcp::McpProtocol::Initialize,
             sampling: true,
+            elicitation: Default::default(),
             origin: at(&file, 2),
             undefined_vars: vec![],
             warnings: vec![],
@@ -183,6 +184,7 @@ fn entries_resolve_with_defaults_and_every_key() {
             max_restarts: mcp::DEFAULT_MAX_RESTARTS,
             protocol: mcp::McpProtocol::Auto,
             sampling: false,
+            elicitation: Default::default(),
             origin: at(&file, 16),
             undefined_vars: vec![],
             warnings: vec![],
@@ -224,7 +226,7 @@ fn each_check_skips_the_entry_with_its_message() {
             "x: {command: npx, transport_mode: fast}",
             "unknown key `transport_mode` (the keys are type, command, args, env, cwd, url, \
              headers, connect_timeout, call_timeout, allow_tools, deny_tools, max_restarts, \
-             protocol, sampling, enabled)",
+             protocol, sampling, elicitation, enabled)",
         ),
         (
             "x: {command: npx, protocol: 2024-11-05}",
@@ -689,7 +691,7 @@ fn an_unknown_key_is_ignored_with_a_warning_in_mcp_json_and_skips_the_entry_in_m
             "unknown key `comand` (did you mean `command`?); it is ignored",
             "unknown key `description` (the keys are type, command, args, env, cwd, url, \
              headers, connect_timeout, call_timeout, allow_tools, deny_tools, max_restarts, \
-             protocol, sampling, enabled); it is ignored",
+             protocol, sampling, elicitation, enabled); it is ignored",
         ]
     );
     assert_eq!(
@@ -713,7 +715,7 @@ fn an_unknown_key_is_ignored_with_a_warning_in_mcp_json_and_skips_the_entry_in_m
             origin: at(&file, 2),
             message: "unknown key `description` (the keys are type, command, args, env, cwd, \
                       url, headers, connect_timeout, call_timeout, allow_tools, deny_tools, \
-                      max_restarts, protocol, sampling, enabled)"
+                      max_restarts, protocol, sampling, elicitation, enabled)"
                 .into(),
         }]
     );

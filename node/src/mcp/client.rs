@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::connect::{self, Connection, Handler, describe_service_error};
 use super::tool::{adapt, server_name_problem};
 use super::{McpContext, ServerState, ServerStatus, content};
-use crate::config::mcp::{McpServerConfig, McpTransport};
+use crate::config::mcp::{McpElicitation, McpServerConfig, McpTransport};
 use crate::tools::{Tool, ToolContext, ToolOutput};
 
 /// The wait before the first restart in a row; each further one waits twice as long.
@@ -103,6 +103,127 @@ impl Drop for Abandoned {
                 let _ = peer.notify_cancelled(cancelled).await;
             });
         }
+    }
+}
+
+/// What a call that stopped to ask the user resumes with: the answers to the server's input
+/// requests and the state it handed out.
+pub(super) struct Resumed {
+    pub(super) input_responses: rmcp::model::InputResponses,
+    pub(super) request_state: Option<String>,
+}
+
+/// The answers to an input-required result, or the question to put to the user first.
+enum Inputs {
+    Answered(rmcp::model::InputResponses),
+    Ask {
+        key: String,
+        /// The elicitation's parameters (`message`, `requestedSchema`, or `mode: url`).
+        elicitation: Value,
+        /// The answers to the server's other requests of the round.
+        answered: rmcp::model::InputResponses,
+    },
+}
+
+/// What a call waiting for the user keeps, in the relay of its result: enough to make the
+/// call again with the user's answer, after a restart too.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Waiting {
+    pub(super) arguments: Option<serde_json::Map<String, Value>>,
+    pub(super) request_state: Option<String>,
+    pub(super) key: String,
+    pub(super) schema: Value,
+    pub(super) answered: rmcp::model::InputResponses,
+}
+
+/// The result of a call whose server asks the user: the question (the task asks it in
+/// INPUT_REQUIRED), and the relay that brings the reply back to the call.
+fn ask_user(
+    name: &str,
+    server: &str,
+    params: &CallToolRequestParams,
+    required: &rmcp::model::InputRequiredResult,
+    key: String,
+    elicitation: &Value,
+    answered: rmcp::model::InputResponses,
+) -> ToolOutput {
+    let message = elicitation
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("The server asks for input.");
+    let schema = elicitation
+        .get("requestedSchema")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let mut data = serde_json::json!({
+        "server": server,
+        "tool": name,
+        "message": message,
+        "requestedSchema": schema,
+    });
+    let mut question = format!("The MCP server {server} asks (for {name}): {message}");
+    if let Some(url) = elicitation.get("url").and_then(Value::as_str) {
+        data["url"] = Value::String(url.to_owned());
+        question.push_str(&format!("\nOpen {url}, then reply \"done\"."));
+    } else {
+        question.push_str(
+            "\nReply with a JSON object of the fields asked for (or the value alone when one \
+             field is asked for), \"decline\" or \"cancel\".",
+        );
+    }
+    let waiting = Waiting {
+        arguments: params.arguments.clone(),
+        request_state: required.request_state.clone(),
+        key,
+        schema,
+        answered,
+    };
+    match serde_json::to_string(&waiting) {
+        Ok(relay) => ToolOutput {
+            relay: Some(relay),
+            ask: Some(Box::new(crate::tools::ToolAsk {
+                kind: mew_cards::mew::ASK_ELICITATION.to_owned(),
+                data,
+            })),
+            ..ToolOutput::text(question)
+        },
+        Err(e) => ToolOutput::error(format!(
+            "{name} failed: the MCP server {server} asked a question Mew cannot keep: {e}"
+        )),
+    }
+}
+
+/// The user's reply to an elicitation, as the server reads it: `decline` and `cancel` as
+/// they are, a JSON object as the fields, a bare value as the one field the schema asks for,
+/// `done` as the acceptance of a URL elicitation.
+pub(super) fn elicitation_answer(reply: &str, schema: &Value) -> Value {
+    let trimmed = reply.trim();
+    match trimmed.to_ascii_lowercase().as_str() {
+        "decline" | "no" => return serde_json::json!({"action": "decline"}),
+        "cancel" => return serde_json::json!({"action": "cancel"}),
+        _ => {}
+    }
+    if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(trimmed) {
+        return serde_json::json!({"action": "accept", "content": fields});
+    }
+    let properties = schema.get("properties").and_then(Value::as_object);
+    match properties {
+        Some(properties) if properties.len() == 1 => {
+            let (field, spec) = properties
+                .iter()
+                .next()
+                .map_or(("", &Value::Null), |(k, v)| (k.as_str(), v));
+            let value = match spec.get("type").and_then(Value::as_str) {
+                Some("number" | "integer" | "boolean") => serde_json::from_str(trimmed)
+                    .unwrap_or_else(|_| Value::String(trimmed.to_owned())),
+                _ => Value::String(trimmed.to_owned()),
+            };
+            serde_json::json!({"action": "accept", "content": {field: value}})
+        }
+        // A URL elicitation (no fields): any other reply accepts.
+        None if !trimmed.is_empty() => serde_json::json!({"action": "accept"}),
+        _ => serde_json::json!({"action": "decline"}),
     }
 }
 
@@ -318,6 +439,7 @@ impl McpClient {
         name: &str,
         remote: &str,
         input: Value,
+        resumed: Option<Resumed>,
         ctx: &ToolContext,
     ) -> ToolOutput {
         let span = crate::telemetry::span!(
@@ -331,7 +453,7 @@ impl McpClient {
             gen_ai.operation.name = "execute_tool",
         );
         let output = tracing::Instrument::instrument(
-            self.call_in_span(name, remote, input, ctx),
+            self.call_in_span(name, remote, input, resumed, ctx),
             span.clone(),
         )
         .await;
@@ -346,6 +468,7 @@ impl McpClient {
         name: &str,
         remote: &str,
         input: Value,
+        resumed: Option<Resumed>,
         ctx: &ToolContext,
     ) -> ToolOutput {
         let arguments = match input {
@@ -366,6 +489,10 @@ impl McpClient {
         };
         let mut params = CallToolRequestParams::new(remote.to_owned());
         params.arguments = arguments;
+        if let Some(resumed) = resumed {
+            params.input_responses = Some(resumed.input_responses);
+            params.request_state = resumed.request_state;
+        }
         // The trace context travels in `_meta`, as the MCP trace-context proposal (SEP-414)
         // has it.
         if let Some(trace) = crate::telemetry::TraceParent::current() {
@@ -407,9 +534,25 @@ impl McpClient {
                 () = self.stopping.cancelled() => break Outcome::Stopped,
             };
             match answers {
-                Ok(answers) => {
+                Ok(Inputs::Answered(answers)) => {
                     params.input_responses = Some(answers);
                     params.request_state = required.request_state.clone();
+                }
+                Ok(Inputs::Ask {
+                    key,
+                    elicitation,
+                    answered,
+                }) => {
+                    self.answered(&connection);
+                    return ask_user(
+                        name,
+                        &self.name,
+                        &params,
+                        required,
+                        key,
+                        &elicitation,
+                        answered,
+                    );
                 }
                 Err(why) => {
                     self.answered(&connection);
@@ -720,9 +863,10 @@ impl McpClient {
         &self,
         required: &rmcp::model::InputRequiredResult,
         ctx: &ToolContext,
-    ) -> Result<rmcp::model::InputResponses, String> {
+    ) -> Result<Inputs, String> {
         use rmcp::model::InputRequest;
         let mut answers = rmcp::model::InputResponses::new();
+        let mut question = None;
         for (key, request) in required.input_requests.iter().flatten() {
             let answer = match request {
                 InputRequest::CreateMessage(request) => {
@@ -749,6 +893,16 @@ impl McpClient {
                         connect::project_roots(&self.ctx.project_dir).to_vec(),
                     ))
                 }
+                // The user is asked (the task waits in INPUT_REQUIRED) when the call is a
+                // task's and the entry does not decline; one question at a time.
+                InputRequest::Elicitation(request)
+                    if question.is_none()
+                        && ctx.task_id.is_some()
+                        && self.config.elicitation == McpElicitation::Ask =>
+                {
+                    question = Some((key.clone(), serde_json::to_value(&request.params)));
+                    continue;
+                }
                 InputRequest::Elicitation(_) => Ok(serde_json::json!({"action": "decline"})),
                 _ => return Err(format!("something Mew does not know ({key})")),
             };
@@ -757,7 +911,14 @@ impl McpClient {
                 answer.map_err(|e| format!("an answer Mew cannot encode: {e}"))?,
             );
         }
-        Ok(answers)
+        Ok(match question {
+            Some((key, elicitation)) => Inputs::Ask {
+                key,
+                elicitation: elicitation.map_err(|e| format!("a question Mew cannot read: {e}"))?,
+                answered: answers,
+            },
+            None => Inputs::Answered(answers),
+        })
     }
 
     fn stopped(&self) -> String {

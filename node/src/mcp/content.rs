@@ -44,6 +44,7 @@ pub(super) fn output(result: CallToolResult) -> ToolOutput {
         content: parts,
         is_error: result.is_error == Some(true),
         relay: None,
+        ask: None,
         response,
     }
 }

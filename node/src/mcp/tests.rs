@@ -26,6 +26,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 fn expected_tools(server: &str) -> Vec<String> {
     let mut names: Vec<String> = [
         "add_tool",
+        "ask",
         "audio",
         "bare",
         "crash",
@@ -67,6 +68,7 @@ fn config(transport: McpTransport) -> McpServerConfig {
         max_restarts: 5,
         protocol: Default::default(),
         sampling: false,
+        elicitation: Default::default(),
         origin: "test".to_owned(),
         undefined_vars: Vec::new(),
         warnings: Vec::new(),
@@ -1223,5 +1225,63 @@ async fn a_server_allowed_to_sample_asks_the_calling_tasks_model_and_others_are_
             "{name}: {output:?}"
         );
     }
+    manager.shutdown(PATIENCE).await;
+}
+
+#[tokio::test]
+async fn a_servers_question_waits_for_the_user_and_the_call_resumes_with_the_reply() {
+    let project = Project::new();
+    let modern = http_server(Protocol::Modern).await;
+    let declining = |mut config: McpServerConfig| {
+        config.elicitation = crate::config::mcp::McpElicitation::Decline;
+        config
+    };
+    let manager = project
+        .start(vec![
+            ("stdio_modern", stdio("modern")),
+            ("http_modern", http(modern.url())),
+            ("declining", declining(stdio("modern"))),
+        ])
+        .await;
+    let mut ctx = project.tool_context();
+    ctx.task_id = Some(mew_cards::TaskId::from("task-1"));
+    for name in ["stdio_modern", "http_modern"] {
+        let tool = find(&manager, &format!("mcp__{name}__ask"));
+        let asked = tool.call(json!({}), &ctx).await;
+        let relay = asked
+            .relay
+            .clone()
+            .unwrap_or_else(|| panic!("{name}: {asked:?}"));
+        let ask = asked.ask.clone().unwrap();
+        assert_eq!(ask.kind, "elicitation");
+        assert_eq!(ask.data["message"], "What is your name?");
+        assert_eq!(
+            ask.data["requestedSchema"]["properties"]["name"]["type"],
+            "string"
+        );
+        assert!(
+            asked.text_content().contains("What is your name?"),
+            "{asked:?}"
+        );
+        // A bare value fills the one field; a JSON object fills the fields; decline declines.
+        for (reply, said) in [
+            ("Ada", "hello Ada"),
+            (r#"{"name": "Grace"}"#, "hello Grace"),
+            ("decline", "you declined"),
+            ("cancel", "you cancelled"),
+        ] {
+            let output = tool.answer(&relay, reply, &ctx).await;
+            assert_eq!(output.text_content(), said, "{name}: {reply}");
+        }
+    }
+    // Declined by the entry, or outside a task: no question reaches anyone.
+    let output = find(&manager, "mcp__declining__ask")
+        .call(json!({}), &ctx)
+        .await;
+    assert_eq!(output.text_content(), "you declined");
+    let output = find(&manager, "mcp__stdio_modern__ask")
+        .call(json!({}), &project.tool_context())
+        .await;
+    assert_eq!(output.text_content(), "you declined");
     manager.shutdown(PATIENCE).await;
 }

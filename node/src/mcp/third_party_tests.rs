@@ -176,6 +176,7 @@ fn server_config(transport: McpTransport, call_timeout: Duration) -> McpServerCo
         max_restarts: 5,
         protocol: Default::default(),
         sampling: false,
+        elicitation: Default::default(),
         origin: "third_party_tests".to_owned(),
         undefined_vars: Vec::new(),
         warnings: Vec::new(),

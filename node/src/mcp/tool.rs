@@ -166,7 +166,42 @@ impl Tool for McpTool {
                 self.name, self.server_name
             ));
         };
-        server.call(&self.name, &self.remote, input, ctx).await
+        server
+            .call(&self.name, &self.remote, input, None, ctx)
+            .await
+    }
+
+    /// The user's reply to the question the server asked during the call (`relay` keeps the
+    /// call): the call is made again with it.
+    async fn answer(&self, relay: &str, reply: &str, ctx: &ToolContext) -> ToolOutput {
+        let Some(server) = self.server.upgrade() else {
+            return ToolOutput::error(format!(
+                "{} cannot run: the MCP server {} is shut down",
+                self.name, self.server_name
+            ));
+        };
+        let waiting: super::client::Waiting = match serde_json::from_str(relay) {
+            Ok(waiting) => waiting,
+            Err(e) => {
+                return ToolOutput::error(format!(
+                    "{} cannot take the reply: its question is not one of an MCP call ({e})",
+                    self.name
+                ));
+            }
+        };
+        let mut input_responses = waiting.answered;
+        input_responses.insert(
+            waiting.key,
+            super::client::elicitation_answer(reply, &waiting.schema),
+        );
+        let input = waiting.arguments.map_or(Value::Null, Value::Object);
+        let resumed = super::client::Resumed {
+            input_responses,
+            request_state: waiting.request_state,
+        };
+        server
+            .call(&self.name, &self.remote, input, Some(resumed), ctx)
+            .await
     }
 }
 

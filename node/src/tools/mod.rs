@@ -84,6 +84,14 @@ pub(crate) struct ToolContext {
     pub(crate) sampler: Option<Sampler>,
 }
 
+/// A question of a tool's own to the user: its kind (`metadata.mew.ask` of the task's status
+/// message) and the data the message carries (an elicitation's message and schema).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ToolAsk {
+    pub(crate) kind: String,
+    pub(crate) data: Value,
+}
+
 /// A model call a tool's server asks for on the task's behalf (MCP `sampling/createMessage`).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct SampleRequest {
@@ -154,6 +162,9 @@ pub(crate) struct ToolOutput {
     /// user may make: the run stops and puts the question (the content) to the user, whose
     /// reply goes to that task through [`Tool::answer`].
     pub(crate) relay: Option<String>,
+    /// Set with `relay` when the question is the tool's own (an MCP server's elicitation):
+    /// what kind of question it is and what the user fills in, for the task's status message.
+    pub(crate) ask: Option<Box<ToolAsk>>,
     /// The answer as structured JSON, in the shape Claude Code's hooks read as
     /// `tool_response` (`{stdout, stderr, interrupted}` for `bash`, `{filePath, ..}` for the
     /// file tools, an MCP tool's result); hooks only, the model sees `content`.
@@ -167,6 +178,7 @@ impl ToolOutput {
             content: vec![ResultPart::Text { text: text.into() }],
             is_error: false,
             relay: None,
+            ask: None,
             response: None,
         }
     }
@@ -177,6 +189,7 @@ impl ToolOutput {
             content: vec![ResultPart::Text { text: text.into() }],
             is_error: true,
             relay: None,
+            ask: None,
             response: None,
         }
     }

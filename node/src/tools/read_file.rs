@@ -200,6 +200,7 @@ fn read_image(
         is_error: false,
         response: None,
         relay: None,
+        ask: None,
     })
 }
 

@@ -318,6 +318,79 @@ async fn a_servers_sampling_request_is_answered_by_the_tasks_model_and_counted_i
 }
 
 #[tokio::test]
+async fn a_servers_question_puts_the_task_in_input_required_and_the_callers_form_reaches_it()
+-> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("ask_1", "mcp__hermetic__ask", json!({})),
+        Step::text("Greeted Ada.")
+            .expect_tool_results(["ask_1"])
+            .expect_last_user("hello Ada"),
+    ])?;
+    let config = format!(
+        "agent:\n  provider: scripted\n  model: sonnet\n\
+         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n\
+         permissions:\n  allow: [mcp__hermetic__ask]\n\
+         mcp_servers:\n  hermetic:\n    command: {}\n",
+        model.base_url(),
+        mew_tests::mcp::server_bin()?.display()
+    );
+    let mut node = MewNode::new()?;
+    node.write_config(&config)?;
+    node.write_role(
+        "toolsmith.md",
+        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__hermetic]\n---\nUse the tools.\n",
+    )?;
+    node.launch().await?;
+    let asked = mew_tests::node::send(&node, "toolsmith", Message::user_text("greet me")).await?;
+    ensure!(
+        asked.status.state == TaskState::InputRequired,
+        "{:?}: {}",
+        asked.status.state,
+        status_text(&asked)
+    );
+    let question = asked.status.message.as_ref().context("no question")?;
+    ensure!(
+        question.text().contains("What is your name?"),
+        "{}",
+        question.text()
+    );
+    let ask = question
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("mew"))
+        .and_then(|mew| mew.get("ask"))
+        .cloned();
+    ensure!(ask == Some(json!("elicitation")), "mew.ask is {ask:?}");
+    let form = question
+        .parts
+        .iter()
+        .find_map(|p| match &p.content {
+            mew_cards::PartContent::Data(data) => Some(data.clone()),
+            _ => None,
+        })
+        .context("no data part with the form")?;
+    ensure!(
+        form["requestedSchema"]["properties"]["name"]["type"] == "string"
+            && form["server"] == "hermetic",
+        "{form}"
+    );
+    // The caller fills the form in as a data part.
+    let mut reply = Message::user_text("");
+    reply.parts = vec![mew_cards::Part::data(json!({"name": "Ada"}))];
+    reply.task_id = Some(asked.id.clone());
+    reply.context_id = Some(asked.context_id.clone());
+    let done = mew_tests::node::send(&node, "toolsmith", reply).await?;
+    ensure!(
+        done.status.state == TaskState::Completed && status_text(&done) == "Greeted Ada.",
+        "{:?}: {}",
+        done.status.state,
+        status_text(&done)
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
 async fn mew_mcp_list_reports_the_broken_server_and_the_good_one_works() -> anyhow::Result<()> {
     let model = ScriptedModel::start(Vec::new())?;
     let node = node(&model).await?;
