@@ -652,7 +652,19 @@ pub(crate) async fn converse<O: Write, E: Write>(
             return Ok(Ending::Task(Box::new(task)));
         }
         let question = status_text(&task).unwrap_or_else(|| "The task asks for input.".to_owned());
-        match ask(terminal, printer, &question, permission_asks).await? {
+        // An MCP server's question is answered in words (or JSON), not allowed or refused.
+        let elicitation = task.status.message.as_ref().is_some_and(|m| {
+            MewMetadata::read(m.metadata.as_ref()).ask.as_deref()
+                == Some(mew_cards::mew::ASK_ELICITATION)
+        });
+        match ask(
+            terminal,
+            printer,
+            &question,
+            permission_asks && !elicitation,
+        )
+        .await?
+        {
             Reply::Text(answer) => {
                 let mut reply = Message::user_text(answer);
                 reply.task_id = Some(task.id.clone());
@@ -774,15 +786,28 @@ pub(crate) mod testing {
         /// A project whose model roles run on `model` (over the OpenAI API), with `roles`
         /// (file name, text) in its `.mew/agents/`.
         pub(crate) fn new(model: Option<&ScriptedModel>, roles: &[(&str, &str)]) -> Self {
+            Self::with_config(model, roles, "")
+        }
+
+        /// [`Project::new`] with `extra` (YAML) at the end of its configuration.
+        pub(crate) fn with_config(
+            model: Option<&ScriptedModel>,
+            roles: &[(&str, &str)],
+            extra: &str,
+        ) -> Self {
             let dir = TempDir::new().unwrap();
             let project = dir.path().join("project");
             std::fs::create_dir_all(project.join(".mew/agents")).unwrap();
             std::fs::create_dir_all(dir.path().join("home")).unwrap();
+            let mut config = String::new();
             if let Some(model) = model {
-                let config = format!(
+                config = format!(
                     "agent:\n  provider: scripted\n  model: sonnet\nproviders:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n",
                     model.base_url()
                 );
+            }
+            config.push_str(extra);
+            if !config.is_empty() {
                 std::fs::write(project.join(".mew/config.yaml"), config).unwrap();
             }
             for (file, text) in roles {

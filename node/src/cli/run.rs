@@ -233,6 +233,49 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn run_puts_an_mcp_servers_question_and_sends_the_line_typed() {
+        let model = ScriptedModel::start(vec![
+            Step::tool_call("call_1", "mcp__hermetic__ask", json!({})),
+            Step::text("Greeted Ada.")
+                .expect_tool_results(["call_1"])
+                .expect_last_user("hello Ada"),
+        ])
+        .unwrap();
+        let extra = format!(
+            "permissions:\n  allow: [mcp__hermetic__ask]\nmcp_servers:\n  hermetic:\n    command: {}\n",
+            mew_tests::mcp::server_bin().unwrap().display()
+        );
+        let project = Project::with_config(
+            Some(&model),
+            &[("greeter.md", &role("greeter", "tools: [mcp__hermetic]\n"))],
+            &extra,
+        );
+        let mut terminal = terminal("Ada\n", true);
+
+        let result = run(
+            args(Some("greeter"), "greet me"),
+            project.config.clone(),
+            false,
+            &mut terminal,
+        )
+        .await;
+
+        assert!(result.is_ok(), "{result:?}");
+        let (out, err) = printed(&terminal);
+        assert_eq!(out, "Greeted Ada.\n");
+        let lines: Vec<&str> = err.lines().collect();
+        assert!(
+            lines.contains(
+                &"? The MCP server hermetic asks (for mcp__hermetic__ask): What is your name?"
+            ),
+            "{err}"
+        );
+        // Not a permission: the prompt takes words, not y/N.
+        assert!(!err.contains("allow? [y/N]"), "{err}");
+        model.assert_done();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn run_sends_a_no_to_the_model_as_a_refusal() {
         let model = ScriptedModel::start(vec![
             Step::tool_call("call_1", "bash", json!({"command": "rm -rf build"})),
