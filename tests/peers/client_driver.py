@@ -5,7 +5,8 @@ Usage: client_driver.py --url BASE_URL --binding jsonrpc|rest|grpc SCENARIO [ARG
 Scenarios: card | send TEXT | stream TEXT | get TASK_ID | cancel TASK_ID |
 subscribe TASK_ID | list [--context ID] [--page-size N] [--page-token T] |
 roundtrip. send/stream also take --context ID, --task ID and (send only)
---return-immediately. --api-key KEY and --bearer TOKEN give credentials, which
+--return-immediately and --data JSON (the message is one data part of that JSON
+instead of text: a form filled in). --api-key KEY and --bearer TOKEN give credentials, which
 the SDK's AuthInterceptor sends as the card's security schemes ask (`apiKey`,
 `bearer`).
 
@@ -42,7 +43,7 @@ import httpx
 from a2a.client import A2ACardResolver, Client, ClientCallContext, ClientConfig, ClientFactory
 from a2a.client.auth import AuthInterceptor, CredentialService
 from a2a.client.errors import A2AClientError
-from a2a.helpers import get_text_parts, new_text_message
+from a2a.helpers import get_text_parts, new_data_message, new_text_message
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
@@ -256,6 +257,13 @@ async def roundtrip(d: Driver) -> None:
 
 def message_request(args: argparse.Namespace) -> SendMessageRequest:
     """The SendMessageRequest described by the command line."""
+    if args.data is not None:
+        message = new_data_message(json.loads(args.data), task_id=args.task, role=Role.ROLE_USER,
+                                   context_id=args.context)
+        message.message_id = str(uuid.uuid4())
+        req = SendMessageRequest(message=message)
+        req.configuration.return_immediately = args.return_immediately
+        return req
     return Driver.request(' '.join(args.args), context_id=args.context, task_id=args.task,
                           return_immediately=args.return_immediately)
 
@@ -322,6 +330,7 @@ def main() -> None:
     parser.add_argument('--context', help='contextId for send/stream, filter for list')
     parser.add_argument('--task', help='taskId for send/stream (continue a task)')
     parser.add_argument('--return-immediately', action='store_true', help='send: do not wait for the task')
+    parser.add_argument('--data', metavar='JSON', help='send: a data part of JSON instead of text')
     parser.add_argument('--page-size', type=int)
     parser.add_argument('--page-token')
     parser.add_argument('--api-key', help='the credential for the card\'s `apiKey` scheme')
@@ -331,7 +340,8 @@ def main() -> None:
     parser.add_argument('scenario', choices=SCENARIOS)
     parser.add_argument('args', nargs='*')
     args = parser.parse_intermixed_args()
-    if args.scenario in {'send', 'stream', 'get', 'cancel', 'subscribe'} and not args.args:
+    given = args.args or (args.scenario == 'send' and args.data is not None)
+    if args.scenario in {'send', 'stream', 'get', 'cancel', 'subscribe'} and not given:
         parser.error(f'{args.scenario} needs an argument')
     try:
         asyncio.run(traced_run(args))

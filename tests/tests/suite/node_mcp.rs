@@ -317,15 +317,18 @@ async fn a_servers_sampling_request_is_answered_by_the_tasks_model_and_counted_i
     Ok(())
 }
 
-#[tokio::test]
-async fn a_servers_question_puts_the_task_in_input_required_and_the_callers_form_reaches_it()
--> anyhow::Result<()> {
-    let model = ScriptedModel::start(vec![
+/// A model that calls the hermetic server's `ask` and expects the greeting of Ada.
+fn greeting_model() -> anyhow::Result<ScriptedModel> {
+    ScriptedModel::start(vec![
         Step::tool_call("ask_1", "mcp__hermetic__ask", json!({})),
         Step::text("Greeted Ada.")
             .expect_tool_results(["ask_1"])
             .expect_last_user("hello Ada"),
-    ])?;
+    ])
+}
+
+/// A node whose role `toolsmith` may call the hermetic server's `ask`.
+async fn asking_node(model: &ScriptedModel) -> anyhow::Result<MewNode> {
     let config = format!(
         "agent:\n  provider: scripted\n  model: sonnet\n\
          providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n\
@@ -341,6 +344,14 @@ async fn a_servers_question_puts_the_task_in_input_required_and_the_callers_form
         "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__hermetic]\n---\nUse the tools.\n",
     )?;
     node.launch().await?;
+    Ok(node)
+}
+
+#[tokio::test]
+async fn a_servers_question_puts_the_task_in_input_required_and_the_callers_form_reaches_it()
+-> anyhow::Result<()> {
+    let model = greeting_model()?;
+    let node = asking_node(&model).await?;
     let asked = mew_tests::node::send(&node, "toolsmith", Message::user_text("greet me")).await?;
     ensure!(
         asked.status.state == TaskState::InputRequired,
@@ -385,6 +396,70 @@ async fn a_servers_question_puts_the_task_in_input_required_and_the_callers_form
         "{:?}: {}",
         done.status.state,
         status_text(&done)
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_python_sdk_client_answers_a_servers_question_with_a_data_part() -> anyhow::Result<()> {
+    use mew_tests::python::{run_driver, run_driver_with};
+    let model = greeting_model()?;
+    let node = asking_node(&model).await?;
+    let url = node.role_url("toolsmith");
+    let out = run_driver(&url, "jsonrpc", &["send", "greet me"]).await?;
+    ensure!(
+        out.code == 0,
+        "the SDK failed ({}): {}",
+        out.code,
+        out.stderr
+    );
+    let task = &out.lines[0]["task"];
+    let message = &task["status"]["message"];
+    ensure!(
+        task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+            && message["metadata"]["mew"]["ask"] == "elicitation",
+        "{task}"
+    );
+    let parts = message["parts"].as_array().context("no parts")?;
+    ensure!(
+        parts.iter().any(|p| p["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("What is your name?")))
+            && parts
+                .iter()
+                .any(|p| p["data"]["requestedSchema"]["properties"]["name"]["type"] == "string"),
+        "{message}"
+    );
+    let (id, context) = (
+        task["id"].as_str().context("no id")?,
+        task["contextId"].as_str().context("no contextId")?,
+    );
+    let out = run_driver_with(
+        &url,
+        "jsonrpc",
+        &[
+            "--task",
+            id,
+            "--context",
+            context,
+            "--data",
+            r#"{"name": "Ada"}"#,
+        ],
+        &["send"],
+    )
+    .await?;
+    ensure!(
+        out.code == 0,
+        "the SDK failed ({}): {}",
+        out.code,
+        out.stderr
+    );
+    let task = &out.lines[0]["task"];
+    ensure!(
+        task["status"]["state"] == "TASK_STATE_COMPLETED"
+            && task["status"]["message"]["parts"][0]["text"] == "Greeted Ada.",
+        "{task}"
     );
     model.assert_done();
     Ok(())
