@@ -466,6 +466,74 @@ async fn the_python_sdk_client_answers_a_servers_question_with_a_data_part() -> 
 }
 
 #[tokio::test]
+async fn a_servers_question_on_another_node_reaches_the_caller_of_the_delegating_task()
+-> anyhow::Result<()> {
+    // B's role calls the server; A's role delegates to it.
+    let b_model = greeting_model()?;
+    let b = asking_node(&b_model).await?;
+    let a_model = ScriptedModel::start(vec![
+        Step::tool_call(
+            "call_1",
+            "Agent",
+            json!({"prompt": "greet the user", "description": "greet",
+                   "subagent_type": b.role_url("toolsmith")}),
+        ),
+        Step::text("B greeted Ada.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user("Greeted Ada."),
+    ])?;
+    let mut a = MewNode::new()?;
+    a.write_config(&format!(
+        "agent:\n  provider: scripted\n  model: sonnet\n\
+         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n",
+        a_model.base_url()
+    ))?;
+    a.write_role(
+        "boss.md",
+        "---\nname: boss\ndescription: Delegates.\ntools: [Agent]\n---\nDelegate.\n",
+    )?;
+    a.launch().await?;
+
+    let asked = mew_tests::node::send(&a, "boss", Message::user_text("have B greet me")).await?;
+    ensure!(
+        asked.status.state == TaskState::InputRequired,
+        "{:?}: {}",
+        asked.status.state,
+        status_text(&asked)
+    );
+    let question = asked.status.message.as_ref().context("no question")?;
+    let ask = question
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("mew"))
+        .and_then(|mew| mew.get("ask"))
+        .cloned();
+    let form = question.parts.iter().find_map(|p| match &p.content {
+        mew_cards::PartContent::Data(data) => Some(data.clone()),
+        _ => None,
+    });
+    ensure!(
+        question.text().contains("What is your name?")
+            && ask == Some(json!("elicitation"))
+            && form.is_some_and(|f| f["requestedSchema"]["properties"]["name"]["type"] == "string"),
+        "A's question does not carry B's server's: {question:?}"
+    );
+    let mut reply = Message::user_text("");
+    reply.parts = vec![mew_cards::Part::data(json!({"name": "Ada"}))];
+    reply.task_id = Some(asked.id.clone());
+    let done = mew_tests::node::send(&a, "boss", reply).await?;
+    ensure!(
+        done.status.state == TaskState::Completed && status_text(&done) == "B greeted Ada.",
+        "{:?}: {}",
+        done.status.state,
+        status_text(&done)
+    );
+    a_model.assert_done();
+    b_model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
 async fn mew_mcp_list_reports_the_broken_server_and_the_good_one_works() -> anyhow::Result<()> {
     let model = ScriptedModel::start(Vec::new())?;
     let node = node(&model).await?;
