@@ -148,14 +148,25 @@ fn ask_user(
     elicitation: &Value,
     answered: rmcp::model::InputResponses,
 ) -> ToolOutput {
-    let message = elicitation
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or("The server asks for input.");
+    let message = super::news::cut(
+        elicitation
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("The server asks for input."),
+    );
+    let message = message.as_str();
     let schema = elicitation
         .get("requestedSchema")
         .cloned()
         .unwrap_or(Value::Null);
+    // The form rides in the task's status message and private state: it is bounded.
+    let size = schema.to_string().len();
+    if size > MAX_FORM_BYTES {
+        return ToolOutput::error(format!(
+            "{name} failed: the MCP server {server} asked a question whose form is {size} bytes \
+             of JSON, more than the {MAX_FORM_BYTES} Mew puts to a user"
+        ));
+    }
     let mut data = serde_json::json!({
         "server": server,
         "tool": name,
@@ -164,7 +175,8 @@ fn ask_user(
     });
     let mut question = format!("The MCP server {server} asks (for {name}): {message}");
     if let Some(url) = elicitation.get("url").and_then(Value::as_str) {
-        data["url"] = Value::String(url.to_owned());
+        let url = super::news::cut(url);
+        data["url"] = Value::String(url.clone());
         question.push_str(&format!("\nOpen {url}, then reply \"done\"."));
     } else {
         question.push_str(
@@ -226,6 +238,9 @@ pub(super) fn elicitation_answer(reply: &str, schema: &Value) -> Value {
         _ => serde_json::json!({"action": "decline"}),
     }
 }
+
+/// The largest form (`requestedSchema`, as JSON) of a server's question put to the user.
+const MAX_FORM_BYTES: usize = 16 * 1024;
 
 /// The most rounds of input a server may ask for in one call.
 const MAX_INPUT_ROUNDS: u32 = 8;
@@ -856,8 +871,9 @@ impl McpClient {
     }
 
     /// The answers to what a server asks in an input-required result: sampling through the
-    /// task's model (when the entry allows it), the roots, and a decline for elicitation
-    /// (which Mew does not put to the user yet). The error says what could not be answered.
+    /// task's model (when the entry allows it), the roots, and for elicitation the question to
+    /// put to the user (one a round; declined outside a task, or when the entry declines).
+    /// The error says what could not be answered.
     #[allow(deprecated)] // Sampling and roots, as servers of 2025-11-25 know them.
     async fn answer_inputs(
         &self,

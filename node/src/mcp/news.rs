@@ -197,7 +197,7 @@ impl Follower {
 }
 
 /// At most [`MAX_TEXT`] characters of `text`, saying how many were left out.
-fn cut(text: &str) -> String {
+pub(super) fn cut(text: &str) -> String {
     let mut chars = text.chars();
     let head: String = chars.by_ref().take(MAX_TEXT).collect();
     match chars.count() {
