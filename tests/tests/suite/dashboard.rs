@@ -1,6 +1,7 @@
 //! The dashboard at `/ui` in a real headless Chromium, against real `mew` nodes: a running
 //! task moves on screen and its artifact grows without a reload; a permission question shows
-//! the tool call and Allow runs it, Deny tells the model; with `auth:` the page signs in, one
+//! the tool call and Allow runs it, Deny tells the model; an MCP server's question shows its
+//! form and the answer reaches the server; with `auth:` the page signs in, one
 //! principal sees none of another's tasks and a forged cross-site request is refused; hostile
 //! content renders as text and runs nothing; a list of 10,000 tasks shows its first page and
 //! pages. Each test saves screenshots of what it saw under `target/ui-screenshots/`.
@@ -298,6 +299,56 @@ async fn a_permission_question_shows_the_call_allow_runs_it_and_deny_tells_the_m
         "the model did not see the refusal: {}",
         last.body
     );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_mcp_servers_question_shows_its_form_and_the_answer_reaches_the_server()
+-> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("ask_1", "mcp__hermetic__ask", json!({})),
+        Step::text("Greeted Ada.")
+            .expect_tool_results(["ask_1"])
+            .expect_last_user("hello Ada"),
+    ])?;
+    let mut node = MewNode::new()?;
+    node.write_config(&format!(
+        "{}permissions:\n  allow: [mcp__hermetic__ask]\nmcp_servers:\n  hermetic:\n    command: {}\n",
+        scripted_model_config(&model),
+        mew_tests::mcp::server_bin()?.display()
+    ))?;
+    node.write_role(
+        "greeter.md",
+        "---\nname: greeter\ndescription: Greets.\ntools: [mcp__hermetic]\n---\nGreet.\n",
+    )?;
+    node.launch().await?;
+    let shots = screenshot_dir("dashboard_elicitation")?;
+    let browser = Browser::start().await?;
+
+    send_from_page(&browser, &node, "greeter", "greet me").await?;
+    browser
+        .wait_for_text("#ask-text", "the server's question", |text| {
+            text.contains("What is your name?")
+        })
+        .await?;
+    browser
+        .wait_for("#field-name", "the form's field")
+        .await?
+        .send_keys("Ada")
+        .await?;
+    browser.screenshot(shot(&shots, "form")).await?;
+    browser
+        .wait_for("#submit-form", "Submit")
+        .await?
+        .click()
+        .await?;
+    browser
+        .wait_for_text("#task-head .state", "the answered task completed", |text| {
+            text == "completed"
+        })
+        .await?;
+    browser.screenshot(shot(&shots, "answered")).await?;
     model.assert_done();
     Ok(())
 }

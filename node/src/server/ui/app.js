@@ -588,8 +588,27 @@ async function taskView(id) {
       if (ask) {
         box.append(grid({ class: 'grid' }, 'tool', h('span', { class: 'mono', id: 'ask-tool' }, ask.tool), 'arguments', h('pre', { id: 'ask-input' }, JSON.stringify(ask.input, null, 2)), 'asked by', h('span', { id: 'ask-rule' }, ask.rule || '—')));
       }
+      const form = mewOf(message.metadata).ask === 'elicitation' ? (message.parts || []).find((p) => p.data && typeof p.data === 'object') : null;
       if (permission) {
         box.append(h('div', { class: 'row' }, h('button', { class: 'primary', id: 'allow', onclick: () => reply([{ data: { approved: true } }]).catch((e) => alert(e.message)) }, 'Allow'), h('button', { class: 'danger', id: 'deny', onclick: () => reply([{ data: { approved: false } }]).catch((e) => alert(e.message)) }, 'Deny')));
+      } else if (form) {
+        // An MCP server's question: a field for each property of its form, sent as a data part.
+        const schema = form.data.requestedSchema || {};
+        const fields = Object.entries(schema.properties || {}).map(([name, spec]) => {
+          const kind = (spec && spec.type) || 'string';
+          const input = h('input', { id: `field-${name}`, type: kind === 'boolean' ? 'checkbox' : 'text', placeholder: (spec && spec.description) || '' });
+          box.append(h('label', {}, `${(spec && spec.title) || name} `, input));
+          return [name, kind, input];
+        });
+        // Only a web address becomes a link: a server's `javascript:` URL must not run here.
+        if (typeof form.data.url === 'string' && /^https?:\/\//i.test(form.data.url)) {
+          box.append(h('p', {}, 'Open ', h('a', { href: form.data.url, target: '_blank', rel: 'noopener noreferrer', id: 'ask-url' }, form.data.url), ', then accept.'));
+        }
+        const values = () => Object.fromEntries(fields.map(([name, kind, input]) => [name, kind === 'boolean' ? input.checked : (kind === 'number' || kind === 'integer') ? Number(input.value) : input.value]));
+        box.append(h('div', { class: 'row' },
+          h('button', { class: 'primary', id: 'submit-form', onclick: () => reply([{ data: values() }]).catch((e) => alert(e.message)) }, fields.length ? 'Submit' : 'Accept'),
+          h('button', { id: 'decline-ask', onclick: () => reply([{ text: 'decline' }]).catch((e) => alert(e.message)) }, 'Decline'),
+          h('button', { class: 'danger', id: 'cancel-ask', onclick: () => reply([{ text: 'cancel' }]).catch((e) => alert(e.message)) }, 'Cancel')));
       } else {
         const answer = h('textarea', { id: 'answer', placeholder: 'Your reply' });
         box.append(answer, h('button', { class: 'primary', id: 'send-answer', onclick: () => reply([{ text: answer.value }]).catch((e) => alert(e.message)) }, 'Reply'));
