@@ -195,7 +195,6 @@ impl ModelExecutor {
     }
 }
 
-/// Whether a reply to a permission question approves the call.
 /// A reply as the question's asker reads it: its text, or, when it has none, its first data
 /// part as JSON (a form filled in).
 fn reply_text(message: &Message) -> String {
@@ -213,6 +212,7 @@ fn reply_text(message: &Message) -> String {
         .unwrap_or(text)
 }
 
+/// Whether a reply to a permission question approves the call.
 fn approves(message: &Message) -> bool {
     let data = message.parts.iter().find_map(|p| match &p.content {
         PartContent::Data(value) => value.get("approved").and_then(Value::as_bool),

@@ -158,9 +158,10 @@ pub(crate) struct ToolOutput {
     pub(crate) content: Vec<ResultPart>,
     /// True when the call failed; the model sees the content as an error.
     pub(crate) is_error: bool,
-    /// Set when a delegated task (this id) waits for a permission decision that only the
-    /// user may make: the run stops and puts the question (the content) to the user, whose
-    /// reply goes to that task through [`Tool::answer`].
+    /// Set when the call waits for something only the user may decide: a delegated task (this
+    /// id) asks a permission or a question, or the tool's own server asks a question (this is
+    /// what the call needs to go on, opaque to all but the tool). The run stops and puts the
+    /// question (the content) to the user, whose reply goes back through [`Tool::answer`].
     pub(crate) relay: Option<String>,
     /// Set with `relay` when the question is the tool's own (an MCP server's elicitation):
     /// what kind of question it is and what the user fills in, for the task's status message.
@@ -249,9 +250,9 @@ pub(crate) trait Tool: Send + Sync {
     /// Runs the tool. Errors are answers with `is_error`, never panics.
     async fn call(&self, input: Value, ctx: &ToolContext) -> ToolOutput;
 
-    /// Gives the user's `reply` to the delegated task `task`, which asked for it through
-    /// [`ToolOutput::relay`]. Only the runtime calls this, never the model: a model cannot
-    /// answer a permission question meant for the user.
+    /// Gives the user's `reply` to what asked for it through [`ToolOutput::relay`] (`task`:
+    /// the delegated task, or the tool's own state of the call). Only the runtime calls this,
+    /// never the model: a model cannot answer a question meant for the user.
     async fn answer(&self, task: &str, _reply: &str, _ctx: &ToolContext) -> ToolOutput {
         ToolOutput::error(format!(
             "{} cannot pass a reply to task {task}",
