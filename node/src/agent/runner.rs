@@ -329,7 +329,7 @@ impl Observer for Reporter {
     fn tool_finished(&self, id: &str, name: &str, output: &ToolOutput) {
         let detail = json!({
             "isError": output.is_error,
-            "output": note_text(&output.text_content()),
+            "output": crate::tools::cut_chars(&output.text_content(), NOTE_OUTPUT_CHARS),
         });
         let _ = self.queue.send(Report::Tool {
             phase: "finished",
@@ -346,18 +346,6 @@ impl Observer for Reporter {
 
 /// The most characters of a tool's result a progress note carries.
 const NOTE_OUTPUT_CHARS: usize = 2000;
-
-/// A tool's result as a progress note shows it: its start, and how much was left out.
-fn note_text(text: &str) -> String {
-    let mut chars = text.chars();
-    let head: String = chars.by_ref().take(NOTE_OUTPUT_CHARS).collect();
-    let rest = chars.count();
-    if rest == 0 {
-        head
-    } else {
-        format!("{head}… ({rest} more characters)")
-    }
-}
 
 /// The last piece of a run's answer text, held back for the write that ends the turn.
 struct LastPiece {

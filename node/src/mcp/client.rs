@@ -212,7 +212,7 @@ fn ask_user(
 pub(super) fn elicitation_answer(reply: &str, schema: &Value) -> Value {
     let trimmed = reply.trim();
     match trimmed.to_ascii_lowercase().as_str() {
-        "decline" | "no" => return serde_json::json!({"action": "decline"}),
+        "decline" => return serde_json::json!({"action": "decline"}),
         "cancel" => return serde_json::json!({"action": "cancel"}),
         _ => {}
     }

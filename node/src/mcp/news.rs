@@ -198,12 +198,7 @@ impl Follower {
 
 /// At most [`MAX_TEXT`] characters of `text`, saying how many were left out.
 pub(super) fn cut(text: &str) -> String {
-    let mut chars = text.chars();
-    let head: String = chars.by_ref().take(MAX_TEXT).collect();
-    match chars.count() {
-        0 => head,
-        rest => format!("{head}… ({rest} more characters)"),
-    }
+    crate::tools::cut_chars(text, MAX_TEXT)
 }
 
 #[cfg(test)]

@@ -695,21 +695,31 @@ async fn an_answer_between_crashes_starts_the_count_again() {
     manager.shutdown(PATIENCE).await;
 }
 
-#[tokio::test]
-async fn list_changed_reloads_the_servers_tools() {
-    let project = Project::new();
+/// The names of [`every_generation`]'s servers.
+const GENERATIONS: [&str; 4] = ["stdio_legacy", "stdio_modern", "http_legacy", "http_modern"];
+
+/// The hermetic server speaking only 2025-11-25 and only 2026-07-28, over stdio and HTTP, as
+/// [`GENERATIONS`]; the HTTP servers are returned to be kept alive.
+async fn every_generation(project: &Project) -> (Arc<McpManager>, [TestMcpServer; 2]) {
     let legacy = http_server(Protocol::Legacy).await;
     let modern = http_server(Protocol::Modern).await;
     let manager = project
         .start(vec![
-            ("stdio_legacy", stdio("legacy")),
-            ("stdio_modern", stdio("modern")),
-            ("http_legacy", http(legacy.url())),
-            ("http_modern", http(modern.url())),
+            (GENERATIONS[0], stdio("legacy")),
+            (GENERATIONS[1], stdio("modern")),
+            (GENERATIONS[2], http(legacy.url())),
+            (GENERATIONS[3], http(modern.url())),
         ])
         .await;
+    (manager, [legacy, modern])
+}
+
+#[tokio::test]
+async fn list_changed_reloads_the_servers_tools() {
+    let project = Project::new();
+    let (manager, _servers) = every_generation(&project).await;
     let mut changes = manager.subscribe();
-    for name in ["stdio_legacy", "stdio_modern", "http_legacy", "http_modern"] {
+    for name in GENERATIONS {
         let extra = format!("mcp__{name}__extra");
         let text = call_ok(
             &manager,
@@ -1089,17 +1099,8 @@ fn status_serializes_for_json() {
 #[tokio::test]
 async fn a_servers_progress_and_log_messages_reach_the_call_while_it_runs() {
     let project = Project::new();
-    let legacy = http_server(Protocol::Legacy).await;
-    let modern = http_server(Protocol::Modern).await;
-    let manager = project
-        .start(vec![
-            ("stdio_legacy", stdio("legacy")),
-            ("stdio_modern", stdio("modern")),
-            ("http_legacy", http(legacy.url())),
-            ("http_modern", http(modern.url())),
-        ])
-        .await;
-    for name in ["stdio_legacy", "stdio_modern", "http_legacy", "http_modern"] {
+    let (manager, _servers) = every_generation(&project).await;
+    for name in GENERATIONS {
         let gate = project.path().join(format!("gate-{name}"));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();

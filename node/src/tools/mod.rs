@@ -140,6 +140,16 @@ pub(crate) struct ToolNews {
 /// Where the news of running tools goes.
 pub(crate) type NewsReport = Arc<dyn Fn(ToolNews) + Send + Sync>;
 
+/// At most `max` characters of `text` for a note or a question, saying how many were left out.
+pub(crate) fn cut_chars(text: &str, max: usize) -> String {
+    let mut chars = text.chars();
+    let head: String = chars.by_ref().take(max).collect();
+    match chars.count() {
+        0 => head,
+        rest => format!("{head}… ({rest} more characters)"),
+    }
+}
+
 impl std::fmt::Debug for ToolContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolContext")

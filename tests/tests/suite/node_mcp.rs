@@ -5,7 +5,7 @@
 use anyhow::{Context, bail, ensure};
 use mew_cards::{Message, SendMessageRequest, SendMessageResponse, StreamResponse, TaskState};
 use mew_tests::model::{ScriptedModel, Step, ToolCall};
-use mew_tests::node::{MewNode, poll_until, status_text};
+use mew_tests::node::{MewNode, poll_until, scripted_model_config, status_text};
 use mew_transport::{AgentTransport, Binding, CallContext};
 use serde_json::json;
 
@@ -32,6 +32,31 @@ async fn node(model: &ScriptedModel) -> anyhow::Result<MewNode> {
     node.write_role(
         "toolsmith.md",
         "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__hermetic]\n---\nUse the tools.\n",
+    )?;
+    node.launch().await?;
+    Ok(node)
+}
+
+/// A running node whose role `toolsmith` (with `tools`) uses the hermetic server over stdio,
+/// whose entry adds `entry` (lines indented by four spaces), with `allow` as the allow rules.
+async fn hermetic_node(
+    model: &ScriptedModel,
+    allow: &str,
+    entry: &str,
+    tools: &str,
+) -> anyhow::Result<MewNode> {
+    let config = format!(
+        "{}permissions:\n  allow: [{allow}]\nmcp_servers:\n  hermetic:\n    command: {}\n{entry}",
+        scripted_model_config(model),
+        mew_tests::mcp::server_bin()?.display()
+    );
+    let mut node = MewNode::new()?;
+    node.write_config(&config)?;
+    node.write_role(
+        "toolsmith.md",
+        &format!(
+            "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [{tools}]\n---\nUse the tools.\n"
+        ),
     )?;
     node.launch().await?;
     Ok(node)
@@ -113,21 +138,7 @@ async fn a_tool_an_mcp_server_adds_during_a_turn_is_offered_at_the_next_model_ca
             .expect_tool_results(["use"])
             .expect_last_user("extra tool extra"),
     ])?;
-    let config = format!(
-        "agent:\n  provider: scripted\n  model: sonnet\n\
-         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n\
-         permissions:\n  allow: [mcp__hermetic, bash]\n\
-         mcp_servers:\n  hermetic:\n    command: {}\n",
-        model.base_url(),
-        mew_tests::mcp::server_bin()?.display()
-    );
-    let mut node = MewNode::new()?;
-    node.write_config(&config)?;
-    node.write_role(
-        "toolsmith.md",
-        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__hermetic, bash]\n---\nUse the tools.\n",
-    )?;
-    node.launch().await?;
+    let node = hermetic_node(&model, "mcp__hermetic, bash", "", "mcp__hermetic, bash").await?;
     let agent = node.agent("/agents/toolsmith", Binding::JsonRpc).await?;
     let turn = tokio::spawn(async move {
         agent
@@ -261,21 +272,13 @@ async fn a_servers_sampling_request_is_answered_by_the_tasks_model_and_counted_i
             .expect_last_user("model said: Tom (gpt-4o-mini)")
             .with_usage(Usage::new(120, 5)),
     ])?;
-    let config = format!(
-        "agent:\n  provider: scripted\n  model: sonnet\n\
-         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n\
-         permissions:\n  allow: [mcp__hermetic__sample]\n\
-         mcp_servers:\n  hermetic:\n    command: {}\n    sampling: true\n",
-        model.base_url(),
-        mew_tests::mcp::server_bin()?.display()
-    );
-    let mut node = MewNode::new()?;
-    node.write_config(&config)?;
-    node.write_role(
-        "toolsmith.md",
-        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__hermetic]\n---\nUse the tools.\n",
-    )?;
-    node.launch().await?;
+    let node = hermetic_node(
+        &model,
+        "mcp__hermetic__sample",
+        "    sampling: true\n",
+        "mcp__hermetic",
+    )
+    .await?;
     let agent = node.agent("/agents/toolsmith", Binding::JsonRpc).await?;
     let task = match agent
         .send_message(
@@ -329,22 +332,7 @@ fn greeting_model() -> anyhow::Result<ScriptedModel> {
 
 /// A node whose role `toolsmith` may call the hermetic server's `ask`.
 async fn asking_node(model: &ScriptedModel) -> anyhow::Result<MewNode> {
-    let config = format!(
-        "agent:\n  provider: scripted\n  model: sonnet\n\
-         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n\
-         permissions:\n  allow: [mcp__hermetic__ask]\n\
-         mcp_servers:\n  hermetic:\n    command: {}\n",
-        model.base_url(),
-        mew_tests::mcp::server_bin()?.display()
-    );
-    let mut node = MewNode::new()?;
-    node.write_config(&config)?;
-    node.write_role(
-        "toolsmith.md",
-        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__hermetic]\n---\nUse the tools.\n",
-    )?;
-    node.launch().await?;
-    Ok(node)
+    hermetic_node(model, "mcp__hermetic__ask", "", "mcp__hermetic").await
 }
 
 #[tokio::test]
@@ -483,11 +471,7 @@ async fn a_servers_question_on_another_node_reaches_the_caller_of_the_delegating
             .expect_last_user("Greeted Ada."),
     ])?;
     let mut a = MewNode::new()?;
-    a.write_config(&format!(
-        "agent:\n  provider: scripted\n  model: sonnet\n\
-         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n",
-        a_model.base_url()
-    ))?;
+    a.write_config(&scripted_model_config(&a_model))?;
     a.write_role(
         "boss.md",
         "---\nname: boss\ndescription: Delegates.\ntools: [Agent]\n---\nDelegate.\n",
