@@ -352,6 +352,9 @@ impl Runtime {
                     env: env.clone(),
                     project_dir: config.project_dir.clone(),
                     ledger: Some(ledger.clone()),
+                    vault: Some(Arc::new(crate::mcp::oauth::Vault::new(
+                        &config.node.data_dir
+                    ))),
                 },
             ),
         );

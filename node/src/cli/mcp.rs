@@ -1,5 +1,6 @@
-//! `mew mcp list` and `mew mcp tools [SERVER]`: connect to the configured MCP servers now and
-//! show what they offer.
+//! `mew mcp list`, `tools`, `call`: connect to the configured MCP servers now and show what
+//! they offer, or call one tool; `mew mcp login` and `logout`: the node's OAuth tokens for a
+//! server.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -11,9 +12,16 @@ use serde_json::json;
 
 use super::Context;
 use crate::config::mcp::McpProblem;
+use crate::mcp::oauth::Vault;
 use crate::mcp::{McpContext, McpManager, ServerState, ServerStatus};
 use crate::peers::one_line;
 use crate::tools::{Category, Tool};
+
+/// The most sign-ins of one `--login` command.
+const MAX_SIGN_INS: u32 = 2;
+
+/// The most questions `mew mcp call --answer` answers in one call.
+const MAX_ANSWERS: u32 = 8;
 
 /// How long servers get to close when the command ends.
 const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
@@ -30,6 +38,43 @@ pub(crate) enum McpCommand {
     Tools {
         /// Only this server's tools
         server: Option<String>,
+        /// Sign in (as `mew mcp login` does) when SERVER asks for authorization, then list
+        #[arg(long, requires = "server")]
+        login: bool,
+    },
+    /// Call one tool of SERVER with ARGUMENTS (a JSON object) and print its result; exit 1
+    /// if the call fails or the tool says it failed
+    Call {
+        /// The server, as configured
+        server: String,
+        /// The tool's name on the server
+        tool: String,
+        /// The tool's arguments, a JSON object
+        #[arg(default_value = "{}")]
+        arguments: String,
+        /// Sign in (as `mew mcp login` does) when the server asks for authorization, or for
+        /// more scopes, then call again
+        #[arg(long)]
+        login: bool,
+        /// The answer to every question the tool's server asks: a JSON object of the fields
+        /// it asks for (fields left out take the defaults of its form), or decline or cancel
+        #[arg(long, value_name = "REPLY")]
+        answer: Option<String>,
+    },
+    /// Sign in to SERVER with OAuth: open its authorization page (with $BROWSER, else print
+    /// its address), wait for the redirect to a loopback address, and keep the tokens,
+    /// encrypted, in the data directory; the node uses them for every task
+    Login {
+        /// The server, as configured (an http server)
+        server: String,
+        /// How long to wait for the authorization in the browser
+        #[arg(long, default_value = "5m", value_parser = crate::duration::parse)]
+        timeout: Duration,
+    },
+    /// Forget the node's OAuth tokens for SERVER
+    Logout {
+        /// The server, as configured
+        server: String,
     },
 }
 
@@ -41,9 +86,17 @@ pub(crate) async fn run(
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let config = &context.config;
-    if let McpCommand::Tools {
-        server: Some(server),
-    } = command
+    let named = match command {
+        McpCommand::List | McpCommand::Tools { server: None, .. } => None,
+        McpCommand::Tools {
+            server: Some(server),
+            ..
+        }
+        | McpCommand::Call { server, .. }
+        | McpCommand::Login { server, .. }
+        | McpCommand::Logout { server } => Some(server),
+    };
+    if let Some(server) = named
         && !config.mcp_servers.contains_key(server)
     {
         let known: Vec<&str> = config.mcp_servers.keys().map(String::as_str).collect();
@@ -56,21 +109,102 @@ pub(crate) async fn run(
             }
         );
     }
-    let manager = McpManager::start(
-        &config.mcp_servers,
+    let vault = Arc::new(Vault::new(&config.node.data_dir));
+    match command {
+        McpCommand::Login { server, timeout } => {
+            return login(server, *timeout, &vault, context, out).await;
+        }
+        McpCommand::Logout { server } => return logout(server, &vault, out),
+        _ => {}
+    }
+    // `call`, and `tools` for one server, connect to that server only.
+    let only = match command {
+        McpCommand::Call { server, .. }
+        | McpCommand::Tools {
+            server: Some(server),
+            ..
+        } => Some(server.as_str()),
+        _ => None,
+    };
+    let login_allowed = matches!(
+        command,
+        McpCommand::Call { login: true, .. } | McpCommand::Tools { login: true, .. }
+    );
+    let mut sign_ins = 0;
+    loop {
+        let manager = start(context, only, &vault).await;
+        // Held back until it is known that the command does not run again.
+        let mut answer_text = Vec::new();
+        let buffer: &mut dyn Write = &mut answer_text;
+        let result = match command {
+            McpCommand::List => list(&manager, context, buffer),
+            McpCommand::Tools { server, .. } => tools(&manager, server.as_deref(), context, buffer),
+            McpCommand::Call {
+                server,
+                tool,
+                arguments,
+                answer,
+                ..
+            } => {
+                let answer = answer.as_deref();
+                call(&manager, server, tool, arguments, answer, context, buffer).await
+            }
+            McpCommand::Login { .. } | McpCommand::Logout { .. } => Ok(()),
+        };
+        let challenge = only.and_then(|server| manager.challenge(server));
+        manager.shutdown(CLOSE_DEADLINE).await;
+        // Signs in when the server asked for it, then runs the command again; a server may
+        // ask once more after that (for more scopes, or from a new authorization server).
+        match (result, only, challenge) {
+            (Err(err), Some(server), Some(challenge))
+                if login_allowed
+                    && sign_ins < MAX_SIGN_INS
+                    && format!("{err:#}").contains(crate::mcp::ASKS_FOR_AUTHORIZATION) =>
+            {
+                // What the command prints is its own answer: the sign-in is told on stderr.
+                let timeout = Duration::from_secs(300);
+                let mut stderr = std::io::stderr();
+                let challenge = Some(challenge.as_str());
+                sign_in(
+                    server,
+                    challenge,
+                    timeout,
+                    &vault,
+                    context,
+                    false,
+                    &mut stderr,
+                )
+                .await?;
+                sign_ins += 1;
+            }
+            (result, _, _) => {
+                out.write_all(&answer_text)?;
+                out.flush()?;
+                return result;
+            }
+        }
+    }
+}
+
+/// Connects to the configured servers (or to `only`).
+async fn start(context: &Context, only: Option<&str>, vault: &Arc<Vault>) -> Arc<McpManager> {
+    let config = &context.config;
+    let servers = config
+        .mcp_servers
+        .iter()
+        .filter(|(name, _)| only.is_none_or(|only| *name == only))
+        .map(|(name, entry)| (name.clone(), entry.clone()))
+        .collect();
+    McpManager::start(
+        &servers,
         McpContext {
             env: Arc::new(std::env::vars().collect()),
             project_dir: config.project_dir.clone(),
             ledger: None,
+            vault: Some(vault.clone()),
         },
     )
-    .await;
-    let result = match command {
-        McpCommand::List => list(&manager, context, out),
-        McpCommand::Tools { server } => tools(&manager, server.as_deref(), context, out),
-    };
-    manager.shutdown(CLOSE_DEADLINE).await;
-    result
+    .await
 }
 
 fn list(manager: &McpManager, context: &Context, out: &mut dyn Write) -> anyhow::Result<()> {
@@ -221,6 +355,214 @@ fn tools(
         .collect();
     if !down.is_empty() {
         bail!("not connected: {}", down.join("; "));
+    }
+    Ok(())
+}
+
+/// `mew mcp call`.
+async fn call(
+    manager: &McpManager,
+    server: &str,
+    tool: &str,
+    arguments: &str,
+    answer: Option<&str>,
+    context: &Context,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let arguments: serde_json::Value = serde_json::from_str(arguments)
+        .map_err(|err| anyhow::anyhow!("the arguments are not JSON: {err}"))?;
+    if !arguments.is_object() {
+        bail!("the arguments must be a JSON object, such as '{{\"path\": \"README.md\"}}'");
+    }
+    let name = format!("mcp__{server}__{tool}");
+    let Some(found) = manager.tools().into_iter().find(|t| t.name() == name) else {
+        if let Some(status) = manager.status().into_iter().find(|s| s.name == server)
+            && status.state != ServerState::Connected
+        {
+            bail!(
+                "{server} is not connected: {}",
+                status
+                    .last_error
+                    .as_deref()
+                    .map(one_line)
+                    .unwrap_or_default()
+            );
+        }
+        bail!("{server} has no tool {tool:?} (see `mew mcp tools {server}`)");
+    };
+    let ctx = crate::tools::ToolContext {
+        cwd: context.config.project_dir.clone(),
+        env: Arc::new(std::env::vars().collect()),
+        cancel: tokio_util::sync::CancellationToken::new(),
+        task_id: None,
+        depth: 0,
+        scope: None,
+        call_id: None,
+        news: None,
+        sampler: None,
+    };
+    let mut output = found.call(arguments, &ctx).await;
+    // A server's questions, answered with `--answer` (each round of a multi-round call).
+    let mut rounds = 0;
+    while let (Some(relay), Some(reply)) = (output.relay.clone(), answer) {
+        if output.ask.is_none() || rounds >= MAX_ANSWERS {
+            break;
+        }
+        rounds += 1;
+        output = found.answer(&relay, reply, &ctx).await;
+    }
+    if context.json {
+        let result = output
+            .response
+            .clone()
+            .unwrap_or_else(|| json!({"content": output.content, "isError": output.is_error}));
+        serde_json::to_writer_pretty(&mut *out, &result)?;
+        writeln!(out)?;
+    } else {
+        for part in &output.content {
+            match part {
+                crate::conversation::ResultPart::Text { text } => writeln!(out, "{text}")?,
+                other => writeln!(out, "{}", serde_json::to_string(other)?)?,
+            }
+        }
+    }
+    out.flush()?;
+    if output.ask.is_some() {
+        bail!("{name} asks a question: give the answer with --answer");
+    }
+    if output.is_error {
+        let why = output
+            .content
+            .iter()
+            .find_map(|part| match part {
+                crate::conversation::ResultPart::Text { text } => Some(one_line(text)),
+                _ => None,
+            })
+            .unwrap_or_default();
+        bail!("{name} failed: {}", crate::tools::cut_chars(&why, 500));
+    }
+    Ok(())
+}
+
+/// Opens the authorization page: with `$BROWSER` (a command, given the address as its last
+/// argument) when it is set; the address is printed either way.
+struct Terminal;
+
+impl crate::mcp::oauth::Browser for Terminal {
+    fn open(&self, url: &str) {
+        eprintln!("Open this address to sign in:\n  {url}");
+        let Some(browser) = std::env::var_os("BROWSER").filter(|b| !b.is_empty()) else {
+            return;
+        };
+        let mut script = browser;
+        script.push(" \"$1\"");
+        // Not through the process helper: a browser is the user's own program, keeps the
+        // user's whole environment (display, session bus) and outlives this command, where the
+        // helper clears the environment and kills its group when the command ends.
+        #[allow(clippy::disallowed_methods)]
+        let started = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg("sh")
+            .arg(url)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn();
+        match started {
+            // Reaped in the background: a browser may run long after this command.
+            Ok(mut child) => {
+                std::thread::spawn(move || child.wait());
+            }
+            Err(err) => eprintln!("cannot start $BROWSER: {err}"),
+        }
+    }
+}
+
+/// `mew mcp login`: signs in from the server's answer to a request without a token.
+async fn login(
+    server: &str,
+    timeout: Duration,
+    vault: &Arc<Vault>,
+    context: &Context,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let url = http_url(server, context)?;
+    let connect_timeout = context
+        .config
+        .mcp_servers
+        .get(server)
+        .map_or(Duration::from_secs(30), |entry| entry.connect_timeout);
+    let challenge = crate::mcp::oauth::challenge(url, connect_timeout)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    sign_in(
+        server,
+        challenge.as_deref(),
+        timeout,
+        vault,
+        context,
+        context.json,
+        out,
+    )
+    .await
+}
+
+/// The URL of the http server `server`.
+fn http_url<'a>(server: &str, context: &'a Context) -> anyhow::Result<&'a str> {
+    let Some(entry) = context.config.mcp_servers.get(server) else {
+        bail!("there is no MCP server {server:?} in the configuration");
+    };
+    let crate::config::mcp::McpTransport::Http { url, .. } = &entry.transport else {
+        bail!("{server} is a stdio server: OAuth is for http servers");
+    };
+    Ok(url)
+}
+
+/// Signs in to `server` from its `challenge` (see [`crate::mcp::oauth::login`]) and says so.
+async fn sign_in(
+    server: &str,
+    challenge: Option<&str>,
+    timeout: Duration,
+    vault: &Arc<Vault>,
+    context: &Context,
+    json: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let url = http_url(server, context)?;
+    let Some(entry) = context.config.mcp_servers.get(server) else {
+        bail!("there is no MCP server {server:?} in the configuration");
+    };
+    let tokens = vault.entry(server, url, crate::mcp::oauth::NODE_PRINCIPAL);
+    let granted =
+        crate::mcp::oauth::login(url, tokens, &entry.oauth, challenge, &Terminal, timeout)
+            .await
+            .map_err(|why| anyhow::anyhow!("cannot sign in to {server}: {why}"))?;
+    if json {
+        serde_json::to_writer_pretty(
+            &mut *out,
+            &json!({"server": server, "scopes": granted.scopes, "refreshable": granted.refreshable}),
+        )?;
+        writeln!(out)?;
+    } else {
+        let scopes = if granted.scopes.is_empty() {
+            String::new()
+        } else {
+            format!(" (scopes: {})", granted.scopes.join(" "))
+        };
+        writeln!(out, "signed in to {server}{scopes}")?;
+    }
+    Ok(())
+}
+
+/// `mew mcp logout`.
+fn logout(server: &str, vault: &Vault, out: &mut dyn Write) -> anyhow::Result<()> {
+    let removed = vault
+        .remove(server, crate::mcp::oauth::NODE_PRINCIPAL)
+        .map_err(|err| anyhow::anyhow!("cannot remove the tokens of {server}: {err}"))?;
+    if removed {
+        writeln!(out, "signed out of {server}: its tokens are gone")?;
+    } else {
+        writeln!(out, "no tokens kept for {server}")?;
     }
     Ok(())
 }

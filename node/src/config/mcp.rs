@@ -107,6 +107,8 @@ pub struct McpServerConfig {
     pub sampling: bool,
     /// Whether the server's questions (elicitation) go to the user or are declined.
     pub elicitation: McpElicitation,
+    /// How Mew signs in to it when it asks for authorization (an http server).
+    pub oauth: McpOAuth,
     /// Where it was defined: a file, with the line when known.
     pub origin: String,
     /// `${VAR}`s it refers to that are not set (each once); they expanded to empty text.
@@ -144,6 +146,8 @@ impl Serialize for McpServerConfig {
             protocol: McpProtocol,
             sampling: bool,
             elicitation: McpElicitation,
+            #[serde(skip_serializing_if = "McpOAuth::is_default")]
+            oauth: &'a McpOAuth,
         }
         Shown {
             transport: self.shown_transport(),
@@ -155,6 +159,7 @@ impl Serialize for McpServerConfig {
             protocol: self.protocol,
             sampling: self.sampling,
             elicitation: self.elicitation,
+            oauth: &self.oauth,
         }
         .serialize(serializer)
     }
@@ -172,12 +177,63 @@ impl fmt::Debug for McpServerConfig {
             .field("protocol", &self.protocol)
             .field("sampling", &self.sampling)
             .field("elicitation", &self.elicitation)
+            .field("oauth", &self.oauth)
             .field("origin", &self.origin)
             .field("undefined_vars", &self.undefined_vars)
             .field("warnings", &self.warnings)
             .field("expanded", &self.as_written.is_some())
             .finish()
     }
+}
+
+/// `oauth:` of an http server's entry: how Mew signs in when the server answers 401. Every
+/// field is optional: with none, the client registers itself dynamically (or by the
+/// configured client ID metadata document) and asks for the scopes the server names.
+#[derive(Clone, Default, PartialEq, Serialize)]
+pub struct McpOAuth {
+    /// A client registered with the authorization server beforehand.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// Its secret (a confidential client); shown masked.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "masked_secret"
+    )]
+    pub client_secret: Option<String>,
+    /// The https URL of Mew's client ID metadata document, for authorization servers that
+    /// accept one instead of registration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_metadata_url: Option<String>,
+    /// The scopes to ask for; empty: those the server's challenge or metadata name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// The loopback port of `mew mcp login`'s callback (`http://127.0.0.1:PORT/callback`),
+    /// for a client registered with that redirect URI; default: any free port.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callback_port: Option<u16>,
+}
+
+impl McpOAuth {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl fmt::Debug for McpOAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpOAuth")
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_deref().map(mask))
+            .field("client_metadata_url", &self.client_metadata_url)
+            .field("scopes", &self.scopes)
+            .field("callback_port", &self.callback_port)
+            .finish()
+    }
+}
+
+/// Serializes a secret masked.
+fn masked_secret<S: Serializer>(secret: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(secret.as_deref().map(mask).unwrap_or_default())
 }
 
 /// What becomes of an MCP server's questions to the user (`elicitation:` of its entry).

@@ -12,7 +12,7 @@ use serde_yaml_ng::{Mapping, Value};
 
 use super::check::{edit_distance, line_of};
 use super::mcp::{
-    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESTARTS, McpElicitation,
+    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESTARTS, McpElicitation, McpOAuth,
     McpProblem, McpProtocol, McpServerConfig, McpTransport,
 };
 use super::merge::{key_name, singleton};
@@ -36,25 +36,20 @@ const KEYS: &[&str] = &[
     "protocol",
     "sampling",
     "elicitation",
+    "oauth",
     "enabled",
 ];
 
 /// Keys of Claude Code's `.mcp.json` entries that Mew reads but does not act on, with what that
 /// means; the entry is kept, with a warning.
-const CLAUDE_CODE_KEYS_NOT_HONOURED: &[(&str, &str)] = &[
-    (
-        "oauth",
-        "Mew does not sign in to MCP servers with OAuth; give a token in `headers`",
-    ),
-    (
-        "headersHelper",
-        "Mew does not run it; only the `headers` written here are sent",
-    ),
-];
+const CLAUDE_CODE_KEYS_NOT_HONOURED: &[(&str, &str)] = &[(
+    "headersHelper",
+    "Mew does not run it; only the `headers` written here are sent",
+)];
 
 /// The keys that only a stdio server has, and those that only an http server has.
 const STDIO_KEYS: &[&str] = &["command", "args", "env", "cwd"];
-const HTTP_KEYS: &[&str] = &["url", "headers"];
+const HTTP_KEYS: &[&str] = &["url", "headers", "oauth"];
 
 /// The environment `${VAR}` expands from. Debug-prints the names only: the values may be
 /// secrets.
@@ -475,6 +470,10 @@ fn resolve_entry(
         Some(Some("decline")) => McpElicitation::Decline,
         Some(_) => return Err("`elicitation`: expected ask or decline".to_owned()),
     };
+    let oauth = match field("oauth") {
+        None => McpOAuth::default(),
+        Some(value) => oauth(value, dialect, &mut expansion)?,
+    };
     Ok(Some(McpServerConfig {
         transport,
         connect_timeout: timeout("connect_timeout", field("connect_timeout"))?
@@ -487,11 +486,98 @@ fn resolve_entry(
         protocol,
         sampling,
         elicitation,
+        oauth,
         origin: String::new(),
         undefined_vars: expansion.undefined,
         warnings: expansion.warnings,
         as_written,
     }))
+}
+
+/// `oauth:` of an http entry. Mew's files write `client_id`, `client_secret` (expanded, like
+/// the values of `headers`), `client_metadata_url`, `scopes` and `callback_port`; a
+/// `.mcp.json` writes Claude Code's `clientId` and `callbackPort`.
+fn oauth(value: &Value, dialect: Dialect, expansion: &mut Expansion) -> Result<McpOAuth, String> {
+    let Value::Mapping(map) = value else {
+        return Err(
+            "`oauth`: expected a mapping (client_id, client_secret, scopes, ...)".to_owned(),
+        );
+    };
+    let (id_key, port_key, known): (&str, &str, &[&str]) = match dialect {
+        Dialect::Mew => (
+            "client_id",
+            "callback_port",
+            &[
+                "client_id",
+                "client_secret",
+                "client_metadata_url",
+                "scopes",
+                "callback_port",
+            ],
+        ),
+        Dialect::ClaudeCode => ("clientId", "callbackPort", &["clientId", "callbackPort"]),
+    };
+    let mut oauth = McpOAuth::default();
+    for (key, value) in map {
+        let key = key_name(key);
+        if !known.contains(&key.as_str()) {
+            match dialect {
+                Dialect::Mew => {
+                    return Err(format!(
+                        "`oauth.{key}` is not a setting (known: {})",
+                        known.join(", ")
+                    ));
+                }
+                Dialect::ClaudeCode => {
+                    expansion
+                        .warnings
+                        .push(format!("`oauth.{key}` is ignored: Mew does not know it"));
+                    continue;
+                }
+            }
+        }
+        if value.is_null() {
+            continue;
+        }
+        let name = format!("oauth.{key}");
+        let what = format!("`{name}`");
+        if key == id_key {
+            oauth.client_id = Some(text(&name, value)?);
+        } else if key == port_key {
+            oauth.callback_port = Some(
+                value
+                    .as_u64()
+                    .and_then(|port| u16::try_from(port).ok())
+                    .filter(|port| *port > 0)
+                    .ok_or_else(|| format!("{what}: expected a port number, 1 to 65535"))?,
+            );
+        } else if key == "client_secret" {
+            let secret = expansion.apply("headers", &what, text(&name, value)?)?;
+            oauth.client_secret = Some(secret);
+        } else if key == "client_metadata_url" {
+            let url = text(&name, value)?;
+            if !url.starts_with("https://") {
+                return Err(format!(
+                    "{what}: a client ID metadata document must be at an https:// URL"
+                ));
+            }
+            oauth.client_metadata_url = Some(url);
+        } else if key == "scopes" {
+            let scopes = value.as_sequence().and_then(|items| {
+                items
+                    .iter()
+                    .map(|item| item.as_str().filter(|scope| !scope.contains(' ')))
+                    .map(|scope| scope.filter(|scope| !scope.is_empty()).map(str::to_owned))
+                    .collect::<Option<Vec<String>>>()
+            });
+            oauth.scopes =
+                scopes.ok_or_else(|| format!("{what}: expected a list of scope names"))?;
+        }
+    }
+    if oauth.client_secret.is_some() && oauth.client_id.is_none() {
+        return Err("`oauth.client_secret` needs the `client_id` it belongs to".to_owned());
+    }
+    Ok(oauth)
 }
 
 /// `${VAR}` in the values of one entry, expanded by its dialect's rules (see [`Dialect`]).

@@ -164,6 +164,7 @@ fn entries_resolve_with_defaults_and_every_key() {
             protocol: mcp::McpProtocol::Initialize,
             sampling: true,
             elicitation: Default::default(),
+            oauth: Default::default(),
             origin: at(&file, 2),
             undefined_vars: vec![],
             warnings: vec![],
@@ -185,6 +186,7 @@ fn entries_resolve_with_defaults_and_every_key() {
             protocol: mcp::McpProtocol::Auto,
             sampling: false,
             elicitation: Default::default(),
+            oauth: Default::default(),
             origin: at(&file, 16),
             undefined_vars: vec![],
             warnings: vec![],
@@ -226,7 +228,7 @@ fn each_check_skips_the_entry_with_its_message() {
             "x: {command: npx, transport_mode: fast}",
             "unknown key `transport_mode` (the keys are type, command, args, env, cwd, url, \
              headers, connect_timeout, call_timeout, allow_tools, deny_tools, max_restarts, \
-             protocol, sampling, elicitation, enabled)",
+             protocol, sampling, elicitation, oauth, enabled)",
         ),
         (
             "x: {command: npx, protocol: 2024-11-05}",
@@ -691,7 +693,7 @@ fn an_unknown_key_is_ignored_with_a_warning_in_mcp_json_and_skips_the_entry_in_m
             "unknown key `comand` (did you mean `command`?); it is ignored",
             "unknown key `description` (the keys are type, command, args, env, cwd, url, \
              headers, connect_timeout, call_timeout, allow_tools, deny_tools, max_restarts, \
-             protocol, sampling, elicitation, enabled); it is ignored",
+             protocol, sampling, elicitation, oauth, enabled); it is ignored",
         ]
     );
     assert_eq!(
@@ -699,9 +701,11 @@ fn an_unknown_key_is_ignored_with_a_warning_in_mcp_json_and_skips_the_entry_in_m
         [
             "`headersHelper` is not honoured: Mew does not run it; only the `headers` written \
              here are sent",
-            "`oauth` is not honoured: Mew does not sign in to MCP servers with OAuth; give a \
-             token in `headers`",
         ]
+    );
+    assert_eq!(
+        config.mcp_servers["signed"].oauth.client_id.as_deref(),
+        Some("c")
     );
 
     // The same entry in Mew's own file is skipped: there a key Mew does not know is a mistake.
@@ -715,7 +719,7 @@ fn an_unknown_key_is_ignored_with_a_warning_in_mcp_json_and_skips_the_entry_in_m
             origin: at(&file, 2),
             message: "unknown key `description` (the keys are type, command, args, env, cwd, \
                       url, headers, connect_timeout, call_timeout, allow_tools, deny_tools, \
-                      max_restarts, protocol, sampling, elicitation, enabled)"
+                      max_restarts, protocol, sampling, elicitation, oauth, enabled)"
                 .into(),
         }]
     );
@@ -1109,5 +1113,96 @@ fn secrets_are_masked_in_the_shown_configuration_and_debug_output() {
     assert_eq!(
         reread.mcp_servers["api"].transport.kind(),
         config.mcp_servers["api"].transport.kind()
+    );
+}
+
+#[test]
+fn oauth_settings_are_read_in_both_dialects_and_the_secret_is_masked() {
+    let dirs = Dirs::new();
+    dirs.project_file(
+        "mcp_servers:\n\
+         \x20 linear:\n\
+         \x20   url: https://mcp.linear.app/mcp\n\
+         \x20   oauth:\n\
+         \x20     client_id: mew-at-acme\n\
+         \x20     client_secret: ${LINEAR_SECRET}\n\
+         \x20     scopes: [read, write]\n\
+         \x20     callback_port: 8765\n",
+    );
+    dirs.mcp_json(
+        r#"{"mcpServers": {"notion": {"type": "http", "url": "https://mcp.notion.com/mcp",
+            "oauth": {"clientId": "abc", "callbackPort": 9000, "authServerMetadataUrl": "x"}}}}"#,
+    );
+    let config = dirs.resolve_with(&[("LINEAR_SECRET", "s3cret")]);
+    assert!(config.mcp_problems.is_empty(), "{:?}", config.mcp_problems);
+    let linear = &config.mcp_servers["linear"].oauth;
+    assert_eq!(
+        *linear,
+        mcp::McpOAuth {
+            client_id: Some("mew-at-acme".into()),
+            client_secret: Some("s3cret".into()),
+            client_metadata_url: None,
+            scopes: vec!["read".into(), "write".into()],
+            callback_port: Some(8765),
+        }
+    );
+    let shown = serde_json::to_string(&config.mcp_servers["linear"]).unwrap();
+    assert!(!shown.contains("s3cret"), "{shown}");
+    assert!(shown.contains(r#""client_secret":"***""#), "{shown}");
+    assert!(!format!("{:?}", config.mcp_servers["linear"]).contains("s3cret"));
+    let notion = &config.mcp_servers["notion"];
+    assert_eq!(notion.oauth.client_id.as_deref(), Some("abc"));
+    assert_eq!(notion.oauth.callback_port, Some(9000));
+    assert!(
+        notion
+            .warnings
+            .iter()
+            .any(|warning| warning.contains("oauth.authServerMetadataUrl")),
+        "{:?}",
+        notion.warnings
+    );
+}
+
+#[test]
+fn bad_oauth_settings_skip_the_entry_with_a_reason() {
+    let dirs = Dirs::new();
+    dirs.project_file(
+        "mcp_servers:\n\
+         \x20 a: {url: 'https://a/mcp', oauth: {client_secret: x}}\n\
+         \x20 b: {url: 'https://b/mcp', oauth: {callback_port: 70000}}\n\
+         \x20 c: {url: 'https://c/mcp', oauth: {client_metadata_url: 'http://c/meta.json'}}\n\
+         \x20 d: {url: 'https://d/mcp', oauth: {clientId: x}}\n\
+         \x20 e: {command: ./server, oauth: {client_id: x}}\n\
+         \x20 f: {url: 'https://f/mcp', oauth: {scopes: 'read write'}}\n",
+    );
+    let problems = problems(&dirs.resolve());
+    let reason = |server: &str| {
+        problems
+            .iter()
+            .find(|(name, _)| name == server)
+            .map(|(_, message)| message.clone())
+            .unwrap_or_else(|| panic!("{server} was not skipped: {problems:?}"))
+    };
+    assert!(
+        reason("a").contains("needs the `client_id`"),
+        "{}",
+        reason("a")
+    );
+    assert!(reason("b").contains("a port number"), "{}", reason("b"));
+    assert!(reason("c").contains("https://"), "{}", reason("c"));
+    assert!(
+        reason("d").contains("`oauth.clientId` is not a setting"),
+        "{}",
+        reason("d")
+    );
+    assert!(
+        reason("e").contains("does not apply to a stdio server"),
+        "{}",
+        reason("e")
+    );
+    assert!(
+        reason("f").contains("a list of scope names"),
+        "{}",
+        reason("f")
     );
 }

@@ -58,6 +58,8 @@ pub(super) struct McpClient {
     changes: watch::Sender<u64>,
     /// The running calls whose progress and the server's log messages someone follows.
     pub(super) followers: super::news::Followers,
+    /// The last `WWW-Authenticate` challenge of an http server's 401 or 403.
+    challenge: super::http::Challenge,
 }
 
 /// What changes, behind one lock.
@@ -207,8 +209,9 @@ fn ask_user(
 }
 
 /// The user's reply to an elicitation, as the server reads it: `decline` and `cancel` as
-/// they are, a JSON object as the fields, a bare value as the one field the schema asks for,
-/// `done` as the acceptance of a URL elicitation.
+/// they are, a JSON object as the fields (with the form's defaults for the fields it leaves
+/// out), a bare value as the one field the schema asks for, `done` as the acceptance of a URL
+/// elicitation.
 pub(super) fn elicitation_answer(reply: &str, schema: &Value) -> Value {
     let trimmed = reply.trim();
     match trimmed.to_ascii_lowercase().as_str() {
@@ -216,7 +219,17 @@ pub(super) fn elicitation_answer(reply: &str, schema: &Value) -> Value {
         "cancel" => return serde_json::json!({"action": "cancel"}),
         _ => {}
     }
-    if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(trimmed) {
+    if let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(trimmed) {
+        // The form's defaults stand for the fields the answer leaves out (SEP-1034).
+        if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+            for (field, spec) in properties {
+                if let Some(default) = spec.get("default")
+                    && !fields.contains_key(field)
+                {
+                    fields.insert(field.clone(), default.clone());
+                }
+            }
+        }
         return serde_json::json!({"action": "accept", "content": fields});
     }
     let properties = schema.get("properties").and_then(Value::as_object);
@@ -284,6 +297,7 @@ impl McpClient {
             stopping: CancellationToken::new(),
             changes,
             followers: super::news::Followers::default(),
+            challenge: super::http::Challenge::default(),
         })
     }
 
@@ -375,6 +389,7 @@ impl McpClient {
             name: Arc::from(self.name.as_str()),
             roots: connect::project_roots(&self.ctx.project_dir),
             sampling: self.config.sampling,
+            challenge: self.challenge.clone(),
         };
         let limit = self.config.connect_timeout;
         let spoke_initialize = self.shared().spoke_initialize;
@@ -419,6 +434,12 @@ impl McpClient {
             ServerState::Connected | ServerState::Restarting => shared.tools.clone(),
             ServerState::Connecting | ServerState::Failed | ServerState::Stopped => Vec::new(),
         }
+    }
+
+    /// The last `WWW-Authenticate` challenge the server answered with (401 or 403), if any:
+    /// what a new authorization starts from.
+    pub(super) fn challenge(&self) -> Option<String> {
+        self.challenge.last()
     }
 
     pub(super) fn status(&self) -> ServerStatus {
@@ -1005,5 +1026,33 @@ impl McpClient {
         if let Some(connection) = connection {
             connection.close(deadline).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::elicitation_answer;
+
+    #[test]
+    fn an_answer_takes_the_forms_defaults_for_the_fields_it_leaves_out() {
+        let schema = json!({"type": "object", "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "note": {"type": "string"},
+        }});
+        assert_eq!(
+            elicitation_answer(r#"{"name": "Ada"}"#, &schema),
+            json!({"action": "accept", "content": {"name": "Ada", "age": 30}})
+        );
+        assert_eq!(
+            elicitation_answer("{}", &schema),
+            json!({"action": "accept", "content": {"name": "John Doe", "age": 30}})
+        );
+        assert_eq!(
+            elicitation_answer("decline", &schema),
+            json!({"action": "decline"})
+        );
     }
 }

@@ -26,6 +26,7 @@ use rmcp::service::{
 };
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::auth::{AuthClient, AuthorizationManager};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt as _};
 use tokio::task::JoinHandle;
@@ -72,6 +73,8 @@ pub(super) struct Handler {
     pub(super) roots: Arc<[Root]>,
     /// Whether the server may ask the task's model (`sampling: true` on its entry).
     pub(super) sampling: bool,
+    /// Where an http server's last challenge (401, 403) is kept.
+    pub(super) challenge: super::http::Challenge,
 }
 
 /// The roots of a project: its directory, as a `file://` URI (none when the path cannot be
@@ -521,10 +524,30 @@ async fn open(
                 stderr: None,
                 what: url.clone(),
             };
-            let transport = http_transport(url, headers, config.connect_timeout)
-                .map_err(|why| Failure::Other(endpoint.explain(&why)))?;
-            let session =
-                tokio::time::timeout(limit, handshake(handler.clone(), transport, mode)).await;
+            let session = tokio::time::timeout(limit, async {
+                check_url(url).map_err(Failure::Other)?;
+                let auth = authorization(name, url, config, ctx).await;
+                let transport = http_transport(
+                    url,
+                    headers,
+                    config.connect_timeout,
+                    auth?,
+                    handler.challenge.clone(),
+                )
+                .map_err(Failure::Other)?;
+                handshake(handler.clone(), transport, mode)
+                    .await
+                    .map_err(|failure| match failure {
+                        Failure::Other(why) if why.contains(ASKS_FOR_AUTHORIZATION) => {
+                            Failure::Other(format!(
+                                "{why}: sign in with `mew mcp login {name}` (or give a token \
+                                 in `headers`)"
+                            ))
+                        }
+                        other => other,
+                    })
+            })
+            .await;
             (endpoint, session)
         }
     };
@@ -720,16 +743,41 @@ fn spawn(
     Ok((group, dir))
 }
 
-/// The Streamable HTTP transport to `url`, sending `headers` with every request.
+use super::ASKS_FOR_AUTHORIZATION;
+
+/// The authorization of the connection to the http server `name` at `url`: the node's stored
+/// OAuth tokens for it, when there are (see [`super::oauth`]); with none, requests go out
+/// without a token and a 401 fails the connection with [`ASKS_FOR_AUTHORIZATION`].
+async fn authorization(
+    name: &str,
+    url: &str,
+    config: &McpServerConfig,
+    ctx: &McpContext,
+) -> Result<AuthorizationManager, Failure> {
+    let failed = |why: String| Failure::Other(format!("OAuth: {why}"));
+    match &ctx.vault {
+        Some(vault) => {
+            let entry = vault.entry(name, url, super::oauth::NODE_PRINCIPAL);
+            super::oauth::manager(url, entry, &config.oauth)
+                .await
+                .map_err(failed)
+        }
+        None => AuthorizationManager::new(url)
+            .await
+            .map_err(|err| failed(chain(&err))),
+    }
+}
+
+/// The Streamable HTTP transport to `url`, sending `headers` with every request and the
+/// OAuth token of `auth` when it has one.
 fn http_transport(
     url: &str,
     headers: &BTreeMap<String, String>,
     connect_timeout: Duration,
-) -> Result<StreamableHttpClientTransport<HttpClient>, String> {
-    let parsed = reqwest::Url::parse(url).map_err(|err| format!("not a URL: {err}"))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!("{} is not an http or https URL", parsed.scheme()));
-    }
+    auth: AuthorizationManager,
+    challenge: super::http::Challenge,
+) -> Result<StreamableHttpClientTransport<AuthClient<HttpClient>>, String> {
+    check_url(url)?;
     let mut custom = HashMap::new();
     for (name, value) in headers {
         let header = HeaderName::from_bytes(name.as_bytes())
@@ -752,9 +800,18 @@ fn http_transport(
         .map_err(|err| format!("cannot set up the HTTP client: {}", chain(&err)))?;
     let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom);
     Ok(StreamableHttpClientTransport::with_client(
-        HttpClient(client),
+        AuthClient::new(HttpClient { client, challenge }, auth),
         config,
     ))
+}
+
+/// Checks that `url` is an http or https URL.
+fn check_url(url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|err| format!("not a URL: {err}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("{} is not an http or https URL", parsed.scheme()));
+    }
+    Ok(())
 }
 
 /// Follows only 307 and 308 redirects within the same origin: they keep the method and body,
@@ -794,9 +851,24 @@ fn next_source<'a>(
     use rmcp::transport::streamable_http_client::StreamableHttpError;
     match err.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
         Some(StreamableHttpError::Client(client)) => Some(client),
+        Some(StreamableHttpError::AuthRequired(_) | StreamableHttpError::InsufficientScope(_)) => {
+            Some(&AsksForAuthorization)
+        }
         _ => err.source(),
     }
 }
+
+/// The cause [`chain`] names for a 401 or 403 with a challenge.
+#[derive(Debug)]
+struct AsksForAuthorization;
+
+impl std::fmt::Display for AsksForAuthorization {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(ASKS_FOR_AUTHORIZATION)
+    }
+}
+
+impl std::error::Error for AsksForAuthorization {}
 
 /// A handshake failure, without the SDK's type names.
 fn describe_init_error(err: &ClientInitializeError) -> String {

@@ -23,9 +23,40 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::Sse;
 
-/// reqwest, with id-less errors placed (see the module docs).
+/// reqwest, with id-less errors placed (see the module docs), keeping the server's last
+/// authorization challenge.
 #[derive(Clone)]
-pub(super) struct HttpClient(pub(super) reqwest::Client);
+pub(super) struct HttpClient {
+    pub(super) client: reqwest::Client,
+    pub(super) challenge: Challenge,
+}
+
+/// The `WWW-Authenticate` header of a server's last 401 or 403, kept for a new authorization
+/// (the SDK reports it to its caller, which for a tool call is a task of the SDK's own).
+#[derive(Clone, Default)]
+pub(super) struct Challenge(Arc<std::sync::Mutex<Option<String>>>);
+
+impl Challenge {
+    /// The last challenge.
+    pub(super) fn last(&self) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Keeps the challenge of `result`, if it failed with one.
+    fn keep<T>(&self, result: &Result<T, StreamableHttpError<reqwest::Error>>) {
+        if let Err(err) = result
+            && let Some(challenge) = err.auth_challenge()
+        {
+            *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(challenge.to_owned());
+        }
+    }
+}
 
 type PostResult = Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>;
 type StreamResult =
@@ -111,9 +142,10 @@ impl StreamableHttpClient for HttpClient {
         let in_session = session_id.is_some();
         let custom_headers = with_trace_headers(&message, custom_headers);
         let response = self
-            .0
+            .client
             .post_message(uri, message, session_id, auth_header, custom_headers)
             .await;
+        self.challenge.keep(&response);
         place(id, in_session, response)
     }
 
@@ -130,7 +162,7 @@ impl StreamableHttpClient for HttpClient {
         let in_session = session_id.is_some();
         let custom_headers = with_trace_headers(&message, custom_headers);
         let response = self
-            .0
+            .client
             .post_message_with_max_sse_event_size(
                 uri,
                 message,
@@ -140,6 +172,7 @@ impl StreamableHttpClient for HttpClient {
                 max_sse_event_size,
             )
             .await;
+        self.challenge.keep(&response);
         place(id, in_session, response)
     }
 
@@ -156,7 +189,7 @@ impl StreamableHttpClient for HttpClient {
         let in_session = session_id.is_some();
         let custom_headers = with_trace_headers(&message, custom_headers);
         let response = self
-            .0
+            .client
             .post_message_with_response_limits(
                 uri,
                 message,
@@ -166,6 +199,7 @@ impl StreamableHttpClient for HttpClient {
                 limits,
             )
             .await;
+        self.challenge.keep(&response);
         place(id, in_session, response)
     }
 
@@ -176,7 +210,7 @@ impl StreamableHttpClient for HttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<reqwest::Error>> {
-        self.0
+        self.client
             .delete_session(uri, session_id, auth_header, custom_headers)
             .await
     }
@@ -189,7 +223,7 @@ impl StreamableHttpClient for HttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> StreamResult {
-        self.0
+        self.client
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
             .await
     }
@@ -203,7 +237,7 @@ impl StreamableHttpClient for HttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> StreamResult {
-        self.0
+        self.client
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,

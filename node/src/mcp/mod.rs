@@ -69,6 +69,7 @@ mod connect;
 mod content;
 mod http;
 mod news;
+pub(crate) mod oauth;
 mod stderr;
 mod tool;
 
@@ -90,6 +91,10 @@ use crate::tools::Tool;
 
 use client::McpClient;
 
+/// What a connection's or a call's failure says when the server answered 401 or 403 with an
+/// authorization challenge (see [`McpManager::challenge`]).
+pub(crate) const ASKS_FOR_AUTHORIZATION: &str = "the server asks for authorization";
+
 /// What the servers run with.
 #[derive(Debug, Clone)]
 pub(crate) struct McpContext {
@@ -100,6 +105,9 @@ pub(crate) struct McpContext {
     /// The process ledger directory (see [`crate::process::ledger_dir`]); `None` records
     /// nothing.
     pub(crate) ledger: Option<PathBuf>,
+    /// Where OAuth tokens are kept (see [`oauth`]); `None`: nowhere, so servers that ask for
+    /// authorization cannot be used.
+    pub(crate) vault: Option<Arc<oauth::Vault>>,
 }
 
 /// Where a server is in its life.
@@ -200,6 +208,15 @@ impl McpManager {
             .collect();
         tools.sort_by(|a, b| a.name().cmp(b.name()));
         tools
+    }
+
+    /// The last authorization challenge (`WWW-Authenticate` of a 401 or 403) of the server
+    /// `name`, if it answered with one.
+    pub(crate) fn challenge(&self, name: &str) -> Option<String> {
+        self.servers
+            .iter()
+            .find(|server| server.name() == name)
+            .and_then(|server| server.challenge())
     }
 
     /// One line per configured server: name, transport kind, state (connecting, connected,

@@ -69,6 +69,7 @@ fn config(transport: McpTransport) -> McpServerConfig {
         protocol: Default::default(),
         sampling: false,
         elicitation: Default::default(),
+        oauth: Default::default(),
         origin: "test".to_owned(),
         undefined_vars: Vec::new(),
         warnings: Vec::new(),
@@ -131,6 +132,7 @@ impl Project {
             ])),
             project_dir: self.path().to_path_buf(),
             ledger: Some(self.ledger()),
+            vault: None,
         }
     }
 

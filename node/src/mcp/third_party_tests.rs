@@ -177,6 +177,7 @@ fn server_config(transport: McpTransport, call_timeout: Duration) -> McpServerCo
         protocol: Default::default(),
         sampling: false,
         elicitation: Default::default(),
+        oauth: Default::default(),
         origin: "third_party_tests".to_owned(),
         undefined_vars: Vec::new(),
         warnings: Vec::new(),
@@ -207,6 +208,7 @@ impl Client {
                 env: ctx.env.clone(),
                 project_dir: dir.path().to_path_buf(),
                 ledger: None,
+                vault: None,
             },
         )
         .await;

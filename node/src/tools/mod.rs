@@ -9,6 +9,7 @@
 mod bash;
 mod edit_file;
 mod files;
+pub(crate) use files::write_atomic;
 mod glob;
 mod grep;
 mod html;

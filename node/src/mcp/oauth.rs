@@ -1,0 +1,660 @@
+//! OAuth 2.1 for HTTP MCP servers: the SDK's authorization flow, with tokens kept encrypted
+//! in the data directory.
+//!
+//! The flow itself is the SDK's (rmcp's `auth`): discovery (protected resource metadata from
+//! the server's `WWW-Authenticate` challenge or its well-known paths, authorization server
+//! metadata, the 2025-03-26 fallbacks), client registration (a pre-registered client, a client
+//! ID metadata document, or dynamic registration, in that order), PKCE, resource indicators,
+//! the `iss` check of RFC 9207, scope selection from the challenge, refresh before expiry and
+//! once more when the server rejects a token. This module adds what the SDK leaves to its
+//! user: where tokens live ([`Vault`]) and the browser round trip of `mew mcp login`
+//! ([`login`]).
+//!
+//! # Where tokens live
+//!
+//! `<data_dir>/mcp-oauth/` (owner-only), one file per server and principal, sealed with
+//! AES-256-GCM under a random key created there on first use (`key`, owner-only). The server's
+//! name, its URL and the principal are the sealed data's associated data: a file copied to
+//! another server's name, or left behind when the server's URL changed, does not open, and is
+//! taken as no token. A copy of a token file alone reveals nothing.
+
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use aws_lc_rs::digest::{SHA256, digest};
+use rmcp::transport::auth::{
+    AuthError, AuthorizationManager, AuthorizationRequest, AuthorizationSession, CredentialStore,
+    OAuthClientConfig, StoredCredentials, WWWAuthenticateParams,
+};
+use tokio::sync::oneshot;
+
+use crate::config::mcp::McpOAuth;
+use crate::tools::write_atomic;
+
+/// The directory under the data directory.
+pub(crate) const DIR: &str = "mcp-oauth";
+/// The key file in it.
+const KEY_FILE: &str = "key";
+/// The principal of the node's own tokens: those `mew mcp login` gets, used for every task.
+pub(crate) const NODE_PRINCIPAL: &str = "";
+/// The client name given in dynamic client registration.
+const CLIENT_NAME: &str = "Mew";
+/// The path of the loopback callback.
+const CALLBACK_PATH: &str = "/callback";
+
+/// The sealed token files of one data directory.
+pub(crate) struct Vault {
+    dir: PathBuf,
+    /// Read (or created) on first use, so a node that never signs in writes nothing.
+    key: OnceLock<LessSafeKey>,
+    /// Serializes the key's creation within this process.
+    creating: Mutex<()>,
+}
+
+impl std::fmt::Debug for Vault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vault").field("dir", &self.dir).finish()
+    }
+}
+
+impl Vault {
+    /// The vault of `data_dir` (nothing is read or written yet).
+    pub(crate) fn new(data_dir: &Path) -> Self {
+        Self {
+            dir: data_dir.join(DIR),
+            key: OnceLock::new(),
+            creating: Mutex::new(()),
+        }
+    }
+
+    /// The sealing key, created (owner-only) on first use.
+    fn key(&self) -> io::Result<&LessSafeKey> {
+        if let Some(key) = self.key.get() {
+            return Ok(key);
+        }
+        let _creating = self.creating.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(key) = self.key.get() {
+            return Ok(key);
+        }
+        create_private_dir(&self.dir)?;
+        let path = self.dir.join(KEY_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                let mut bytes = vec![0u8; AES_256_GCM.key_len()];
+                aws_lc_rs::rand::fill(&mut bytes).map_err(|_| io::Error::other("no randomness"))?;
+                let mut options = std::fs::OpenOptions::new();
+                options.write(true).create_new(true);
+                #[cfg(unix)]
+                std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+                let mut file = options.open(&path)?;
+                file.write_all(&bytes)?;
+                file.sync_all()?;
+                bytes
+            }
+            Err(err) => return Err(err),
+        };
+        let key = UnboundKey::new(&AES_256_GCM, &bytes).map_err(|_| {
+            io::Error::other(format!(
+                "{} is not a token key (32 bytes); remove it and sign in again",
+                path.display()
+            ))
+        })?;
+        Ok(self.key.get_or_init(|| LessSafeKey::new(key)))
+    }
+
+    /// The file of `server`'s tokens for `principal`.
+    fn path(&self, server: &str, principal: &str) -> PathBuf {
+        let who = if principal == NODE_PRINCIPAL {
+            "node".to_owned()
+        } else {
+            // Principals are arbitrary text (a JWT's subject); their hash names the file.
+            let hash = digest(&SHA256, principal.as_bytes());
+            hash.as_ref()[..16]
+                .iter()
+                .map(|byte| format!("{byte:02x}"))
+                .collect()
+        };
+        self.dir.join(server).join(format!("{who}.token"))
+    }
+
+    /// The tokens of `server` at `url` for `principal`; `None` when there are none, or when
+    /// the file was sealed for another server, URL or principal (see the module docs).
+    pub(crate) fn load(
+        &self,
+        server: &str,
+        url: &str,
+        principal: &str,
+    ) -> io::Result<Option<StoredCredentials>> {
+        let path = self.path(server, principal);
+        let mut sealed = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        if sealed.len() < NONCE_LEN {
+            return Ok(None);
+        }
+        let key = self.key()?;
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&sealed[..NONCE_LEN]);
+        let body = &mut sealed[NONCE_LEN..];
+        let aad = associated(server, url, principal);
+        let Ok(plain) = key.open_in_place(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad.as_bytes()),
+            body,
+        ) else {
+            tracing::warn!(
+                server,
+                "{} does not open for this server's URL; sign in again",
+                path.display()
+            );
+            return Ok(None);
+        };
+        Ok(serde_json::from_slice(plain).ok())
+    }
+
+    /// Seals and writes `credentials` (atomically: the old file or the new one, never half).
+    pub(crate) fn save(
+        &self,
+        server: &str,
+        url: &str,
+        principal: &str,
+        credentials: &StoredCredentials,
+    ) -> io::Result<()> {
+        let key = self.key()?;
+        let mut body = serde_json::to_vec(credentials).map_err(io::Error::other)?;
+        let mut nonce = [0u8; NONCE_LEN];
+        aws_lc_rs::rand::fill(&mut nonce).map_err(|_| io::Error::other("no randomness"))?;
+        let aad = associated(server, url, principal);
+        key.seal_in_place_append_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad.as_bytes()),
+            &mut body,
+        )
+        .map_err(|_| io::Error::other("cannot seal the tokens"))?;
+        let path = self.path(server, principal);
+        if let Some(dir) = path.parent() {
+            create_private_dir(dir)?;
+        }
+        let mut sealed = nonce.to_vec();
+        sealed.extend_from_slice(&body);
+        write_atomic(&path, &sealed)
+    }
+
+    /// Removes `server`'s tokens for `principal`; whether there were any.
+    pub(crate) fn remove(&self, server: &str, principal: &str) -> io::Result<bool> {
+        match std::fs::remove_file(self.path(server, principal)) {
+            Ok(()) => Ok(true),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// The SDK's view of `server`'s tokens for `principal`.
+    pub(crate) fn entry(self: &Arc<Self>, server: &str, url: &str, principal: &str) -> VaultEntry {
+        VaultEntry {
+            vault: self.clone(),
+            server: server.to_owned(),
+            url: url.to_owned(),
+            principal: principal.to_owned(),
+            cached: Arc::new(Mutex::new(None)),
+        }
+    }
+}
+
+/// What a sealed file is bound to.
+fn associated(server: &str, url: &str, principal: &str) -> String {
+    format!("mew mcp oauth\0{server}\0{url}\0{principal}")
+}
+
+/// Creates `dir` (and its parents) readable by its owner only.
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// One server's tokens for one principal, as the SDK's credential store. The SDK reads them
+/// before every request, so they are read from the file once and kept.
+#[derive(Clone)]
+pub(crate) struct VaultEntry {
+    vault: Arc<Vault>,
+    server: String,
+    url: String,
+    principal: String,
+    /// `Some` once read: the file's content (`None` inside when there is none).
+    cached: Arc<Mutex<Option<Option<StoredCredentials>>>>,
+}
+
+impl VaultEntry {
+    /// Whether there is an access token.
+    pub(crate) fn has_token(&self) -> io::Result<bool> {
+        Ok(self
+            .read()?
+            .is_some_and(|credentials| credentials.token_response.is_some()))
+    }
+
+    fn read(&self) -> io::Result<Option<StoredCredentials>> {
+        let mut cached = self.cached.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(credentials) = &*cached {
+            return Ok(credentials.clone());
+        }
+        let credentials = self.vault.load(&self.server, &self.url, &self.principal)?;
+        *cached = Some(credentials.clone());
+        Ok(credentials)
+    }
+}
+
+fn store_error(err: io::Error) -> AuthError {
+    AuthError::CredentialStoreError(format!("the MCP token store: {err}"))
+}
+
+#[async_trait::async_trait]
+impl CredentialStore for VaultEntry {
+    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
+        self.read().map_err(store_error)
+    }
+
+    async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
+        self.vault
+            .save(&self.server, &self.url, &self.principal, &credentials)
+            .map_err(store_error)?;
+        *self.cached.lock().unwrap_or_else(PoisonError::into_inner) = Some(Some(credentials));
+        Ok(())
+    }
+
+    async fn clear(&self) -> Result<(), AuthError> {
+        self.vault
+            .remove(&self.server, &self.principal)
+            .map_err(store_error)?;
+        *self.cached.lock().unwrap_or_else(PoisonError::into_inner) = Some(None);
+        Ok(())
+    }
+}
+
+/// An SDK error, in a sentence.
+pub(super) fn describe(err: &AuthError) -> String {
+    super::connect::chain(err)
+}
+
+/// The authorization manager of the server at `url`, keeping its tokens in `entry`. When there
+/// are tokens, the server's authorization metadata is discovered (so they can be refreshed)
+/// and the client they were issued to is configured, with the configured secret.
+pub(super) async fn manager(
+    url: &str,
+    entry: VaultEntry,
+    oauth: &McpOAuth,
+) -> Result<AuthorizationManager, String> {
+    let mut manager = AuthorizationManager::new(url)
+        .await
+        .map_err(|err| describe(&err))?;
+    let has_token = entry.has_token().map_err(|err| err.to_string())?;
+    manager.set_credential_store(entry);
+    if has_token {
+        let ready = manager
+            .initialize_from_store()
+            .await
+            .map_err(|err| format!("cannot use its stored token: {}", describe(&err)))?;
+        if ready && let (Some(id), Some(secret)) = (&oauth.client_id, &oauth.client_secret) {
+            manager
+                .configure_client(
+                    OAuthClientConfig::new(id.clone(), url.to_owned())
+                        .with_client_secret(secret.clone()),
+                )
+                .map_err(|err| describe(&err))?;
+        }
+    }
+    Ok(manager)
+}
+
+/// The `WWW-Authenticate` challenge of the server at `url`, from one unauthenticated request
+/// (a `ping`); `None` when it did not answer 401 or 403.
+pub(crate) async fn challenge(url: &str, timeout: Duration) -> Result<Option<String>, String> {
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|err| super::connect::chain(&err))?;
+    let response = client
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc":"2.0","id":"mew-authorization-probe","method":"ping"}"#)
+        .send()
+        .await
+        .map_err(|err| format!("cannot reach {url}: {}", super::connect::chain(&err)))?;
+    if !matches!(response.status().as_u16(), 401 | 403) {
+        return Ok(None);
+    }
+    Ok(Some(
+        response
+            .headers()
+            .get("www-authenticate")
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+    ))
+}
+
+/// The scopes a new authorization asks for: the configured ones; and when the server asks
+/// for more (a challenge naming scopes) after an earlier grant, those granted before as well,
+/// so stepping up never loses a scope. Empty: let the SDK choose from the challenge and the
+/// server's metadata.
+fn scopes_to_ask(
+    url: &str,
+    configured: &[String],
+    entry: &VaultEntry,
+    challenge: Option<&str>,
+) -> Vec<String> {
+    let asked: Vec<String> = challenge
+        .zip(reqwest::Url::parse(url).ok())
+        .and_then(|(challenge, base)| WWWAuthenticateParams::parse(challenge, &base).scope)
+        .map(|scope| scope.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let granted = entry
+        .read()
+        .ok()
+        .flatten()
+        .map(|credentials| credentials.granted_scopes)
+        .unwrap_or_default();
+    if asked.is_empty() || (granted.is_empty() && configured.is_empty()) {
+        return configured.to_vec();
+    }
+    let mut scopes: Vec<String> = Vec::new();
+    for scope in configured.iter().chain(&granted).chain(&asked) {
+        if !scopes.contains(scope) {
+            scopes.push(scope.clone());
+        }
+    }
+    scopes
+}
+
+/// How the authorization URL reaches the user.
+pub(crate) trait Browser: Send + Sync {
+    /// Shows (or opens) `url`.
+    fn open(&self, url: &str);
+}
+
+/// What [`login`] got.
+#[derive(Debug)]
+pub(crate) struct Granted {
+    /// The scopes granted, as the token response says (or as requested).
+    pub(crate) scopes: Vec<String>,
+    /// Whether a refresh token came with it.
+    pub(crate) refreshable: bool,
+}
+
+/// Signs in to the server `server` at `url`, as `mew mcp login` does: discovery from
+/// `challenge` (the server's 401 or 403), registration, then the authorization URL is given to
+/// `browser`, and the authorization server's redirect to a loopback listener (on
+/// `oauth.callback_port`, or any free port) completes the flow. The tokens go to `entry`.
+/// Bounded by `wait` for the user's part.
+pub(crate) async fn login(
+    url: &str,
+    entry: VaultEntry,
+    oauth: &McpOAuth,
+    challenge: Option<&str>,
+    browser: &dyn Browser,
+    wait: Duration,
+) -> Result<Granted, String> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", oauth.callback_port.unwrap_or(0)))
+        .await
+        .map_err(|err| format!("cannot listen for the authorization callback: {err}"))?;
+    let port = listener
+        .local_addr()
+        .map_err(|err| format!("cannot listen for the authorization callback: {err}"))?
+        .port();
+    let redirect_uri = format!("http://127.0.0.1:{port}{CALLBACK_PATH}");
+
+    let mut manager = AuthorizationManager::new(url)
+        .await
+        .map_err(|err| describe(&err))?;
+    manager.set_credential_store(entry.clone());
+    let resolution = manager
+        .resolve_metadata_from_challenge(challenge)
+        .await
+        .map_err(|err| {
+            format!(
+                "cannot discover its authorization server: {}",
+                describe(&err)
+            )
+        })?;
+    manager.set_metadata(resolution.metadata);
+    let mut request = AuthorizationRequest::new(redirect_uri.clone())
+        .with_client_name(CLIENT_NAME)
+        .with_initial_scope_selection();
+    let scopes = scopes_to_ask(url, &oauth.scopes, &entry, challenge);
+    if !scopes.is_empty() {
+        request = request.with_scopes(scopes);
+    }
+    if let Some(id) = &oauth.client_id {
+        request = request.with_preregistered_client(id.clone());
+        if let Some(secret) = &oauth.client_secret {
+            request = request.with_client_secret(secret.clone());
+        }
+    }
+    if let Some(document) = &oauth.client_metadata_url {
+        request = request.with_client_metadata_url(document.clone());
+    }
+    let session = AuthorizationSession::new(manager, request)
+        .await
+        .map_err(|(_, err)| describe(&err))?;
+
+    let (sender, receiver) = oneshot::channel::<String>();
+    let sender = Arc::new(Mutex::new(Some(sender)));
+    let app = axum::Router::new().route(
+        CALLBACK_PATH,
+        axum::routing::get(move |uri: axum::http::Uri| {
+            let sender = sender.clone();
+            async move {
+                if let Some(sender) = sender.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                    let _ = sender.send(uri.to_string());
+                }
+                axum::response::Html(
+                    "<!doctype html><title>Mew</title><p>Signed in. You can close this window.",
+                )
+            }
+        }),
+    );
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    browser.open(session.get_authorization_url());
+    let callback = tokio::time::timeout(wait, receiver).await;
+    let _ = stop.send(());
+    let _ = server.await;
+    let path = match callback {
+        Ok(Ok(path)) => path,
+        Ok(Err(_)) => return Err("the callback listener stopped".to_owned()),
+        Err(_) => {
+            return Err(format!(
+                "no answer from the authorization server within {wait:?}"
+            ));
+        }
+    };
+    session
+        .handle_callback_url(&format!("http://127.0.0.1:{port}{path}"))
+        .await
+        .map_err(|err| format!("the authorization failed: {}", describe(&err)))?;
+    let stored = entry.read().map_err(|err| err.to_string())?;
+    let refreshable = stored
+        .as_ref()
+        .and_then(|credentials| serde_json::to_value(&credentials.token_response).ok())
+        .is_some_and(|token| token.get("refresh_token").is_some_and(|t| !t.is_null()));
+    Ok(Granted {
+        scopes: stored
+            .map(|credentials| credentials.granted_scopes)
+            .unwrap_or_default(),
+        refreshable,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    const URL: &str = "https://mcp.example.com/mcp";
+
+    fn credentials(token: &str) -> StoredCredentials {
+        let token_response = serde_json::from_value(serde_json::json!({
+            "access_token": token,
+            "token_type": "Bearer",
+            "refresh_token": "refresh-1",
+            "expires_in": 3600,
+        }))
+        .unwrap();
+        StoredCredentials::new(
+            "client-1".to_owned(),
+            Some(token_response),
+            vec!["read".to_owned()],
+            Some(1),
+        )
+    }
+
+    fn token_of(credentials: &StoredCredentials) -> serde_json::Value {
+        serde_json::to_value(&credentials.token_response).unwrap()["access_token"].clone()
+    }
+
+    #[test]
+    fn tokens_are_sealed_on_disk_and_open_only_for_their_server_url_and_principal() {
+        let data = tempfile::tempdir().unwrap();
+        let vault = Vault::new(data.path());
+        assert!(vault.load("linear", URL, NODE_PRINCIPAL).unwrap().is_none());
+        assert!(
+            !data.path().join(DIR).exists(),
+            "nothing is written before a token is"
+        );
+        vault
+            .save(
+                "linear",
+                URL,
+                NODE_PRINCIPAL,
+                &credentials("secret-token-1"),
+            )
+            .unwrap();
+
+        let file = data.path().join(DIR).join("linear").join("node.token");
+        let bytes = std::fs::read(&file).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains("secret-token-1") && !text.contains("refresh-1"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode(&data.path().join(DIR)), 0o700);
+            assert_eq!(mode(&data.path().join(DIR).join(KEY_FILE)), 0o600);
+        }
+
+        // A new vault over the same directory (a restarted node) opens it.
+        let again = Vault::new(data.path());
+        let loaded = again.load("linear", URL, NODE_PRINCIPAL).unwrap().unwrap();
+        assert_eq!(token_of(&loaded), "secret-token-1");
+        assert_eq!(loaded.granted_scopes, vec!["read".to_owned()]);
+
+        // Another URL, another principal, or the file under another server's name: no token.
+        assert!(
+            again
+                .load("linear", "https://evil.example.com/mcp", NODE_PRINCIPAL)
+                .unwrap()
+                .is_none()
+        );
+        assert!(again.load("linear", URL, "alice").unwrap().is_none());
+        let other = data.path().join(DIR).join("notion");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::copy(&file, other.join("node.token")).unwrap();
+        assert!(again.load("notion", URL, NODE_PRINCIPAL).unwrap().is_none());
+
+        // Each principal has its own file.
+        again
+            .save("linear", URL, "alice", &credentials("alice-token"))
+            .unwrap();
+        let alice = again.load("linear", URL, "alice").unwrap().unwrap();
+        assert_eq!(token_of(&alice), "alice-token");
+        let node = again.load("linear", URL, NODE_PRINCIPAL).unwrap().unwrap();
+        assert_eq!(token_of(&node), "secret-token-1");
+
+        assert!(again.remove("linear", NODE_PRINCIPAL).unwrap());
+        assert!(!again.remove("linear", NODE_PRINCIPAL).unwrap());
+        assert!(again.load("linear", URL, NODE_PRINCIPAL).unwrap().is_none());
+        assert!(again.load("linear", URL, "alice").unwrap().is_some());
+    }
+
+    #[test]
+    fn a_damaged_token_file_is_no_token_and_a_damaged_key_is_an_error() {
+        let data = tempfile::tempdir().unwrap();
+        let vault = Vault::new(data.path());
+        vault
+            .save("s", URL, NODE_PRINCIPAL, &credentials("t"))
+            .unwrap();
+        let file = data.path().join(DIR).join("s").join("node.token");
+        let mut bytes = std::fs::read(&file).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&file, &bytes).unwrap();
+        assert!(vault.load("s", URL, NODE_PRINCIPAL).unwrap().is_none());
+        std::fs::write(&file, b"short").unwrap();
+        assert!(vault.load("s", URL, NODE_PRINCIPAL).unwrap().is_none());
+
+        let broken = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(broken.path().join(DIR)).unwrap();
+        std::fs::write(broken.path().join(DIR).join(KEY_FILE), b"too short").unwrap();
+        let err = Vault::new(broken.path())
+            .save("s", URL, NODE_PRINCIPAL, &credentials("t"))
+            .unwrap_err();
+        assert!(err.to_string().contains("not a token key"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_sdk_store_writes_through_and_reads_what_it_saved() {
+        let data = tempfile::tempdir().unwrap();
+        let vault = Arc::new(Vault::new(data.path()));
+        let entry = vault.entry("s", URL, NODE_PRINCIPAL);
+        assert!(!entry.has_token().unwrap());
+        entry.save(credentials("first")).await.unwrap();
+        assert!(entry.has_token().unwrap());
+        // Another entry for the same server (another connection) reads the file.
+        let other = vault.entry("s", URL, NODE_PRINCIPAL);
+        assert_eq!(token_of(&other.load().await.unwrap().unwrap()), "first");
+        entry.clear().await.unwrap();
+        assert!(entry.load().await.unwrap().is_none());
+        assert!(vault.load("s", URL, NODE_PRINCIPAL).unwrap().is_none());
+    }
+
+    #[test]
+    fn stepping_up_asks_for_the_granted_scopes_and_the_challenged_ones() {
+        let data = tempfile::tempdir().unwrap();
+        let vault = Arc::new(Vault::new(data.path()));
+        let entry = vault.entry("s", URL, NODE_PRINCIPAL);
+        let challenge = r#"Bearer error="insufficient_scope", scope="write""#;
+        // No earlier grant: the SDK chooses (from the challenge) unless scopes are configured.
+        assert!(scopes_to_ask(URL, &[], &entry, Some(challenge)).is_empty());
+        assert_eq!(
+            scopes_to_ask(URL, &["admin".to_owned()], &entry, Some(challenge)),
+            vec!["admin".to_owned(), "write".to_owned()]
+        );
+        vault
+            .save("s", URL, NODE_PRINCIPAL, &credentials("t"))
+            .unwrap();
+        let entry = vault.entry("s", URL, NODE_PRINCIPAL);
+        assert_eq!(
+            scopes_to_ask(URL, &[], &entry, Some(challenge)),
+            vec!["read".to_owned(), "write".to_owned()]
+        );
+        // A challenge without scopes leaves the choice as configured.
+        assert!(scopes_to_ask(URL, &[], &entry, Some("Bearer")).is_empty());
+    }
+}
