@@ -15,6 +15,7 @@ mod example_sdk_peers;
 mod example_two_nodes;
 mod example_wrap_cli;
 mod init;
+mod mcp_conformance;
 mod node_agent;
 mod node_auth;
 mod node_cluster;
