@@ -282,11 +282,7 @@ impl TestServer {
                     "required": ["gate"]
                 }),
             ),
-            tool(
-                "ask",
-                "Asks the user's name (2026-07-28 only) and greets them.",
-                no_input(),
-            ),
+            tool("ask", "Asks the user's name and greets them.", no_input()),
             tool(
                 "sample",
                 "Asks the client's model `prompt` and answers what it said.",
@@ -582,12 +578,19 @@ impl ServerHandler for TestServer {
             return sample_round(&request);
         }
         if request.name == "ask" {
-            if !modern {
-                return Ok(CallToolResponse::Complete(CallToolResult::error(vec![
-                    ContentBlock::text("ask asks on 2026-07-28 only"),
-                ])));
+            if modern {
+                return ask_round(&request);
             }
-            return ask_round(&request);
+            // Before 2026-07-28 the question is a request to the client, answered while the
+            // call waits.
+            let answer = context
+                .peer
+                .create_elicitation(name_question()?)
+                .await
+                .map_err(|e| ErrorData::internal_error(format!("elicitation: {e}"), None))?;
+            let answer = serde_json::to_value(answer)
+                .map_err(|e| ErrorData::internal_error(format!("elicitation: {e}"), None))?;
+            return greeting(&answer).map(CallToolResponse::Complete);
         }
         self.call(request, context).await.map(Into::into)
     }
@@ -893,19 +896,12 @@ fn ask_round(request: &CallToolRequestParams) -> Result<CallToolResponse, ErrorD
         .as_ref()
         .and_then(|answers| answers.get("name"));
     let Some(answer) = answer else {
-        let params: rmcp::model::ElicitRequestParams = serde_json::from_value(json!({
-            "message": "What is your name?",
-            "requestedSchema": {
-                "type": "object",
-                "properties": {"name": {"type": "string", "description": "Your name"}},
-                "required": ["name"]
-            }
-        }))
-        .map_err(|e| ErrorData::internal_error(format!("elicitation params: {e}"), None))?;
         let mut requests = rmcp::model::InputRequests::new();
         requests.insert(
             "name".to_owned(),
-            rmcp::model::InputRequest::Elicitation(rmcp::model::ElicitRequest::new(params)),
+            rmcp::model::InputRequest::Elicitation(rmcp::model::ElicitRequest::new(
+                name_question()?
+            )),
         );
         return Ok(CallToolResponse::InputRequired(
             rmcp::model::InputRequiredResult::new(Some(requests), Some(ASK_STATE.to_owned())),
@@ -917,6 +913,24 @@ fn ask_round(request: &CallToolRequestParams) -> Result<CallToolResponse, ErrorD
             None,
         ));
     }
+    greeting(answer).map(CallToolResponse::Complete)
+}
+
+/// The question `ask` asks: the user's name.
+fn name_question() -> Result<rmcp::model::ElicitRequestParams, ErrorData> {
+    serde_json::from_value(json!({
+        "message": "What is your name?",
+        "requestedSchema": {
+            "type": "object",
+            "properties": {"name": {"type": "string", "description": "Your name"}},
+            "required": ["name"]
+        }
+    }))
+    .map_err(|e| ErrorData::internal_error(format!("elicitation params: {e}"), None))
+}
+
+/// What `ask` says to the user's `answer` (an elicitation result).
+fn greeting(answer: &Value) -> Result<CallToolResult, ErrorData> {
     let said = match answer["action"].as_str() {
         Some("accept") => match answer["content"]["name"].as_str() {
             Some(name) => format!("hello {name}"),
@@ -931,7 +945,5 @@ fn ask_round(request: &CallToolRequestParams) -> Result<CallToolResponse, ErrorD
             ));
         }
     };
-    Ok(CallToolResponse::Complete(CallToolResult::success(vec![
-        ContentBlock::text(said),
-    ])))
+    Ok(CallToolResult::success(vec![ContentBlock::text(said)]))
 }

@@ -518,6 +518,7 @@ mod tests {
                 call_id: None,
                 news: None,
                 sampler: None,
+                can_ask_user: false,
             },
         }
     }

@@ -887,6 +887,7 @@ pub(crate) fn turn_context(
         call_id: None,
         news: None,
         sampler: None,
+        can_ask_user: true,
     }
 }
 

@@ -124,6 +124,7 @@ fn agent(model: &ScriptedModel, tools: ToolRegistry, unknown_tool_limit: u32) ->
             call_id: None,
             news: None,
             sampler: None,
+            can_ask_user: false,
         },
     }
 }

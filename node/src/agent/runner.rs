@@ -750,6 +750,7 @@ impl Executor for ModelExecutor {
                 .into_context(),
                 call_id: None,
                 sampler: Some(sampler),
+                can_ask_user: true,
                 news: Some(Arc::new(move |news: crate::tools::ToolNews| {
                     if let Some(queue) = news_reports.upgrade() {
                         let _ = queue.send(Report::Tool {

@@ -400,6 +400,7 @@ async fn call(
         call_id: None,
         news: None,
         sampler: None,
+        can_ask_user: true,
     };
     let mut output = found.call(arguments, &ctx).await;
     // A server's questions, answered with `--answer` (each round of a multi-round call).

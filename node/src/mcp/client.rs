@@ -60,6 +60,10 @@ pub(super) struct McpClient {
     pub(super) followers: super::news::Followers,
     /// The last `WWW-Authenticate` challenge of an http server's 401 or 403.
     challenge: super::http::Challenge,
+    /// The calls waiting for the user's reply to their server's question, by number.
+    parked: Mutex<std::collections::HashMap<u64, Parked>>,
+    /// The number of the next parked call.
+    next_parked: std::sync::atomic::AtomicU64,
 }
 
 /// What changes, behind one lock.
@@ -108,11 +112,42 @@ impl Drop for Abandoned {
     }
 }
 
-/// What a call that stopped to ask the user resumes with: the answers to the server's input
-/// requests and the state it handed out.
-pub(super) struct Resumed {
-    pub(super) input_responses: rmcp::model::InputResponses,
-    pub(super) request_state: Option<String>,
+/// What a call that stopped to ask the user resumes with.
+pub(super) enum Resumed {
+    /// A server of 2026-07-28 ended the call asking: it is made again with the answers to its
+    /// input requests and the state it handed out.
+    Again {
+        input_responses: rmcp::model::InputResponses,
+        request_state: Option<String>,
+    },
+    /// A server of 2025-11-25 or before asked while the call runs: the call parked under
+    /// `parked` gets the answer and goes on.
+    Parked { parked: u64, answer: Value },
+}
+
+/// A call whose server asked the user a question while it runs: it waits, still running,
+/// until the reply comes ([`McpClient::call`] with [`Resumed::Parked`]) or it expires
+/// ([`QUESTION_WAIT`]).
+struct Parked {
+    running: RunningCall,
+    question: super::news::Question,
+    connection: Arc<Connection>,
+    params: CallToolRequestParams,
+    started: Instant,
+}
+
+/// A `tools/call` running in a task of its own, so that it can outlive the turn that made it
+/// while its server waits for the user; with the questions its server asks. Dropping it drops
+/// the call, which tells the server the call was cancelled.
+struct RunningCall {
+    handle: tokio::task::JoinHandle<Result<CallToolResponse, ServiceError>>,
+    questions: tokio::sync::mpsc::Receiver<super::news::Question>,
+}
+
+impl Drop for RunningCall {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
 }
 
 /// The answers to an input-required result, or the question to put to the user first.
@@ -137,6 +172,11 @@ pub(super) struct Waiting {
     pub(super) key: String,
     pub(super) schema: Value,
     pub(super) answered: rmcp::model::InputResponses,
+    /// Set when a server of 2025-11-25 or before asked while the call runs: the call waits,
+    /// still running, among the client's parked calls under this number; the reply goes to it
+    /// instead of making the call again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) parked: Option<u64>,
 }
 
 /// The result of a call whose server asks the user: the question (the task asks it in
@@ -150,6 +190,20 @@ fn ask_user(
     elicitation: &Value,
     answered: rmcp::model::InputResponses,
 ) -> ToolOutput {
+    let waiting = Waiting {
+        arguments: params.arguments.clone(),
+        request_state: required.request_state.clone(),
+        key,
+        schema: Value::Null,
+        answered,
+        parked: None,
+    };
+    put_question(name, server, elicitation, waiting)
+}
+
+/// The result of a call that waits for the user: `elicitation` as the task's question, and
+/// `waiting` (with the form filled in here) as the relay that brings the reply back.
+fn put_question(name: &str, server: &str, elicitation: &Value, mut waiting: Waiting) -> ToolOutput {
     let message = super::news::cut(
         elicitation
             .get("message")
@@ -186,13 +240,7 @@ fn ask_user(
              field is asked for), \"decline\" or \"cancel\".",
         );
     }
-    let waiting = Waiting {
-        arguments: params.arguments.clone(),
-        request_state: required.request_state.clone(),
-        key,
-        schema,
-        answered,
-    };
+    waiting.schema = schema;
     match serde_json::to_string(&waiting) {
         Ok(relay) => ToolOutput {
             relay: Some(relay),
@@ -258,6 +306,14 @@ const MAX_FORM_BYTES: usize = 16 * 1024;
 /// The most rounds of input a server may ask for in one call.
 const MAX_INPUT_ROUNDS: u32 = 8;
 
+/// How long a call whose server asked the user while it runs waits for the reply; then it is
+/// cancelled on the server, and a later reply says the question expired.
+const QUESTION_WAIT: Duration = Duration::from_secs(60 * 60);
+
+/// The most calls of one server that wait for the user's reply at once; the server's further
+/// questions are declined.
+const MAX_PARKED: usize = 64;
+
 /// What became of a call.
 enum Outcome {
     Answer(Result<CallToolResponse, ServiceError>),
@@ -298,6 +354,8 @@ impl McpClient {
             changes,
             followers: super::news::Followers::default(),
             challenge: super::http::Challenge::default(),
+            parked: Mutex::default(),
+            next_parked: std::sync::atomic::AtomicU64::new(1),
         })
     }
 
@@ -389,6 +447,7 @@ impl McpClient {
             name: Arc::from(self.name.as_str()),
             roots: connect::project_roots(&self.ctx.project_dir),
             sampling: self.config.sampling,
+            elicitation: self.config.elicitation == McpElicitation::Ask,
             challenge: self.challenge.clone(),
         };
         let limit = self.config.connect_timeout;
@@ -525,9 +584,18 @@ impl McpClient {
         };
         let mut params = CallToolRequestParams::new(remote.to_owned());
         params.arguments = arguments;
-        if let Some(resumed) = resumed {
-            params.input_responses = Some(resumed.input_responses);
-            params.request_state = resumed.request_state;
+        match resumed {
+            Some(Resumed::Again {
+                input_responses,
+                request_state,
+            }) => {
+                params.input_responses = Some(input_responses);
+                params.request_state = request_state;
+            }
+            Some(Resumed::Parked { parked, answer }) => {
+                return self.answer_parked(name, parked, answer, ctx).await;
+            }
+            None => {}
         }
         // The trace context travels in `_meta`, as the MCP trace-context proposal (SEP-414)
         // has it.
@@ -539,16 +607,72 @@ impl McpClient {
             }
             params.meta = Some(meta);
         }
+        let started = Instant::now();
+        let running = self.start_call(&connection, params.clone(), name, ctx);
+        self.follow_call(name, params, connection, running, started, ctx)
+            .await
+    }
+
+    /// Starts `tools/call` with `params` on `connection`, in a task of its own (see
+    /// [`RunningCall`]).
+    fn start_call(
+        &self,
+        connection: &Arc<Connection>,
+        params: CallToolRequestParams,
+        name: &str,
+        ctx: &ToolContext,
+    ) -> RunningCall {
+        let (asks, questions) = tokio::sync::mpsc::channel(1);
+        // A call that may not ask its user keeps no sender: its server's questions are
+        // declined.
+        let asks =
+            (ctx.can_ask_user && self.config.elicitation == McpElicitation::Ask).then_some(asks);
+        let me = self.me.clone();
+        let peer = connection.peer().clone();
+        let name = name.to_owned();
+        let ctx = ctx.clone();
+        let call = async move {
+            let Some(me) = me.upgrade() else {
+                return Err(ServiceError::TransportClosed);
+            };
+            me.call_tool(&peer, params, &name, &ctx, asks).await
+        };
+        let handle = tokio::spawn(tracing::Instrument::instrument(
+            call,
+            tracing::Span::current(),
+        ));
+        RunningCall { handle, questions }
+    }
+
+    /// Follows a running call to its end: a 2026-07-28 server's rounds of input requests are
+    /// answered and the call made again; an earlier server's question to the user parks the
+    /// call and puts the question to the user; cancellation, the call's timeout (counted from
+    /// now) and shutdown end it.
+    async fn follow_call(
+        &self,
+        name: &str,
+        mut params: CallToolRequestParams,
+        connection: Arc<Connection>,
+        mut running: RunningCall,
+        started: Instant,
+        ctx: &ToolContext,
+    ) -> ToolOutput {
         let timeout = self.config.call_timeout;
         // Dropping the call before its answer (below, on cancellation or timeout) sends the
         // server `notifications/cancelled` for the request.
-        let started = std::time::Instant::now();
         let deadline = tokio::time::Instant::now() + timeout;
         let mut rounds = 0;
         let outcome = loop {
             let outcome = tokio::select! {
                 biased;
-                answer = self.call_tool(connection.peer(), params.clone(), name, ctx) => Outcome::Answer(answer),
+                answer = &mut running.handle => Outcome::Answer(
+                    // Only a panic ends the call's task early.
+                    answer.unwrap_or(Err(ServiceError::UnexpectedResponse)),
+                ),
+                Some(question) = running.questions.recv() => {
+                    let parked = Parked { running, question, connection, params, started };
+                    return self.park(name, parked, ctx);
+                }
                 () = ctx.cancel.cancelled() => Outcome::Cancelled,
                 () = tokio::time::sleep_until(deadline) => Outcome::TimedOut,
                 () = self.stopping.cancelled() => Outcome::Stopped,
@@ -573,6 +697,7 @@ impl McpClient {
                 Ok(Inputs::Answered(answers)) => {
                     params.input_responses = Some(answers);
                     params.request_state = required.request_state.clone();
+                    running = self.start_call(&connection, params.clone(), name, ctx);
                 }
                 Ok(Inputs::Ask {
                     key,
@@ -683,6 +808,86 @@ impl McpClient {
                 "{name} was stopped: the MCP server {server} is shutting down"
             )),
         }
+    }
+
+    /// Parks a call whose server asked a question while it runs, and puts the question to the
+    /// user; the reply reaches it through [`Self::answer_parked`].
+    fn park(&self, name: &str, parked: Parked, ctx: &ToolContext) -> ToolOutput {
+        let number = self
+            .next_parked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let waiting = Waiting {
+            arguments: parked.params.arguments.clone(),
+            request_state: None,
+            key: String::new(),
+            schema: Value::Null,
+            answered: rmcp::model::InputResponses::new(),
+            parked: Some(number),
+        };
+        let output = put_question(name, &self.name, &parked.question.elicitation, waiting);
+        if output.relay.is_none() {
+            // A question that cannot be put: the call ends, and the server is told so.
+            return output;
+        }
+        self.parked_calls().insert(number, parked);
+        // It waits until the reply takes it, and goes when the wait is over, the task that
+        // made it is cancelled, or the node stops.
+        let me = self.me.clone();
+        let stopping = self.stopping.clone();
+        let cancel = ctx.cancel.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(QUESTION_WAIT) => {}
+                () = stopping.cancelled() => {}
+                () = cancel.cancelled() => {}
+            }
+            if let Some(me) = me.upgrade() {
+                let expired = me.parked_calls().remove(&number);
+                drop(expired);
+            }
+        });
+        output
+    }
+
+    /// The calls waiting for their user's reply.
+    fn parked_calls(&self) -> MutexGuard<'_, std::collections::HashMap<u64, Parked>> {
+        self.parked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether as many calls wait for their user as may ([`MAX_PARKED`]).
+    pub(super) fn parked_full(&self) -> bool {
+        self.parked_calls().len() >= MAX_PARKED
+    }
+
+    /// Gives the parked call `number` the user's `answer` and follows it on.
+    async fn answer_parked(
+        &self,
+        name: &str,
+        number: u64,
+        answer: Value,
+        ctx: &ToolContext,
+    ) -> ToolOutput {
+        let Some(parked) = self.parked_calls().remove(&number) else {
+            return ToolOutput::error(format!(
+                "{name} cannot take the reply: the call whose server asked waits {} for it, and \
+                 not across a restart of the node, and it waits no longer; call {name} again",
+                crate::duration::format(QUESTION_WAIT)
+            ));
+        };
+        let Parked {
+            running,
+            question,
+            connection,
+            params,
+            started,
+        } = parked;
+        // A cancelled task's call gets no answer: it ends below, and the server is told so. A
+        // server that stopped waiting ends the call its own way, which follows.
+        if !ctx.cancel.is_cancelled() {
+            let _ = question.reply.send(answer);
+        }
+        self.follow_call(name, params, connection, running, started, ctx)
+            .await
     }
 
     /// A call on `connection` got an answer: the server works, so restarts in a row start
@@ -857,16 +1062,18 @@ impl McpClient {
         params: CallToolRequestParams,
         name: &str,
         ctx: &ToolContext,
+        asks: Option<tokio::sync::mpsc::Sender<super::news::Question>>,
     ) -> Result<CallToolResponse, ServiceError> {
         let request =
             rmcp::model::ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params));
         let handle = peer
             .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
             .await?;
-        let _following = (ctx.news.is_some() || ctx.sampler.is_some()).then(|| {
-            self.followers
-                .follow(handle.progress_token.clone(), name, ctx)
-        });
+        let _following =
+            (ctx.news.is_some() || ctx.sampler.is_some() || asks.is_some()).then(|| {
+                self.followers
+                    .follow(handle.progress_token.clone(), name, ctx, asks)
+            });
         let mut abandoned = Abandoned {
             peer: peer.clone(),
             id: Some(handle.id.clone()),
@@ -893,7 +1100,7 @@ impl McpClient {
 
     /// The answers to what a server asks in an input-required result: sampling through the
     /// task's model (when the entry allows it), the roots, and for elicitation the question to
-    /// put to the user (one a round; declined outside a task, or when the entry declines).
+    /// put to the user (one a round; declined when the call has no user to ask, or when the entry declines).
     /// The error says what could not be answered.
     #[allow(deprecated)] // Sampling and roots, as servers of 2025-11-25 know them.
     async fn answer_inputs(
@@ -934,7 +1141,7 @@ impl McpClient {
                 // task's and the entry does not decline; one question at a time.
                 InputRequest::Elicitation(request)
                     if question.is_none()
-                        && ctx.task_id.is_some()
+                        && ctx.can_ask_user
                         && self.config.elicitation == McpElicitation::Ask =>
                 {
                     question = Some((key.clone(), serde_json::to_value(&request.params)));

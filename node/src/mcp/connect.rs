@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use http::{HeaderName, HeaderValue};
 use rmcp::ErrorData;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ProtocolVersion, ServerNotification,
-    SubscriptionFilter, Tool as ListedTool,
+    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
+    Implementation, ProtocolVersion, ServerNotification, SubscriptionFilter, Tool as ListedTool,
 };
 // Roots, log messages and sampling are deprecated from 2026-07-28 on (SEP-2577); servers of
 // 2025-11-25 still use them.
@@ -73,6 +73,8 @@ pub(super) struct Handler {
     pub(super) roots: Arc<[Root]>,
     /// Whether the server may ask the task's model (`sampling: true` on its entry).
     pub(super) sampling: bool,
+    /// Whether the server's questions are put to the user (`elicitation: ask`, the default).
+    pub(super) elicitation: bool,
     /// Where an http server's last challenge (401, 403) is kept.
     pub(super) challenge: super::http::Challenge,
 }
@@ -176,6 +178,12 @@ impl ClientHandler for Handler {
         if self.sampling {
             capabilities.insert("sampling".into(), serde_json::json!({}));
         }
+        if self.elicitation {
+            capabilities.insert(
+                "elicitation".into(),
+                serde_json::json!({"form": {}, "url": {}}),
+            );
+        }
         let capabilities: ClientCapabilities =
             serde_json::from_value(serde_json::Value::Object(capabilities)).unwrap_or_default();
         ClientConfig::new(
@@ -224,6 +232,56 @@ impl ClientHandler for Handler {
             .map_err(|why| ErrorData::internal_error(why, None))?;
         tracing::info!(server = %server, model = %answer.model, "answered an MCP server's sampling request");
         Ok(sample_result(answer))
+    }
+
+    /// `elicitation/create` of a server of 2025-11-25 or before, asked while a call runs: the
+    /// call waits, parked, while its task asks the user (INPUT_REQUIRED), and the user's reply
+    /// is the answer. Declined when the server's entry declines, when the running call has no
+    /// user to ask (see [`super::news::Followers::questioner`]), or when too many calls of the
+    /// server wait already; cancelled when the call ends before the reply.
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let server = &self.name;
+        let declined = |why: &str| {
+            tracing::info!(server = %server, "declined the MCP server's question: {why}");
+            Ok(ElicitResult::new(ElicitationAction::Decline))
+        };
+        if !self.elicitation {
+            return declined("its entry declines questions (`elicitation: decline`)");
+        }
+        let asks = {
+            let Some(client) = self.server.upgrade() else {
+                return declined("the client is shut down");
+            };
+            if client.parked_full() {
+                return declined("too many of its calls wait for their user already");
+            }
+            match client.followers.questioner() {
+                Ok(asks) => asks,
+                Err(why) => return declined(&why),
+            }
+        };
+        let elicitation = serde_json::to_value(&request).map_err(|e| {
+            ErrorData::internal_error(format!("cannot read the question: {e}"), None)
+        })?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        if asks
+            .send(super::news::Question { elicitation, reply })
+            .await
+            .is_err()
+        {
+            return declined("the call it asked for has ended");
+        }
+        match answer.await {
+            Ok(answer) => serde_json::from_value(answer).map_err(|e| {
+                ErrorData::internal_error(format!("cannot encode the user's answer: {e}"), None)
+            }),
+            // The call ended (cancelled, timed out, or the question expired) before a reply.
+            Err(_) => Ok(ElicitResult::new(ElicitationAction::Cancel)),
+        }
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {

@@ -2,7 +2,8 @@
 //! call's progress token, and `notifications/message` (log messages) while calls to it run,
 //! become news of the running calls (the task's progress notes); log messages also go to the
 //! node's own log, under the server's name. A model call the server asks for (sampling) is
-//! answered by the model of the task whose call is running.
+//! answered by the model of the task whose call is running, and a question it asks the user
+//! (elicitation) goes to that call ([`Question`]), which waits for the user's reply.
 //!
 //! A server decides how much it says, so each call shows at most [`MAX_NOTES`] of them and
 //! each at most [`MAX_TEXT`] characters: a chatty server cannot fill a task's history.
@@ -17,6 +18,7 @@ use rmcp::model::{
     LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
 };
 use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::tools::{NewsReport, Sampler, ToolContext, ToolNews};
 
@@ -42,7 +44,17 @@ struct Follower {
     task: Option<mew_cards::TaskId>,
     report: Option<NewsReport>,
     sampler: Option<Sampler>,
+    /// Where the server's questions to the user go, when the call may ask one.
+    asks: Option<mpsc::Sender<Question>>,
     notes: u32,
+}
+
+/// A question a server of 2025-11-25 or before asks the user while a call runs
+/// (`elicitation/create`): its parameters, and where the answer (an elicitation result as
+/// JSON) goes.
+pub(super) struct Question {
+    pub(super) elicitation: Value,
+    pub(super) reply: oneshot::Sender<Value>,
 }
 
 /// Stops following its call when dropped.
@@ -63,12 +75,13 @@ impl Followers {
     }
 
     /// Follows the call of `tool` (as the model names it) whose request carries `token`, made
-    /// in `ctx`, until the guard is dropped.
+    /// in `ctx`, until the guard is dropped; the server's questions to the user go to `asks`.
     pub(super) fn follow(
         &self,
         token: ProgressToken,
         tool: &str,
         ctx: &ToolContext,
+        asks: Option<mpsc::Sender<Question>>,
     ) -> Following<'_> {
         let mut inner = self.lock();
         inner.calls.insert(
@@ -79,6 +92,7 @@ impl Followers {
                 task: ctx.task_id.clone(),
                 report: ctx.news.clone(),
                 sampler: ctx.sampler.clone(),
+                asks,
                 notes: 0,
             },
         );
@@ -132,6 +146,29 @@ impl Followers {
             .sampler
             .clone()
             .ok_or_else(|| "the running call's task has no model to ask".to_owned())
+    }
+
+    /// Where the server's question to the user goes: the call running on this server, which
+    /// may ask its user. As with sampling, the request does not say which call it is for, so
+    /// when calls of several tasks run, or none that may ask, it is declined.
+    pub(super) fn questioner(&self) -> Result<mpsc::Sender<Question>, String> {
+        let inner = self.lock();
+        let mut running = inner.calls.values();
+        let Some(first) = running.next() else {
+            return Err("no call is running on this server".to_owned());
+        };
+        if running.any(|other| other.task != first.task) {
+            return Err(
+                "calls of several tasks are running on this server, and the request does not \
+                 say which one it is for"
+                    .to_owned(),
+            );
+        }
+        inner
+            .calls
+            .values()
+            .find_map(|follower| follower.asks.clone())
+            .ok_or_else(|| "the running call has no user to ask".to_owned())
     }
 
     /// A log message of the server: the node logs it, and every followed call shows it.
@@ -235,8 +272,8 @@ mod tests {
         let followers = Followers::default();
         let (first, first_seen) = recorder(Some("a"));
         let (second, second_seen) = recorder(Some("b"));
-        let a = followers.follow(token(1), "mcp__s__one", &first);
-        let b = followers.follow(token(2), "mcp__s__two", &second);
+        let a = followers.follow(token(1), "mcp__s__one", &first, None);
+        let b = followers.follow(token(2), "mcp__s__two", &second, None);
         followers.progress(&progress(token(1), 1.0, "half"));
         followers.progress(&progress(token(3), 1.0, "not ours"));
         followers.log(
@@ -277,7 +314,7 @@ mod tests {
     fn a_chatty_server_is_cut_off_after_the_limit_with_one_note_saying_so() {
         let followers = Followers::default();
         let (ctx, seen) = recorder(None);
-        let _call = followers.follow(token(7), "mcp__s__loud", &ctx);
+        let _call = followers.follow(token(7), "mcp__s__loud", &ctx, None);
         let long = "x".repeat(MAX_TEXT + 10);
         for n in 0..MAX_NOTES + 20 {
             followers.progress(&progress(token(7), f64::from(n), &long));
@@ -320,10 +357,10 @@ mod tests {
         let refused = |followers: &Followers| followers.sampler().err().unwrap_or_default();
         assert!(refused(&followers).contains("no call"));
         let first = call(Some("t1"), "one");
-        let a = followers.follow(token(1), "mcp__s__a", &first);
-        let b = followers.follow(token(2), "mcp__s__b", &call(Some("t1"), "one"));
+        let a = followers.follow(token(1), "mcp__s__a", &first, None);
+        let b = followers.follow(token(2), "mcp__s__b", &call(Some("t1"), "one"), None);
         assert!(followers.sampler().is_ok());
-        let c = followers.follow(token(3), "mcp__s__c", &call(Some("t2"), "two"));
+        let c = followers.follow(token(3), "mcp__s__c", &call(Some("t2"), "two"), None);
         assert!(refused(&followers).contains("several tasks"));
         drop((a, b));
         let answer = (followers.sampler().unwrap())(crate::tools::SampleRequest {
@@ -335,7 +372,43 @@ mod tests {
         .await;
         assert_eq!(answer.map(|a| a.text), Ok("two".to_owned()));
         drop(c);
-        let _outside = followers.follow(token(4), "mcp__s__d", &call(None, "none"));
+        let _outside = followers.follow(token(4), "mcp__s__d", &call(None, "none"), None);
         assert!(refused(&followers).contains("not a task's"));
+    }
+
+    #[tokio::test]
+    async fn a_question_goes_to_the_one_task_whose_calls_run_when_it_may_ask() {
+        let followers = Followers::default();
+        let call = |task: &str| {
+            let (mut ctx, _) = recorder(None);
+            ctx.task_id = Some(mew_cards::TaskId::from(task.to_owned()));
+            ctx
+        };
+        let refused = |followers: &Followers| followers.questioner().err().unwrap_or_default();
+        assert!(refused(&followers).contains("no call"));
+        let (asks, mut questions) = mpsc::channel(1);
+        let silent = followers.follow(token(1), "mcp__s__a", &call("t1"), None);
+        assert!(refused(&followers).contains("no user to ask"));
+        let asking = followers.follow(token(2), "mcp__s__b", &call("t1"), Some(asks));
+        let (reply, answer) = oneshot::channel();
+        followers
+            .questioner()
+            .unwrap()
+            .send(Question {
+                elicitation: json!({"message": "name?"}),
+                reply,
+            })
+            .await
+            .unwrap();
+        let question = questions.recv().await.unwrap();
+        assert_eq!(question.elicitation["message"], "name?");
+        question.reply.send(json!({"action": "decline"})).unwrap();
+        assert_eq!(answer.await.unwrap(), json!({"action": "decline"}));
+        let other = followers.follow(token(3), "mcp__s__c", &call("t2"), None);
+        assert!(refused(&followers).contains("several tasks"));
+        drop((silent, other));
+        assert!(followers.questioner().is_ok());
+        drop(asking);
+        assert!(refused(&followers).contains("no call"));
     }
 }

@@ -1248,6 +1248,7 @@ async fn a_servers_question_waits_for_the_user_and_the_call_resumes_with_the_rep
         .await;
     let mut ctx = project.tool_context();
     ctx.task_id = Some(mew_cards::TaskId::from("task-1"));
+    ctx.can_ask_user = true;
     for name in ["stdio_modern", "http_modern"] {
         let tool = find(&manager, &format!("mcp__{name}__ask"));
         let asked = tool.call(json!({}), &ctx).await;
@@ -1277,7 +1278,7 @@ async fn a_servers_question_waits_for_the_user_and_the_call_resumes_with_the_rep
             assert_eq!(output.text_content(), said, "{name}: {reply}");
         }
     }
-    // Declined by the entry, or outside a task: no question reaches anyone.
+    // Declined by the entry, or with no user to ask: no question reaches anyone.
     let output = find(&manager, "mcp__declining__ask")
         .call(json!({}), &ctx)
         .await;
@@ -1286,5 +1287,79 @@ async fn a_servers_question_waits_for_the_user_and_the_call_resumes_with_the_rep
         .call(json!({}), &project.tool_context())
         .await;
     assert_eq!(output.text_content(), "you declined");
+    manager.shutdown(PATIENCE).await;
+}
+
+#[tokio::test]
+async fn a_legacy_servers_question_during_a_call_keeps_the_call_waiting_for_the_reply() {
+    // Before 2026-07-28 a server asks with a request while the call runs: the call waits,
+    // parked, while the question goes to the user, and goes on with the reply.
+    let project = Project::new();
+    let legacy = http_server(Protocol::Legacy).await;
+    let declining = |mut config: McpServerConfig| {
+        config.elicitation = crate::config::mcp::McpElicitation::Decline;
+        config
+    };
+    let manager = project
+        .start(vec![
+            ("stdio_legacy", stdio("legacy")),
+            ("http_legacy", http(legacy.url())),
+            ("declining", declining(stdio("legacy"))),
+        ])
+        .await;
+    let mut ctx = project.tool_context();
+    ctx.task_id = Some(mew_cards::TaskId::from("task-1"));
+    ctx.can_ask_user = true;
+    for name in ["stdio_legacy", "http_legacy"] {
+        let tool = find(&manager, &format!("mcp__{name}__ask"));
+        for (reply, said) in [
+            ("Ada", "hello Ada"),
+            (r#"{"name": "Grace"}"#, "hello Grace"),
+            ("decline", "you declined"),
+            ("cancel", "you cancelled"),
+        ] {
+            let asked = tool.call(json!({}), &ctx).await;
+            let relay = asked
+                .relay
+                .clone()
+                .unwrap_or_else(|| panic!("{name}: {asked:?}"));
+            let ask = asked.ask.clone().unwrap();
+            assert_eq!(ask.kind, "elicitation");
+            assert_eq!(ask.data["message"], "What is your name?");
+            assert_eq!(
+                ask.data["requestedSchema"]["properties"]["name"]["type"],
+                "string"
+            );
+            let output = tool.answer(&relay, reply, &ctx).await;
+            assert_eq!(output.text_content(), said, "{name}: {reply}");
+            // The call took its reply: a second one finds nothing waiting.
+            let again = tool.answer(&relay, reply, &ctx).await;
+            assert!(
+                again.is_error && again.text_content().contains("waits no longer"),
+                "{again:?}"
+            );
+        }
+    }
+    // Declined by the entry, or with no user to ask: the server hears no at once.
+    let output = find(&manager, "mcp__declining__ask")
+        .call(json!({}), &ctx)
+        .await;
+    assert_eq!(output.text_content(), "you declined");
+    let output = find(&manager, "mcp__stdio_legacy__ask")
+        .call(json!({}), &project.tool_context())
+        .await;
+    assert_eq!(output.text_content(), "you declined");
+    // A parked call whose task is cancelled before the reply ends; the server hears cancel.
+    let tool = find(&manager, "mcp__stdio_legacy__ask");
+    let asked = tool.call(json!({}), &ctx).await;
+    let relay = asked.relay.clone().unwrap();
+    let mut cancelled = ctx.clone();
+    cancelled.cancel = tokio_util::sync::CancellationToken::new();
+    cancelled.cancel.cancel();
+    let output = tool.answer(&relay, "Ada", &cancelled).await;
+    assert!(
+        output.is_error && output.text_content().contains("cancelled"),
+        "{output:?}"
+    );
     manager.shutdown(PATIENCE).await;
 }

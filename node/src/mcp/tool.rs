@@ -172,7 +172,7 @@ impl Tool for McpTool {
     }
 
     /// The user's reply to the question the server asked during the call (`relay` keeps the
-    /// call): the call is made again with it.
+    /// call): the call is made again with it, or the call still waiting for it goes on.
     async fn answer(&self, relay: &str, reply: &str, ctx: &ToolContext) -> ToolOutput {
         let Some(server) = self.server.upgrade() else {
             return ToolOutput::error(format!(
@@ -189,15 +189,18 @@ impl Tool for McpTool {
                 ));
             }
         };
-        let mut input_responses = waiting.answered;
-        input_responses.insert(
-            waiting.key,
-            super::client::elicitation_answer(reply, &waiting.schema),
-        );
+        let answer = super::client::elicitation_answer(reply, &waiting.schema);
         let input = waiting.arguments.map_or(Value::Null, Value::Object);
-        let resumed = super::client::Resumed {
-            input_responses,
-            request_state: waiting.request_state,
+        let resumed = match waiting.parked {
+            Some(parked) => super::client::Resumed::Parked { parked, answer },
+            None => {
+                let mut input_responses = waiting.answered;
+                input_responses.insert(waiting.key, answer);
+                super::client::Resumed::Again {
+                    input_responses,
+                    request_state: waiting.request_state,
+                }
+            }
         };
         server
             .call(&self.name, &self.remote, input, Some(resumed), ctx)

@@ -83,6 +83,10 @@ pub(crate) struct ToolContext {
     /// Answers the model calls a tool's server asks for (MCP sampling) with the task's own
     /// model (`None` outside a model-driven task).
     pub(crate) sampler: Option<Sampler>,
+    /// Whether a tool may put a question of its own to the user ([`ToolAsk`]): a task's (it
+    /// waits in INPUT_REQUIRED) or the terminal's. Where nobody could answer, a tool's server
+    /// that asks is told no.
+    pub(crate) can_ask_user: bool,
 }
 
 /// A question of a tool's own to the user: its kind (`metadata.mew.ask` of the task's status
@@ -312,6 +316,7 @@ pub(crate) mod test_support {
             call_id: None,
             news: None,
             sampler: None,
+            can_ask_user: false,
         }
     }
 }

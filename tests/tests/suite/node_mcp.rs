@@ -340,7 +340,32 @@ async fn a_servers_question_puts_the_task_in_input_required_and_the_callers_form
 -> anyhow::Result<()> {
     let model = greeting_model()?;
     let node = asking_node(&model).await?;
-    let asked = mew_tests::node::send(&node, "toolsmith", Message::user_text("greet me")).await?;
+    the_callers_form_reaches_the_server(&node, &model).await
+}
+
+#[tokio::test]
+async fn a_2025_11_25_servers_question_during_a_call_waits_in_input_required_for_the_callers_form()
+-> anyhow::Result<()> {
+    // The server asks with `elicitation/create` while the call waits, not in its result: the
+    // call stays open on the node while the task waits for its caller.
+    let model = greeting_model()?;
+    let node = hermetic_node(
+        &model,
+        "mcp__hermetic__ask",
+        "    args: [--protocol, legacy]\n",
+        "mcp__hermetic",
+    )
+    .await?;
+    the_callers_form_reaches_the_server(&node, &model).await
+}
+
+/// Sends the role `toolsmith` of `node` a message whose task the server's question puts in
+/// INPUT_REQUIRED, checks the question and its form, and fills the form in.
+async fn the_callers_form_reaches_the_server(
+    node: &MewNode,
+    model: &ScriptedModel,
+) -> anyhow::Result<()> {
+    let asked = mew_tests::node::send(node, "toolsmith", Message::user_text("greet me")).await?;
     ensure!(
         asked.status.state == TaskState::InputRequired,
         "{:?}: {}",
@@ -378,7 +403,7 @@ async fn a_servers_question_puts_the_task_in_input_required_and_the_callers_form
     reply.parts = vec![mew_cards::Part::data(json!({"name": "Ada"}))];
     reply.task_id = Some(asked.id.clone());
     reply.context_id = Some(asked.context_id.clone());
-    let done = mew_tests::node::send(&node, "toolsmith", reply).await?;
+    let done = mew_tests::node::send(node, "toolsmith", reply).await?;
     ensure!(
         done.status.state == TaskState::Completed && status_text(&done) == "Greeted Ada.",
         "{:?}: {}",
