@@ -106,6 +106,12 @@ pub const ASK_PERMISSION: &str = "permission";
 /// alone when one field is asked for, `decline` or `cancel`. Only the user may answer it.
 pub const ASK_ELICITATION: &str = "elicitation";
 
+/// The `ask` of a task in AUTH_REQUIRED because an MCP server asks for authorization: the
+/// status message carries a data part with the `server` and the `url` to open; the node's
+/// OAuth callback continues the task once the user signed in (a reply before that asks again
+/// when the sign-in has not completed).
+pub const ASK_AUTHORIZATION: &str = "authorization";
+
 /// The fields of [`MewMetadata`] that only the node writes, never taken from a caller: forged
 /// links would send a task's agent to agents of the caller's choosing.
 pub const NODE_OWNED_FIELDS: &[&str] = &["role", "traceparent", "children", "usage", "todos"];

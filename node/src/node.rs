@@ -355,6 +355,8 @@ impl Runtime {
                     vault: Some(Arc::new(crate::mcp::oauth::Vault::new(
                         &config.node.data_dir
                     ))),
+                    // Enabled once the node serves (`run`).
+                    sign_ins: Some(Arc::default()),
                 },
             ),
         );
@@ -757,6 +759,11 @@ impl Runtime {
         )
         // Authenticated by the turn's token, not by the node's `auth:`.
         .merge(crate::server::callback::router(self.delegations.clone()));
+        // Protected by the OAuth flow's state and PKCE: the browser carries no credentials.
+        let app = match self.mcp.sign_ins() {
+            Some(sign_ins) => app.merge(crate::server::mcp_oauth::router(sign_ins)),
+            None => app,
+        };
         if !self.config.metrics.enabled {
             return app;
         }
@@ -1133,6 +1140,23 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     let base = config.node.public_url.clone();
     let env = std::env::vars().collect();
     let runtime = Runtime::start(config, catalog, default_role, env).await?;
+    // Tasks may ask their callers to sign in to MCP servers: the callback is this node's.
+    if let Some(sign_ins) = runtime.mcp.sign_ins() {
+        let manager = Arc::downgrade(&runtime.manager);
+        sign_ins.enable(
+            &base,
+            Arc::new(move |task, text| {
+                let Some(manager) = manager.upgrade() else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    if let Err(e) = manager.continue_task(task.clone(), text).await {
+                        tracing::info!(task = %task, "the task that asked for a sign-in did not go on: {e}");
+                    }
+                });
+            }),
+        );
+    }
     let config = &runtime.config;
     let manager = &runtime.manager;
     let providers = &runtime.providers;

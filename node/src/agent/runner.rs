@@ -968,6 +968,12 @@ impl Executor for ModelExecutor {
                 if children.outstanding() {
                     self.waiting.keep(turn.task_id.clone(), children.clone());
                 }
+                // A sign-in an MCP server asks for: AUTH_REQUIRED, every other question
+                // INPUT_REQUIRED.
+                let waits_for = match &pending.ask {
+                    Some(own) if own.kind == mew::ASK_AUTHORIZATION => TaskState::AuthRequired,
+                    _ => TaskState::InputRequired,
+                };
                 let ask = match pending.ask.clone() {
                     // A tool's own question (an MCP server's elicitation): the message says
                     // it, a data part carries what to fill in, `mew.ask` says its kind.
@@ -1016,9 +1022,7 @@ impl Executor for ModelExecutor {
                 sink.save_private(serde_json::to_value(&state).unwrap_or(Value::Null))
                     .await
                     .map_err(closed)?;
-                sink.status(TaskState::InputRequired, Some(ask))
-                    .await
-                    .map_err(closed)
+                sink.status(waits_for, Some(ask)).await.map_err(closed)
             }
             Err(AgentError::Canceled) => Err(ExecError("canceled".to_owned())),
             Err(error) => {

@@ -202,6 +202,7 @@ async fn start(context: &Context, only: Option<&str>, vault: &Arc<Vault>) -> Arc
             project_dir: config.project_dir.clone(),
             ledger: None,
             vault: Some(vault.clone()),
+            sign_ins: None,
         },
     )
     .await

@@ -77,6 +77,8 @@ struct Shared {
     protocol: Option<String>,
     /// The server spoke a version of the `initialize` era: its next connection starts there.
     spoke_initialize: bool,
+    /// The last connection failed because the server asks for authorization.
+    needs_sign_in: bool,
     last_error: Option<String>,
     restarts: u32,
     /// Restarts since a call last got an answer.
@@ -177,6 +179,10 @@ pub(super) struct Waiting {
     /// instead of making the call again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) parked: Option<u64>,
+    /// Set when the call failed because the server asks for authorization, and the user was
+    /// asked to sign in: the reply makes the call again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) sign_in: bool,
 }
 
 /// The result of a call whose server asks the user: the question (the task asks it in
@@ -197,6 +203,7 @@ fn ask_user(
         schema: Value::Null,
         answered,
         parked: None,
+        sign_in: false,
     };
     put_question(name, server, elicitation, waiting)
 }
@@ -342,6 +349,7 @@ impl McpClient {
                 skipped: Vec::new(),
                 protocol: None,
                 spoke_initialize: false,
+                needs_sign_in: false,
                 last_error: None,
                 restarts: 0,
                 in_a_row: 0,
@@ -397,6 +405,7 @@ impl McpClient {
         if shared.state != ServerState::Stopped {
             shared.state = ServerState::Failed;
         }
+        shared.needs_sign_in = err.contains(super::ASKS_FOR_AUTHORIZATION);
         shared.last_error = Some(err);
     }
 
@@ -477,6 +486,7 @@ impl McpClient {
         );
         shared.protocol = Some(connection.protocol().to_owned());
         shared.spoke_initialize = connection.spoke_initialize();
+        shared.needs_sign_in = false;
         shared.connection = Some(Arc::new(connection));
         shared.tools = tools;
         shared.skipped = skipped;
@@ -486,12 +496,156 @@ impl McpClient {
         Ok(())
     }
 
-    /// The tools the model sees: none once the server failed or stopped.
+    /// The tools the model sees: none once the server failed or stopped; with the sign-in
+    /// tool for a server that asks for authorization (see [`Self::offers_sign_in`]).
     pub(super) fn tools(&self) -> Vec<Arc<dyn Tool>> {
         let shared = self.shared();
-        match shared.state {
+        let mut tools = match shared.state {
             ServerState::Connected | ServerState::Restarting => shared.tools.clone(),
             ServerState::Connecting | ServerState::Failed | ServerState::Stopped => Vec::new(),
+        };
+        let asked = shared.needs_sign_in && shared.state == ServerState::Failed;
+        drop(shared);
+        if self.offers_sign_in(asked) {
+            let name = super::tool::full_name(&self.name, super::tool::SIGN_IN_TOOL);
+            if !tools.iter().any(|tool| tool.name() == name) {
+                tools.push(Arc::new(super::tool::SignInTool {
+                    server: self.me.clone(),
+                    server_name: self.name.clone(),
+                    name,
+                }));
+            }
+        }
+        tools
+    }
+
+    /// Whether the sign-in tool is offered: for an HTTP server that asks for authorization
+    /// (`asked`), or asked for it earlier, when the node takes sign-ins. It stays once the
+    /// server connected, so that the task that signed in finds it when it goes on.
+    fn offers_sign_in(&self, asked: bool) -> bool {
+        matches!(self.config.transport, McpTransport::Http { .. })
+            && self.ctx.vault.is_some()
+            && self
+                .ctx
+                .sign_ins
+                .as_ref()
+                .is_some_and(|sign_ins| sign_ins.enabled())
+            && (asked || self.challenge.last().is_some())
+    }
+
+    /// Asks the user of the call `ctx` to sign in to this server (the task waits in
+    /// AUTH_REQUIRED): the result carries the authorization URL; once the node's callback got
+    /// the tokens, the server connects again and the task goes on. `redo`: the arguments of a
+    /// call of `name` that failed because the server asks for authorization, made again then;
+    /// `None`: the sign-in tool's own call, which says whether the server is now connected.
+    pub(super) async fn sign_in(
+        &self,
+        name: &str,
+        redo: Option<serde_json::Map<String, Value>>,
+        ctx: &ToolContext,
+    ) -> ToolOutput {
+        let server = self.name.clone();
+        if redo.is_none() {
+            let connected = {
+                let shared = self.shared();
+                shared.state == ServerState::Connected
+            };
+            if connected {
+                return ToolOutput::text(format!(
+                    "Signed in to the MCP server {server}: its tools are offered from the next \
+                     step on."
+                ));
+            }
+        }
+        let (Some(vault), Some(sign_ins), McpTransport::Http { url, .. }) =
+            (&self.ctx.vault, &self.ctx.sign_ins, &self.config.transport)
+        else {
+            return ToolOutput::error(format!(
+                "{name}: the MCP server {server} asks for authorization; sign in on the node's \
+                 machine with `mew mcp login {server}`"
+            ));
+        };
+        if !ctx.can_ask_user {
+            return ToolOutput::error(format!(
+                "{name}: the MCP server {server} asks for authorization, and this call has no \
+                 user to ask to sign in (`mew mcp login {server}` signs the node in)"
+            ));
+        }
+        let entry = vault.entry(&server, url, super::oauth::NODE_PRINCIPAL);
+        let me = self.me.clone();
+        let then: super::oauth::AfterSignIn = Box::new(move || {
+            Box::pin(async move {
+                if let Some(me) = me.upgrade() {
+                    me.signed_in().await;
+                }
+            })
+        });
+        let challenge = self.challenge.last();
+        let started = sign_ins
+            .start(
+                &entry,
+                &self.config.oauth,
+                challenge.as_deref(),
+                ctx.task_id.clone(),
+                then,
+            )
+            .await;
+        let address = match started {
+            Ok(address) => address,
+            Err(why) => {
+                return ToolOutput::error(format!(
+                    "{name}: the MCP server {server} asks for authorization, and the sign-in \
+                     cannot start: {why}"
+                ));
+            }
+        };
+        let waiting = Waiting {
+            arguments: redo,
+            request_state: None,
+            key: String::new(),
+            schema: Value::Null,
+            answered: rmcp::model::InputResponses::new(),
+            parked: None,
+            sign_in: true,
+        };
+        let message = format!(
+            "The MCP server {server} asks you to sign in. Open {address} ; the task goes on \
+             once you have."
+        );
+        match serde_json::to_string(&waiting) {
+            Ok(relay) => ToolOutput {
+                relay: Some(relay),
+                ask: Some(Box::new(crate::tools::ToolAsk {
+                    kind: mew_cards::mew::ASK_AUTHORIZATION.to_owned(),
+                    data: serde_json::json!({
+                        "server": server,
+                        "tool": name,
+                        "url": address,
+                    }),
+                })),
+                ..ToolOutput::text(message)
+            },
+            Err(e) => ToolOutput::error(format!("{name}: cannot keep the sign-in: {e}")),
+        }
+    }
+
+    /// A sign-in completed: the server connects now, with the new tokens, instead of at its
+    /// next try in the background.
+    pub(super) async fn signed_in(&self) {
+        let _connecting = self.reconnecting.lock().await;
+        let (state, current) = {
+            let shared = self.shared();
+            (shared.state, shared.connection.clone())
+        };
+        match state {
+            ServerState::Stopped => {}
+            ServerState::Connected if current.as_ref().is_some_and(|c| c.is_alive()) => {}
+            _ => {
+                if let Err(err) = self.establish().await {
+                    tracing::warn!(server = %self.name, "cannot connect to the MCP server after the sign-in: {err}");
+                    self.failed(err);
+                }
+            }
         }
     }
 
@@ -547,11 +701,29 @@ impl McpClient {
             gen_ai.tool.name = %remote,
             gen_ai.operation.name = "execute_tool",
         );
-        let output = tracing::Instrument::instrument(
+        // The arguments, for a call made again after a sign-in.
+        let redo = match (&input, &self.config.transport) {
+            (Value::Object(arguments), McpTransport::Http { .. }) => Some(arguments.clone()),
+            (Value::Null, McpTransport::Http { .. }) => Some(serde_json::Map::new()),
+            _ => None,
+        };
+        let mut output = tracing::Instrument::instrument(
             self.call_in_span(name, remote, input, resumed, ctx),
             span.clone(),
         )
         .await;
+        // A server that asks for authorization (no tokens, refused ones, or more scopes):
+        // the user is asked to sign in, where the node takes sign-ins.
+        if output.is_error
+            && output
+                .text_content()
+                .contains(super::ASKS_FOR_AUTHORIZATION)
+            && let Some(redo) = redo
+            && ctx.can_ask_user
+            && self.offers_sign_in(true)
+        {
+            output = self.sign_in(name, Some(redo), ctx).await;
+        }
         if output.is_error {
             span.record("otel.status_code", "error");
         }
@@ -823,6 +995,7 @@ impl McpClient {
             schema: Value::Null,
             answered: rmcp::model::InputResponses::new(),
             parked: Some(number),
+            sign_in: false,
         };
         let output = put_question(name, &self.name, &parked.question.elicitation, waiting);
         if output.relay.is_none() {

@@ -108,6 +108,9 @@ pub(crate) struct McpContext {
     /// Where OAuth tokens are kept (see [`oauth`]); `None`: nowhere, so servers that ask for
     /// authorization cannot be used.
     pub(crate) vault: Option<Arc<oauth::Vault>>,
+    /// The sign-ins tasks ask their callers for (see [`oauth::SignIns`]); `None`: none, a
+    /// server that asks for authorization is signed in to with `mew mcp login`.
+    pub(crate) sign_ins: Option<Arc<oauth::SignIns>>,
 }
 
 /// Where a server is in its life.
@@ -169,6 +172,8 @@ pub(crate) struct McpManager {
     servers: Vec<Arc<McpClient>>,
     /// Bumped whenever a server's tool set changes.
     changes: watch::Sender<u64>,
+    /// The sign-ins tasks ask their callers for.
+    sign_ins: Option<Arc<oauth::SignIns>>,
 }
 
 impl std::fmt::Debug for McpManager {
@@ -196,7 +201,16 @@ impl McpManager {
             })
             .collect();
         futures_util::future::join_all(servers.iter().map(|server| server.start())).await;
-        Arc::new(Self { servers, changes })
+        Arc::new(Self {
+            servers,
+            changes,
+            sign_ins: ctx.sign_ins.clone(),
+        })
+    }
+
+    /// The sign-ins tasks ask their callers for, if the servers take any.
+    pub(crate) fn sign_ins(&self) -> Option<Arc<oauth::SignIns>> {
+        self.sign_ins.clone()
     }
 
     /// The current tools of every connected server, `mcp__<server>__<tool>`, sorted by name.

@@ -52,6 +52,30 @@ pub(crate) struct Vault {
     key: OnceLock<LessSafeKey>,
     /// Serializes the key's creation within this process.
     creating: Mutex<()>,
+    /// What was read, by sealed file and what it is bound to, with the file's stamp then: a
+    /// file rewritten since (by a sign-in of this process or of `mew mcp login`) is read again.
+    read: Mutex<std::collections::HashMap<String, Read>>,
+}
+
+/// A file's content as read, with the file's stamp then.
+type Read = (Option<FileStamp>, Option<StoredCredentials>);
+
+/// What tells a file's versions apart: atomic writes replace the file (a new inode).
+type FileStamp = (Option<std::time::SystemTime>, u64, u64);
+
+fn stamp(path: &Path) -> io::Result<Option<FileStamp>> {
+    match std::fs::metadata(path) {
+        #[cfg(unix)]
+        Ok(meta) => Ok(Some((
+            meta.modified().ok(),
+            meta.len(),
+            std::os::unix::fs::MetadataExt::ino(&meta),
+        ))),
+        #[cfg(not(unix))]
+        Ok(meta) => Ok(Some((meta.modified().ok(), meta.len(), 0))),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(err),
+    }
 }
 
 impl std::fmt::Debug for Vault {
@@ -67,6 +91,7 @@ impl Vault {
             dir: data_dir.join(DIR),
             key: OnceLock::new(),
             creating: Mutex::new(()),
+            read: Mutex::default(),
         }
     }
 
@@ -158,6 +183,26 @@ impl Vault {
         Ok(serde_json::from_slice(plain).ok())
     }
 
+    /// [`Self::load`], kept until the file changes.
+    fn read(
+        &self,
+        server: &str,
+        url: &str,
+        principal: &str,
+    ) -> io::Result<Option<StoredCredentials>> {
+        let now = stamp(&self.path(server, principal))?;
+        let bound = associated(server, url, principal);
+        let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((seen, credentials)) = read.get(&bound)
+            && *seen == now
+        {
+            return Ok(credentials.clone());
+        }
+        let credentials = self.load(server, url, principal)?;
+        read.insert(bound, (now, credentials.clone()));
+        Ok(credentials)
+    }
+
     /// Seals and writes `credentials` (atomically: the old file or the new one, never half).
     pub(crate) fn save(
         &self,
@@ -202,7 +247,6 @@ impl Vault {
             server: server.to_owned(),
             url: url.to_owned(),
             principal: principal.to_owned(),
-            cached: Arc::new(Mutex::new(None)),
         }
     }
 }
@@ -222,15 +266,13 @@ fn create_private_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// One server's tokens for one principal, as the SDK's credential store. The SDK reads them
-/// before every request, so they are read from the file once and kept.
+/// before every request: the vault keeps what it read (see [`Vault::read`]).
 #[derive(Clone)]
 pub(crate) struct VaultEntry {
     vault: Arc<Vault>,
     server: String,
     url: String,
     principal: String,
-    /// `Some` once read: the file's content (`None` inside when there is none).
-    cached: Arc<Mutex<Option<Option<StoredCredentials>>>>,
 }
 
 impl VaultEntry {
@@ -242,13 +284,7 @@ impl VaultEntry {
     }
 
     fn read(&self) -> io::Result<Option<StoredCredentials>> {
-        let mut cached = self.cached.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(credentials) = &*cached {
-            return Ok(credentials.clone());
-        }
-        let credentials = self.vault.load(&self.server, &self.url, &self.principal)?;
-        *cached = Some(credentials.clone());
-        Ok(credentials)
+        self.vault.read(&self.server, &self.url, &self.principal)
     }
 }
 
@@ -266,7 +302,6 @@ impl CredentialStore for VaultEntry {
         self.vault
             .save(&self.server, &self.url, &self.principal, &credentials)
             .map_err(store_error)?;
-        *self.cached.lock().unwrap_or_else(PoisonError::into_inner) = Some(Some(credentials));
         Ok(())
     }
 
@@ -274,7 +309,6 @@ impl CredentialStore for VaultEntry {
         self.vault
             .remove(&self.server, &self.principal)
             .map_err(store_error)?;
-        *self.cached.lock().unwrap_or_else(PoisonError::into_inner) = Some(None);
         Ok(())
     }
 }
@@ -376,6 +410,208 @@ fn scopes_to_ask(
     scopes
 }
 
+/// A new authorization of the server at `url` whose tokens go to `entry`, coming back to
+/// `redirect_uri`: discovery from `challenge` (the server's 401 or 403), then registration
+/// (pre-registered, metadata document, or dynamic) and the authorization URL with PKCE.
+async fn session(
+    url: &str,
+    entry: &VaultEntry,
+    oauth: &McpOAuth,
+    challenge: Option<&str>,
+    redirect_uri: &str,
+) -> Result<AuthorizationSession, String> {
+    let mut manager = AuthorizationManager::new(url)
+        .await
+        .map_err(|err| describe(&err))?;
+    manager.set_credential_store(entry.clone());
+    let resolution = manager
+        .resolve_metadata_from_challenge(challenge)
+        .await
+        .map_err(|err| {
+            format!(
+                "cannot discover its authorization server: {}",
+                describe(&err)
+            )
+        })?;
+    manager.set_metadata(resolution.metadata);
+    let mut request = AuthorizationRequest::new(redirect_uri.to_owned())
+        .with_client_name(CLIENT_NAME)
+        .with_initial_scope_selection();
+    let scopes = scopes_to_ask(url, &oauth.scopes, entry, challenge);
+    if !scopes.is_empty() {
+        request = request.with_scopes(scopes);
+    }
+    if let Some(id) = &oauth.client_id {
+        request = request.with_preregistered_client(id.clone());
+        if let Some(secret) = &oauth.client_secret {
+            request = request.with_client_secret(secret.clone());
+        }
+    }
+    if let Some(document) = &oauth.client_metadata_url {
+        request = request.with_client_metadata_url(document.clone());
+    }
+    AuthorizationSession::new(manager, request)
+        .await
+        .map_err(|(_, err)| describe(&err))
+}
+
+/// The path of the node's own callback, where a sign-in a task asked for comes back.
+pub(crate) const NODE_CALLBACK_PATH: &str = "/mew/v1/mcp/oauth/callback";
+
+/// How long a sign-in started by a task waits for its callback.
+const SIGN_IN_WAIT: Duration = Duration::from_secs(15 * 60);
+
+/// The most sign-ins that wait for their callback at once.
+const MAX_SIGN_INS: usize = 64;
+
+/// What the node does once a sign-in completed: the server connects again.
+pub(crate) type AfterSignIn =
+    Box<dyn FnOnce() -> futures_util::future::BoxFuture<'static, ()> + Send>;
+
+/// Continues the interrupted task with the text, as its owner would (a sign-in it waited for
+/// completed).
+pub(crate) type Resumer = Arc<dyn Fn(mew_cards::TaskId, String) + Send + Sync>;
+
+/// The sign-ins tasks asked their callers for, waiting for the authorization server to send
+/// the browser back to the node's callback ([`NODE_CALLBACK_PATH`]). Only a node that serves
+/// HTTP enables them ([`Self::enable`]); elsewhere a server that asks for authorization is
+/// signed in to with `mew mcp login`.
+#[derive(Default)]
+pub(crate) struct SignIns {
+    /// The callback's full URL, once the node serves.
+    callback: OnceLock<String>,
+    /// What continues a task whose sign-in completed.
+    resumer: OnceLock<Resumer>,
+    /// By the `state` of each authorization URL.
+    pending: Mutex<std::collections::HashMap<String, PendingSignIn>>,
+}
+
+struct PendingSignIn {
+    server: String,
+    session: AuthorizationSession,
+    started: std::time::Instant,
+    task: Option<mew_cards::TaskId>,
+    then: AfterSignIn,
+}
+
+impl std::fmt::Debug for SignIns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignIns")
+            .field("callback", &self.callback.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SignIns {
+    /// Lets tasks ask for sign-ins that come back to `node_url` (the node's public URL), and
+    /// continues their tasks with `resumer`.
+    pub(crate) fn enable(&self, node_url: &str, resumer: Resumer) {
+        let _ = self.callback.set(format!(
+            "{}{NODE_CALLBACK_PATH}",
+            node_url.trim_end_matches('/')
+        ));
+        let _ = self.resumer.set(resumer);
+    }
+
+    /// Whether tasks may ask for sign-ins here.
+    pub(crate) fn enabled(&self) -> bool {
+        self.callback.get().is_some()
+    }
+
+    fn pending(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, PendingSignIn>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a sign-in to the server of `entry` for the task `task`: its tokens go to
+    /// `entry`, and `then` runs once they are there. Returns the authorization URL for the
+    /// user to open.
+    pub(crate) async fn start(
+        &self,
+        entry: &VaultEntry,
+        oauth: &McpOAuth,
+        challenge: Option<&str>,
+        task: Option<mew_cards::TaskId>,
+        then: AfterSignIn,
+    ) -> Result<String, String> {
+        let Some(callback) = self.callback.get() else {
+            return Err("this node takes no sign-ins (it does not serve HTTP)".to_owned());
+        };
+        {
+            let mut pending = self.pending();
+            pending.retain(|_, sign_in| sign_in.started.elapsed() < SIGN_IN_WAIT);
+            if pending.len() >= MAX_SIGN_INS {
+                return Err(format!(
+                    "{MAX_SIGN_INS} sign-ins wait for their callers already; try again later"
+                ));
+            }
+        }
+        let session = session(&entry.url, entry, oauth, challenge, callback).await?;
+        let address = session.get_authorization_url().to_owned();
+        let state = reqwest::Url::parse(&address)
+            .ok()
+            .and_then(|parsed| {
+                parsed
+                    .query_pairs()
+                    .find(|(key, _)| key == "state")
+                    .map(|(_, value)| value.into_owned())
+            })
+            .ok_or("the authorization URL has no state")?;
+        self.pending().insert(
+            state,
+            PendingSignIn {
+                server: entry.server.clone(),
+                session,
+                started: std::time::Instant::now(),
+                task,
+                then,
+            },
+        );
+        Ok(address)
+    }
+
+    /// The authorization server sent the browser back with `query`: the code is exchanged for
+    /// tokens, the server connects again, and the task that asked goes on. Returns the
+    /// server's name.
+    pub(crate) async fn complete(&self, query: &str) -> Result<String, String> {
+        let Some(callback) = self.callback.get() else {
+            return Err("this node takes no sign-ins".to_owned());
+        };
+        let address = format!("{callback}?{query}");
+        let state = reqwest::Url::parse(&address)
+            .ok()
+            .and_then(|parsed| {
+                parsed
+                    .query_pairs()
+                    .find(|(key, _)| key == "state")
+                    .map(|(_, value)| value.into_owned())
+            })
+            .ok_or("the callback has no state")?;
+        let sign_in = self
+            .pending()
+            .remove(&state)
+            .filter(|sign_in| sign_in.started.elapsed() < SIGN_IN_WAIT)
+            .ok_or("no sign-in waits for this callback: it was used, or it expired")?;
+        let PendingSignIn {
+            server,
+            session,
+            task,
+            then,
+            ..
+        } = sign_in;
+        session
+            .handle_callback_url(&address)
+            .await
+            .map_err(|err| format!("the authorization failed: {}", describe(&err)))?;
+        then().await;
+        if let (Some(task), Some(resumer)) = (task, self.resumer.get()) {
+            resumer(task, format!("Signed in to the MCP server {server}."));
+        }
+        Ok(server)
+    }
+}
+
 /// How the authorization URL reaches the user.
 pub(crate) trait Browser: Send + Sync {
     /// Shows (or opens) `url`.
@@ -412,40 +648,7 @@ pub(crate) async fn login(
         .map_err(|err| format!("cannot listen for the authorization callback: {err}"))?
         .port();
     let redirect_uri = format!("http://127.0.0.1:{port}{CALLBACK_PATH}");
-
-    let mut manager = AuthorizationManager::new(url)
-        .await
-        .map_err(|err| describe(&err))?;
-    manager.set_credential_store(entry.clone());
-    let resolution = manager
-        .resolve_metadata_from_challenge(challenge)
-        .await
-        .map_err(|err| {
-            format!(
-                "cannot discover its authorization server: {}",
-                describe(&err)
-            )
-        })?;
-    manager.set_metadata(resolution.metadata);
-    let mut request = AuthorizationRequest::new(redirect_uri.clone())
-        .with_client_name(CLIENT_NAME)
-        .with_initial_scope_selection();
-    let scopes = scopes_to_ask(url, &oauth.scopes, &entry, challenge);
-    if !scopes.is_empty() {
-        request = request.with_scopes(scopes);
-    }
-    if let Some(id) = &oauth.client_id {
-        request = request.with_preregistered_client(id.clone());
-        if let Some(secret) = &oauth.client_secret {
-            request = request.with_client_secret(secret.clone());
-        }
-    }
-    if let Some(document) = &oauth.client_metadata_url {
-        request = request.with_client_metadata_url(document.clone());
-    }
-    let session = AuthorizationSession::new(manager, request)
-        .await
-        .map_err(|(_, err)| describe(&err))?;
+    let session = session(url, &entry, oauth, challenge, &redirect_uri).await?;
 
     let (sender, receiver) = oneshot::channel::<String>();
     let sender = Arc::new(Mutex::new(Some(sender)));

@@ -133,6 +133,7 @@ impl Project {
             project_dir: self.path().to_path_buf(),
             ledger: Some(self.ledger()),
             vault: None,
+            sign_ins: None,
         }
     }
 

@@ -209,6 +209,7 @@ impl Client {
                 project_dir: dir.path().to_path_buf(),
                 ledger: None,
                 vault: None,
+                sign_ins: None,
             },
         )
         .await;

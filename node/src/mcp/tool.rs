@@ -189,8 +189,14 @@ impl Tool for McpTool {
                 ));
             }
         };
-        let answer = super::client::elicitation_answer(reply, &waiting.schema);
         let input = waiting.arguments.map_or(Value::Null, Value::Object);
+        if waiting.sign_in {
+            // The call waited for a sign-in: it is made again, with the new tokens.
+            return server
+                .call(&self.name, &self.remote, input, None, ctx)
+                .await;
+        }
+        let answer = super::client::elicitation_answer(reply, &waiting.schema);
         let resumed = match waiting.parked {
             Some(parked) => super::client::Resumed::Parked { parked, answer },
             None => {
@@ -205,6 +211,65 @@ impl Tool for McpTool {
         server
             .call(&self.name, &self.remote, input, Some(resumed), ctx)
             .await
+    }
+}
+
+/// The name of the tool that signs in to a server that asks for authorization.
+pub(super) const SIGN_IN_TOOL: &str = "sign_in";
+
+/// `mcp__<server>__sign_in`: offered for an HTTP server that asks for authorization, when the
+/// node takes sign-ins. It asks the task's caller to sign in (the task waits in
+/// AUTH_REQUIRED), and once the node's callback got the tokens, the server connects and its
+/// tools are offered.
+pub(super) struct SignInTool {
+    pub(super) server: Weak<McpClient>,
+    pub(super) server_name: String,
+    pub(super) name: String,
+}
+
+#[async_trait]
+impl Tool for SignInTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> String {
+        format!(
+            "The MCP server {} asks for authorization. This asks the user to sign in to it \
+             (the task waits until they have); its tools are offered once they did.",
+            self.server_name
+        )
+    }
+
+    fn input_schema(&self) -> Value {
+        serde_json::json!({"type": "object", "properties": {}})
+    }
+
+    fn category(&self) -> Category {
+        // It changes nothing: the user signs in, or does not.
+        Category::Read
+    }
+
+    async fn call(&self, _input: Value, ctx: &ToolContext) -> ToolOutput {
+        let Some(server) = self.server.upgrade() else {
+            return ToolOutput::error(format!(
+                "{} cannot run: the MCP server {} is shut down",
+                self.name, self.server_name
+            ));
+        };
+        server.sign_in(&self.name, None, ctx).await
+    }
+
+    /// The sign-in completed (the node's callback continues the task), or the user replied
+    /// before it did: the server's state says which.
+    async fn answer(&self, _relay: &str, _reply: &str, ctx: &ToolContext) -> ToolOutput {
+        let Some(server) = self.server.upgrade() else {
+            return ToolOutput::error(format!(
+                "{} cannot run: the MCP server {} is shut down",
+                self.name, self.server_name
+            ));
+        };
+        server.sign_in(&self.name, None, ctx).await
     }
 }
 

@@ -5,6 +5,7 @@ pub(crate) mod agent;
 pub(crate) mod auth;
 pub(crate) mod callback;
 pub(crate) mod listen;
+pub(crate) mod mcp_oauth;
 pub(crate) mod metrics;
 pub(crate) mod observe;
 pub(crate) mod session;

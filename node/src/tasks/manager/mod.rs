@@ -390,9 +390,24 @@ impl TaskManager {
     ) -> Result<(Task, EventStream), Error> {
         validate_message(&submission.message)?;
         match submission.message.task_id.clone() {
-            Some(id) => self.resume(id, submission, scope).await,
+            Some(id) => self.resume(id, submission.message, scope).await,
             None => self.create(submission).await,
         }
+    }
+
+    /// Continues the interrupted task `id` with a user message of `text`, as its owner would:
+    /// what the node itself sends when what the task waited for happened (an MCP sign-in it
+    /// asked for completed). A task that no longer waits is left alone.
+    pub(crate) async fn continue_task(
+        self: &Arc<Self>,
+        id: TaskId,
+        text: String,
+    ) -> Result<(), Error> {
+        let mut message = Message::user_text(text);
+        message.task_id = Some(id.clone());
+        self.resume(id, message, &Scope::default())
+            .await
+            .map(|_| ())
     }
 
     async fn create(
@@ -509,7 +524,7 @@ impl TaskManager {
     async fn resume(
         self: &Arc<Self>,
         id: TaskId,
-        submission: Submission,
+        message: Message,
         scope: &Scope,
     ) -> Result<(Task, EventStream), Error> {
         let live = match self.live_or_load(&id, scope).await? {
@@ -525,7 +540,7 @@ impl TaskManager {
             LiveOrDone::Live(live) => live,
         };
         let claimed = self.store.shared() && self.claim(&live).await?;
-        let mut message = submission.message;
+        let mut message = message;
         let checked = self.start_next_turn(&live, &mut message).await;
         if claimed && checked.is_err() {
             // The task stays as it was: let another replica continue it.
