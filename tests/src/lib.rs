@@ -6,6 +6,7 @@ pub mod example;
 pub mod mcp;
 pub mod model;
 pub mod node;
+pub mod oauth;
 pub mod otlp;
 pub mod postgres;
 pub mod process;

@@ -25,6 +25,7 @@ mod node_hooks;
 mod node_isolation;
 mod node_limits;
 mod node_mcp;
+mod node_mcp_oauth;
 mod node_metrics;
 mod node_peer_auth;
 mod node_projects;

@@ -1,0 +1,182 @@
+//! An MCP server behind OAuth, through a running node: the server asks for authorization, a
+//! task that needs it asks its caller to sign in (AUTH_REQUIRED with the authorization URL),
+//! the authorization server sends the browser back to the node's callback, and the task goes
+//! on by itself; a rejected token is refreshed without asking anyone, and when the refresh
+//! token is gone too, the call that failed asks for a new sign-in and is made again after it.
+
+use anyhow::{Context, ensure};
+use mew_cards::{GetTaskRequest, Message, Task, TaskId, TaskState};
+use mew_tests::model::{ScriptedModel, Step};
+use mew_tests::node::{MewNode, poll_until, scripted_model_config, status_text};
+use mew_tests::oauth::ProtectedMcpServer;
+use mew_transport::{AgentTransport, Binding, CallContext};
+use serde_json::json;
+
+/// How long a condition may take on a busy machine.
+const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The authorization URL of a task in AUTH_REQUIRED, from the data part of its status message.
+fn authorization_url(task: &Task) -> anyhow::Result<String> {
+    ensure!(
+        task.status.state == TaskState::AuthRequired,
+        "{:?}: {}",
+        task.status.state,
+        status_text(task)
+    );
+    let message = task.status.message.as_ref().context("no status message")?;
+    let ask = message
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("mew"))
+        .and_then(|mew| mew.get("ask"))
+        .cloned();
+    ensure!(ask == Some(json!("authorization")), "mew.ask is {ask:?}");
+    let data = message
+        .parts
+        .iter()
+        .find_map(|part| match &part.content {
+            mew_cards::PartContent::Data(data) => Some(data.clone()),
+            _ => None,
+        })
+        .context("no data part")?;
+    ensure!(data["server"] == "secure", "{data}");
+    let url = data["url"].as_str().context("no url")?.to_owned();
+    ensure!(
+        message.text().contains(&url),
+        "the message does not say where to sign in: {}",
+        message.text()
+    );
+    Ok(url)
+}
+
+/// What the user does with the authorization URL: opens it; the authorization server
+/// approves and sends the browser to the node's callback. Returns the page the callback
+/// showed.
+async fn sign_in(url: &str) -> anyhow::Result<String> {
+    let response = reqwest::get(url).await?;
+    let status = response.status();
+    let page = response.text().await?;
+    ensure!(
+        status.is_success(),
+        "the callback answered {status}: {page}"
+    );
+    Ok(page)
+}
+
+/// Waits until the task `id` of the role `toolsmith` is over, and returns it.
+async fn finished(node: &MewNode, id: &TaskId) -> anyhow::Result<Task> {
+    let agent = node.agent("/agents/toolsmith", Binding::JsonRpc).await?;
+    poll_until("the task goes on and completes", WAIT, || {
+        let agent = agent.clone();
+        async move {
+            let task = agent
+                .get_task(
+                    &CallContext::default(),
+                    GetTaskRequest {
+                        id: id.clone(),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            Ok(task.status.state.is_terminal().then_some(task))
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_task_asks_its_caller_to_sign_in_and_goes_on_after_the_callback() -> anyhow::Result<()> {
+    let server = ProtectedMcpServer::start().await?;
+    let model = ScriptedModel::start(vec![
+        // The server is not signed in to: only its sign-in tool is offered.
+        Step::tool_call("call_1", "mcp__secure__sign_in", json!({}))
+            .expect_tools_include(["mcp__secure__sign_in"])
+            .expect_tools_exclude(["mcp__secure__echo"]),
+        // The callback continued the task: the server's tools are offered now.
+        Step::tool_call("call_2", "mcp__secure__echo", json!({"text": "hi"}))
+            .expect_tool_results(["call_1"])
+            .expect_last_user("Signed in to the MCP server secure")
+            .expect_tools_include(["mcp__secure__echo"]),
+        Step::text("The server said hi.").expect_last_user("hi"),
+        // A second task, after the access token was revoked: refreshed, nobody is asked.
+        Step::tool_call("call_3", "mcp__secure__echo", json!({"text": "again"})),
+        Step::text("The server said again.").expect_last_user("again"),
+        // A third, after every token was revoked: the call asks for a new sign-in, and is
+        // made again after it.
+        Step::tool_call("call_4", "mcp__secure__echo", json!({"text": "third"})),
+        Step::text("The server said third.")
+            .expect_tool_results(["call_4"])
+            .expect_last_user("third"),
+    ])?;
+    let config = format!(
+        "{}permissions:\n  allow: [mcp__secure__echo]\nmcp_servers:\n  secure:\n    url: {}\n    connect_timeout: 10s\n",
+        scripted_model_config(&model),
+        server.url()
+    );
+    let mut node = MewNode::new()?;
+    node.write_config(&config)?;
+    node.write_role(
+        "toolsmith.md",
+        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__secure]\n---\nUse the tools.\n",
+    )?;
+    node.launch().await?;
+
+    let asked = mew_tests::node::send(&node, "toolsmith", Message::user_text("say hi")).await?;
+    let url = authorization_url(&asked)?;
+    let page = sign_in(&url).await?;
+    ensure!(
+        page.contains("Signed in to the MCP server secure"),
+        "{page}"
+    );
+    let done = finished(&node, &asked.id).await?;
+    ensure!(
+        done.status.state == TaskState::Completed && status_text(&done) == "The server said hi.",
+        "{:?}: {}",
+        done.status.state,
+        status_text(&done)
+    );
+    ensure!(server.sign_ins() == 1, "{} sign-ins", server.sign_ins());
+    // The callback's state is good once.
+    let again = reqwest::get(&url).await?;
+    ensure!(
+        again.status() == reqwest::StatusCode::BAD_REQUEST,
+        "a used sign-in completed twice: {}",
+        again.status()
+    );
+
+    server.revoke_access_tokens();
+    let refreshed = mew_tests::node::send(&node, "toolsmith", Message::user_text("again")).await?;
+    ensure!(
+        refreshed.status.state == TaskState::Completed
+            && status_text(&refreshed) == "The server said again.",
+        "{:?}: {}",
+        refreshed.status.state,
+        status_text(&refreshed)
+    );
+    ensure!(server.refreshes() == 1, "{} refreshes", server.refreshes());
+
+    server.revoke_everything();
+    let asked = mew_tests::node::send(&node, "toolsmith", Message::user_text("third")).await?;
+    let url = authorization_url(&asked)?;
+    sign_in(&url).await?;
+    let done = finished(&node, &asked.id)
+        .await
+        .with_context(|| node.log())?;
+    ensure!(
+        done.status.state == TaskState::Completed && status_text(&done) == "The server said third.",
+        "{:?}: {}",
+        done.status.state,
+        status_text(&done)
+    );
+    ensure!(server.sign_ins() == 2, "{} sign-ins", server.sign_ins());
+    model.assert_done();
+
+    // The tokens are sealed in the data directory, never written in the clear.
+    let dir = node.data_dir().join("mcp-oauth/secure");
+    let sealed = std::fs::read(dir.join("node.token"))?;
+    ensure!(
+        !String::from_utf8_lossy(&sealed).contains("access-"),
+        "a token is in the clear"
+    );
+    Ok(())
+}
