@@ -144,6 +144,24 @@ async fn a_task_asks_its_caller_to_sign_in_and_goes_on_after_the_callback() -> a
         again.status()
     );
 
+    // A forged state, an authorization server's refusal, an oversized query: refused, and
+    // nothing changes.
+    let callback = format!("{}/mew/v1/mcp/oauth/callback", node.url());
+    for (query, says) in [
+        ("code=c&state=forged".to_owned(), "no sign-in waits"),
+        ("error=access_denied&state=x".to_owned(), "access_denied"),
+        (format!("state={}", "x".repeat(9000)), "too long"),
+    ] {
+        let response = reqwest::get(format!("{callback}?{query}")).await?;
+        let status = response.status();
+        let page = response.text().await?;
+        ensure!(
+            status.is_client_error() && page.contains(says),
+            "{query:.40}: {status} {page}"
+        );
+    }
+    ensure!(server.sign_ins() == 1, "{} sign-ins", server.sign_ins());
+
     server.revoke_access_tokens();
     let refreshed = mew_tests::node::send(&node, "toolsmith", Message::user_text("again")).await?;
     ensure!(
@@ -177,6 +195,64 @@ async fn a_task_asks_its_caller_to_sign_in_and_goes_on_after_the_callback() -> a
     ensure!(
         !String::from_utf8_lossy(&sealed).contains("access-"),
         "a token is in the clear"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn where_callers_are_told_apart_no_task_signs_the_node_in_for_everyone() -> anyhow::Result<()>
+{
+    // The node's tokens act for every task: with two principals, a sign-in alice made would
+    // act for bob too. So tasks do not ask; the server's tools stay away until the node's
+    // operator signs in with `mew mcp login`, and the call-time refusal says so.
+    let server = ProtectedMcpServer::start().await?;
+    let model = ScriptedModel::start(vec![
+        Step::text("The server is not reachable.")
+            .expect_tools_exclude(["mcp__secure__sign_in", "mcp__secure__echo"]),
+    ])?;
+    let config = format!(
+        "{}auth:\n  api_keys:\n    - name: alice\n      key_env: TEST_KEY_ALICE\n    - name: bob\n      key_env: TEST_KEY_BOB\n\
+         mcp_servers:\n  secure:\n    url: {}\n    connect_timeout: 10s\n",
+        scripted_model_config(&model),
+        server.url()
+    );
+    let mut node = MewNode::new()?;
+    node.write_config(&config)?;
+    node.set_env("TEST_KEY_ALICE", "alice-key-0123456789");
+    node.set_env("TEST_KEY_BOB", "bob-key-9876543210");
+    node.write_role(
+        "toolsmith.md",
+        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__secure]\n---\nUse the tools.\n",
+    )?;
+    node.launch().await?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("x-api-key", "alice-key-0123456789".parse()?);
+    let agent = node
+        .agent_with_headers("/agents/toolsmith", Binding::JsonRpc, headers)
+        .await?;
+    let task = match agent
+        .send_message(
+            &CallContext::default(),
+            mew_cards::SendMessageRequest::new(Message::user_text("say hi")),
+        )
+        .await?
+    {
+        mew_cards::SendMessageResponse::Task(task) => task,
+        other => anyhow::bail!("expected a task, got {other:?}"),
+    };
+    ensure!(
+        task.status.state == TaskState::Completed,
+        "{:?}: {}",
+        task.status.state,
+        status_text(&task)
+    );
+    model.assert_done();
+    ensure!(server.sign_ins() == 0, "{} sign-ins", server.sign_ins());
+    // The node says how to sign in.
+    ensure!(
+        node.log().contains("mew mcp login secure"),
+        "{}",
+        node.log()
     );
     Ok(())
 }
