@@ -27,7 +27,14 @@ def main() -> int:
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
     work = tempfile.mkdtemp(prefix="mew-conformance-")
     entry = {"type": "http", "url": url}
-    if scenario.startswith("auth/"):
+    if scenario.startswith("auth/client-credentials"):
+        # Machine use: the client's own credentials, no user (SEP-1046).
+        entry["oauth"] = {
+            "client_id": context.get("client_id", ""),
+            "client_secret": context.get("client_secret", ""),
+            "grant": "client_credentials",
+        }
+    elif scenario.startswith("auth/"):
         oauth = {"client_metadata_url": CLIENT_METADATA_URL}
         if "client_id" in context:
             oauth["client_id"] = context["client_id"]
@@ -64,6 +71,11 @@ def main() -> int:
         return json.loads(done.stdout)["tools"]
 
     prefix = "mcp__conf__"
+    if scenario.startswith("auth/client-credentials"):
+        listed = tools()
+        if not listed:
+            return 1
+        return call(listed[0]["name"][len(prefix):], {})
     if scenario.startswith("auth/"):
         listed = tools("--login")
         if not listed:

@@ -4,7 +4,8 @@
 //! 9728), authorization server metadata (RFC 8414), dynamic client registration (RFC 7591),
 //! an authorization endpoint that approves at once (the user's click) and redirects with the
 //! code, `state` and `iss` (RFC 9207), and a token endpoint for the code (with its PKCE
-//! verifier checked, S256 only) and for refresh tokens.
+//! verifier checked, S256 only), for refresh tokens, and for the client credentials grant of
+//! one confidential client ([`MACHINE_CLIENT`], with HTTP Basic or the request body).
 //!
 //! It is as strict as the flow needs: a code is good once, for the client and redirect URI it
 //! was issued to; a redirect URI must be one the client registered; a token or refresh token
@@ -26,6 +27,9 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::mcp::{Options, TestServer, http_router};
+
+/// The confidential client of the client credentials grant: its id and secret.
+pub const MACHINE_CLIENT: (&str, &str) = ("machine", "machine-secret");
 
 /// What the authorization server knows.
 #[derive(Default)]
@@ -53,6 +57,7 @@ struct Shared {
     next: AtomicU64,
     sign_ins: AtomicUsize,
     refreshes: AtomicUsize,
+    client_grants: AtomicUsize,
 }
 
 impl Shared {
@@ -96,6 +101,7 @@ impl ProtectedMcpServer {
             next: AtomicU64::new(1),
             sign_ins: AtomicUsize::new(0),
             refreshes: AtomicUsize::new(0),
+            client_grants: AtomicUsize::new(0),
         });
         let stop = CancellationToken::new();
         let mcp = http_router(
@@ -143,6 +149,11 @@ impl ProtectedMcpServer {
     /// How many refresh tokens were exchanged.
     pub fn refreshes(&self) -> usize {
         self.shared.refreshes.load(Ordering::SeqCst)
+    }
+
+    /// How many tokens the client credentials grant gave.
+    pub fn client_grants(&self) -> usize {
+        self.shared.client_grants.load(Ordering::SeqCst)
     }
 
     /// Revokes every access token issued so far (refresh tokens stay good), as an expiry
@@ -204,9 +215,9 @@ async fn server_metadata(State(shared): State<Arc<Shared>>) -> Json<Value> {
         "token_endpoint": format!("{base}/token"),
         "registration_endpoint": format!("{base}/register"),
         "response_types_supported": ["code"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": ["authorization_code", "refresh_token", "client_credentials"],
         "code_challenge_methods_supported": ["S256"],
-        "token_endpoint_auth_methods_supported": ["none"],
+        "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
         "authorization_response_iss_parameter_supported": true,
     }))
 }
@@ -311,12 +322,53 @@ fn s256(verifier: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(hash.as_ref())
 }
 
+/// The client id and secret of a token request: HTTP Basic, else the body.
+fn client_of(headers: &axum::http::HeaderMap, form: &HashMap<String, String>) -> (String, String) {
+    let basic = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Basic "))
+        .and_then(|encoded| {
+            base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()
+        })
+        .and_then(|decoded| String::from_utf8(decoded).ok());
+    if let Some((id, secret)) = basic.as_deref().and_then(|pair| pair.split_once(':')) {
+        return (id.to_owned(), secret.to_owned());
+    }
+    let field = |name: &str| form.get(name).cloned().unwrap_or_default();
+    (field("client_id"), field("client_secret"))
+}
+
 async fn token(
     State(shared): State<Arc<Shared>>,
+    headers: axum::http::HeaderMap,
     Form(form): Form<HashMap<String, String>>,
 ) -> Response {
     let field = |name: &str| form.get(name).cloned().unwrap_or_default();
     match field("grant_type").as_str() {
+        "client_credentials" => {
+            let (id, secret) = client_of(&headers, &form);
+            if (id.as_str(), secret.as_str()) != MACHINE_CLIENT {
+                return refused(StatusCode::UNAUTHORIZED, "invalid_client", "unknown client");
+            }
+            if form
+                .get("resource")
+                .is_some_and(|r| *r != shared.resource())
+            {
+                return refused(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_target",
+                    "unknown resource",
+                );
+            }
+            shared.client_grants.fetch_add(1, Ordering::SeqCst);
+            let access = shared.fresh("access");
+            shared.books().access.insert(access.clone());
+            Json(json!({"access_token": access, "token_type": "Bearer", "expires_in": 3600}))
+                .into_response()
+        }
         "authorization_code" => {
             let Some(code) = shared.books().codes.remove(&field("code")) else {
                 return refused(

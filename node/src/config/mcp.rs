@@ -211,6 +211,27 @@ pub struct McpOAuth {
     /// for a client registered with that redirect URI; default: any free port.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub callback_port: Option<u16>,
+    /// How tokens are got: a user signs in (the default), or the client's own credentials.
+    #[serde(skip_serializing_if = "McpOAuthGrant::is_default")]
+    pub grant: McpOAuthGrant,
+}
+
+/// `oauth.grant`: how an http server's tokens are got.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum McpOAuthGrant {
+    /// A user signs in (`mew mcp login`, or a task's caller): the authorization code grant.
+    #[default]
+    AuthorizationCode,
+    /// The client's own `client_id` and `client_secret`, no user: the client credentials
+    /// grant (SEP-1046), for machine use. Tokens are got again when they run out.
+    ClientCredentials,
+}
+
+impl McpOAuthGrant {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 impl McpOAuth {
@@ -227,6 +248,7 @@ impl fmt::Debug for McpOAuth {
             .field("client_metadata_url", &self.client_metadata_url)
             .field("scopes", &self.scopes)
             .field("callback_port", &self.callback_port)
+            .field("grant", &self.grant)
             .finish()
     }
 }

@@ -13,7 +13,7 @@ use serde_yaml_ng::{Mapping, Value};
 use super::check::{edit_distance, line_of};
 use super::mcp::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESTARTS, McpElicitation, McpOAuth,
-    McpProblem, McpProtocol, McpServerConfig, McpTransport,
+    McpOAuthGrant, McpProblem, McpProtocol, McpServerConfig, McpTransport,
 };
 use super::merge::{key_name, singleton};
 use super::{ConfigError, LoadedConfig, Origin};
@@ -513,6 +513,7 @@ fn oauth(value: &Value, dialect: Dialect, expansion: &mut Expansion) -> Result<M
                 "client_metadata_url",
                 "scopes",
                 "callback_port",
+                "grant",
             ],
         ),
         Dialect::ClaudeCode => ("clientId", "callbackPort", &["clientId", "callbackPort"]),
@@ -572,10 +573,26 @@ fn oauth(value: &Value, dialect: Dialect, expansion: &mut Expansion) -> Result<M
             });
             oauth.scopes =
                 scopes.ok_or_else(|| format!("{what}: expected a list of scope names"))?;
+        } else if key == "grant" {
+            oauth.grant = match value.as_str() {
+                Some("authorization_code") => McpOAuthGrant::AuthorizationCode,
+                Some("client_credentials") => McpOAuthGrant::ClientCredentials,
+                _ => {
+                    return Err(format!(
+                        "{what}: expected authorization_code or client_credentials"
+                    ));
+                }
+            };
         }
     }
     if oauth.client_secret.is_some() && oauth.client_id.is_none() {
         return Err("`oauth.client_secret` needs the `client_id` it belongs to".to_owned());
+    }
+    if oauth.grant == McpOAuthGrant::ClientCredentials && oauth.client_secret.is_none() {
+        return Err(
+            "`oauth.grant: client_credentials` needs the client's `client_id` and `client_secret`"
+                .to_owned(),
+        );
     }
     Ok(oauth)
 }

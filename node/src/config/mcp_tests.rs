@@ -1127,7 +1127,10 @@ fn oauth_settings_are_read_in_both_dialects_and_the_secret_is_masked() {
          \x20     client_id: mew-at-acme\n\
          \x20     client_secret: ${LINEAR_SECRET}\n\
          \x20     scopes: [read, write]\n\
-         \x20     callback_port: 8765\n",
+         \x20     callback_port: 8765\n\
+         \x20 machine:\n\
+         \x20   url: https://mcp.example.com/mcp\n\
+         \x20   oauth: {client_id: bot, client_secret: x, grant: client_credentials}\n",
     );
     dirs.mcp_json(
         r#"{"mcpServers": {"notion": {"type": "http", "url": "https://mcp.notion.com/mcp",
@@ -1144,7 +1147,12 @@ fn oauth_settings_are_read_in_both_dialects_and_the_secret_is_masked() {
             client_metadata_url: None,
             scopes: vec!["read".into(), "write".into()],
             callback_port: Some(8765),
+            grant: mcp::McpOAuthGrant::AuthorizationCode,
         }
+    );
+    assert_eq!(
+        config.mcp_servers["machine"].oauth.grant,
+        mcp::McpOAuthGrant::ClientCredentials
     );
     let shown = serde_json::to_string(&config.mcp_servers["linear"]).unwrap();
     assert!(!shown.contains("s3cret"), "{shown}");
@@ -1173,7 +1181,9 @@ fn bad_oauth_settings_skip_the_entry_with_a_reason() {
          \x20 c: {url: 'https://c/mcp', oauth: {client_metadata_url: 'http://c/meta.json'}}\n\
          \x20 d: {url: 'https://d/mcp', oauth: {clientId: x}}\n\
          \x20 e: {command: ./server, oauth: {client_id: x}}\n\
-         \x20 f: {url: 'https://f/mcp', oauth: {scopes: 'read write'}}\n",
+         \x20 f: {url: 'https://f/mcp', oauth: {scopes: 'read write'}}\n\
+         \x20 g: {url: 'https://g/mcp', oauth: {client_id: x, grant: client_credentials}}\n\
+         \x20 h: {url: 'https://h/mcp', oauth: {grant: password}}\n",
     );
     let problems = problems(&dirs.resolve());
     let reason = |server: &str| {
@@ -1189,6 +1199,16 @@ fn bad_oauth_settings_skip_the_entry_with_a_reason() {
         reason("a")
     );
     assert!(reason("b").contains("a port number"), "{}", reason("b"));
+    assert!(
+        reason("g").contains("needs the client's `client_id` and `client_secret`"),
+        "{}",
+        reason("g")
+    );
+    assert!(
+        reason("h").contains("authorization_code or client_credentials"),
+        "{}",
+        reason("h")
+    );
     assert!(reason("c").contains("https://"), "{}", reason("c"));
     assert!(
         reason("d").contains("`oauth.clientId` is not a setting"),

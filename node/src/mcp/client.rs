@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::connect::{self, Connection, Handler, describe_service_error};
 use super::tool::{adapt, server_name_problem};
 use super::{McpContext, ServerState, ServerStatus, content};
-use crate::config::mcp::{McpElicitation, McpServerConfig, McpTransport};
+use crate::config::mcp::{McpElicitation, McpOAuthGrant, McpServerConfig, McpTransport};
 use crate::tools::{Tool, ToolContext, ToolOutput};
 
 /// The wait before the first restart in a row; each further one waits twice as long.
@@ -524,6 +524,7 @@ impl McpClient {
     /// server connected, so that the task that signed in finds it when it goes on.
     fn offers_sign_in(&self, asked: bool) -> bool {
         matches!(self.config.transport, McpTransport::Http { .. })
+            && self.config.oauth.grant == McpOAuthGrant::AuthorizationCode
             && self.ctx.vault.is_some()
             && self
                 .ctx
@@ -629,6 +630,26 @@ impl McpClient {
         }
     }
 
+    /// The server refused the client credentials token: the connection is replaced by a new
+    /// one, which gets a new token.
+    async fn authorize_again(&self) {
+        let _connecting = self.reconnecting.lock().await;
+        let old = {
+            let mut shared = self.shared();
+            if shared.state == ServerState::Stopped {
+                return;
+            }
+            shared.connection.take()
+        };
+        if let Some(old) = old {
+            old.kill();
+        }
+        if let Err(err) = self.establish().await {
+            tracing::warn!(server = %self.name, "cannot connect to the MCP server with a new token: {err}");
+            self.failed(err);
+        }
+    }
+
     /// A sign-in completed: the server connects now, with the new tokens, instead of at its
     /// next try in the background.
     pub(super) async fn signed_in(&self) {
@@ -712,6 +733,22 @@ impl McpClient {
             span.clone(),
         )
         .await;
+        // A client credentials token that ran out: a new connection gets a new one, and the
+        // call is made once more.
+        if output.is_error
+            && self.config.oauth.grant == McpOAuthGrant::ClientCredentials
+            && output
+                .text_content()
+                .contains(super::ASKS_FOR_AUTHORIZATION)
+            && let Some(redo) = redo.clone()
+        {
+            self.authorize_again().await;
+            output = tracing::Instrument::instrument(
+                self.call_in_span(name, remote, Value::Object(redo), None, ctx),
+                span.clone(),
+            )
+            .await;
+        }
         // A server that asks for authorization (no tokens, refused ones, or more scopes):
         // the user is asked to sign in, where the node takes sign-ins.
         if output.is_error

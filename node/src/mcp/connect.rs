@@ -36,7 +36,7 @@ use super::McpContext;
 use super::client::McpClient;
 use super::http::HttpClient;
 use super::stderr::StderrTail;
-use crate::config::mcp::{McpProtocol, McpServerConfig, McpTransport};
+use crate::config::mcp::{McpOAuthGrant, McpProtocol, McpServerConfig, McpTransport};
 use crate::process::{BASE_ENV, ProcessGroup, command, pass_env};
 
 /// The version asked for in the `server/discover` probe.
@@ -816,9 +816,21 @@ async fn authorization(
     match &ctx.vault {
         Some(vault) => {
             let entry = vault.entry(name, url, super::oauth::NODE_PRINCIPAL);
-            super::oauth::manager(url, entry, &config.oauth)
-                .await
-                .map_err(failed)
+            match config.oauth.grant {
+                McpOAuthGrant::AuthorizationCode => {
+                    super::oauth::manager(url, entry, &config.oauth).await
+                }
+                McpOAuthGrant::ClientCredentials => {
+                    super::oauth::client_credentials(
+                        url,
+                        entry,
+                        &config.oauth,
+                        config.connect_timeout,
+                    )
+                    .await
+                }
+            }
+            .map_err(failed)
         }
         None => AuthorizationManager::new(url)
             .await

@@ -348,6 +348,52 @@ pub(super) async fn manager(
     Ok(manager)
 }
 
+/// The authorization manager of the server at `url` with a new token of the client
+/// credentials grant (SEP-1046): the client's configured `client_id` and `client_secret`, no
+/// user. The token is kept in `entry`; a connection gets a new one.
+pub(super) async fn client_credentials(
+    url: &str,
+    entry: VaultEntry,
+    oauth: &McpOAuth,
+    timeout: Duration,
+) -> Result<AuthorizationManager, String> {
+    let (Some(client_id), Some(client_secret)) = (&oauth.client_id, &oauth.client_secret) else {
+        return Err(
+            "the client credentials grant needs `client_id` and `client_secret`".to_owned(),
+        );
+    };
+    let challenge = challenge(url, timeout).await?;
+    let mut manager = AuthorizationManager::new(url)
+        .await
+        .map_err(|err| describe(&err))?;
+    manager.set_credential_store(entry);
+    let resolution = manager
+        .resolve_metadata_from_challenge(challenge.as_deref())
+        .await
+        .map_err(|err| {
+            format!(
+                "cannot discover its authorization server: {}",
+                describe(&err)
+            )
+        })?;
+    manager.set_metadata(resolution.metadata);
+    let config = rmcp::transport::auth::ClientCredentialsConfig::ClientSecret {
+        client_id: client_id.clone(),
+        client_secret: client_secret.clone(),
+        scopes: oauth.scopes.clone(),
+        resource: Some(url.to_owned()),
+    };
+    manager
+        .validate_client_credentials_metadata(&config)
+        .and_then(|()| manager.configure_client_credentials(&config))
+        .map_err(|err| describe(&err))?;
+    manager
+        .exchange_client_credentials(&config)
+        .await
+        .map_err(|err| format!("the client credentials grant failed: {}", describe(&err)))?;
+    Ok(manager)
+}
+
 /// The `WWW-Authenticate` challenge of the server at `url`, from one unauthenticated request
 /// (a `ping`); `None` when it did not answer 401 or 403.
 pub(crate) async fn challenge(url: &str, timeout: Duration) -> Result<Option<String>, String> {

@@ -5,6 +5,8 @@
 //! and runs `tests/peers/mcp_conformance_client.py`, which drives the real `mew` binary
 //! (`mew mcp tools`, `mew mcp call`, with `--login` and `--answer`) against them.
 //!
+//! The client credentials extension (`auth/client-credentials-basic`) runs as well.
+//!
 //! The suite's own verdict decides, with `tests/peers/mcp-conformance/expected-failures.yaml`
 //! as its baseline: a scenario that fails and is not listed fails the test, and so does a
 //! listed one that passes (the list may only shrink). Every scenario must report checks: one
@@ -65,8 +67,10 @@ fn check_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-/// Runs the client scenarios of the requirement set `revision` and checks the verdict.
-async fn run_requirements(revision: &str) -> anyhow::Result<()> {
+/// Runs the client scenarios `selection` picks (`--requirements REVISION` or `--scenario
+/// NAME`) and checks the verdict.
+async fn run_suite(selection: [&str; 2]) -> anyhow::Result<()> {
+    let [how, what] = selection;
     let suite = suite_dir().join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
     ensure!(
         suite.is_file(),
@@ -83,7 +87,7 @@ async fn run_requirements(revision: &str) -> anyhow::Result<()> {
     );
     let output = command(node().await?)
         .arg(&suite)
-        .args(["client", "--command", &client, "--requirements", revision])
+        .args(["client", "--command", &client, how, what])
         // Per scenario: generous, for a busy machine; the suite kills a client past it.
         .args(["--timeout", "180000"])
         .arg("--expected-failures")
@@ -105,7 +109,7 @@ async fn run_requirements(revision: &str) -> anyhow::Result<()> {
     };
     if !output.status.success() {
         bail!(
-            "the MCP conformance suite ({revision}) failed ({}):\n{}\n{}\n--- stderr (tail) ---\n{}",
+            "the MCP conformance suite ({what}) failed ({}):\n{}\n{}\n--- stderr (tail) ---\n{}",
             output.status,
             summary(&stdout),
             summary(&stderr),
@@ -123,15 +127,18 @@ async fn run_requirements(revision: &str) -> anyhow::Result<()> {
 
     // "Running requirements 2026-07-28 (N scenarios)": each of them reported checks.
     let all = format!("{stdout}\n{stderr}");
-    let planned: usize = all
-        .lines()
-        .find_map(|line| {
-            let rest = line
-                .split(&format!("Running requirements {revision} ("))
-                .nth(1)?;
-            rest.split(' ').next()?.parse().ok()
-        })
-        .with_context(|| format!("the suite did not say how many scenarios it runs:\n{all}"))?;
+    let planned: usize = if how == "--scenario" {
+        1
+    } else {
+        all.lines()
+            .find_map(|line| {
+                let rest = line
+                    .split(&format!("Running requirements {what} ("))
+                    .nth(1)?;
+                rest.split(' ').next()?.parse().ok()
+            })
+            .with_context(|| format!("the suite did not say how many scenarios it runs:\n{all}"))?
+    };
     let files = check_files(output_dir.path())?;
     ensure!(
         files.len() == planned,
@@ -159,6 +166,16 @@ async fn run_requirements(revision: &str) -> anyhow::Result<()> {
 async fn the_official_conformance_suites_client_scenarios_pass_for_both_revisions() {
     // One revision after the other: each runs its scenarios in parallel already.
     for revision in ["2025-11-25", "2026-07-28"] {
-        run_requirements(revision).await.unwrap();
+        run_suite(["--requirements", revision]).await.unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_client_credentials_extension_scenario_passes() {
+    // An extension the requirement sets leave out: machine use with the client's own
+    // credentials (`oauth.grant: client_credentials`), sent with HTTP Basic as the
+    // authorization server asks.
+    run_suite(["--scenario", "auth/client-credentials-basic"])
+        .await
+        .unwrap();
 }

@@ -256,3 +256,61 @@ async fn where_callers_are_told_apart_no_task_signs_the_node_in_for_everyone() -
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_machine_client_gets_its_tokens_with_its_own_credentials_and_again_when_refused()
+-> anyhow::Result<()> {
+    // `grant: client_credentials`: no user, no sign-in tool; a refused token is replaced by a
+    // new grant on a new connection, and the call is made once more.
+    let server = ProtectedMcpServer::start().await?;
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("call_1", "mcp__secure__echo", json!({"text": "hi"}))
+            .expect_tools_include(["mcp__secure__echo"])
+            .expect_tools_exclude(["mcp__secure__sign_in"]),
+        Step::text("The server said hi.").expect_last_user("hi"),
+        Step::tool_call("call_2", "mcp__secure__echo", json!({"text": "again"})),
+        Step::text("The server said again.").expect_last_user("again"),
+    ])?;
+    let (id, secret) = mew_tests::oauth::MACHINE_CLIENT;
+    let config = format!(
+        "{}permissions:\n  allow: [mcp__secure__echo]\nmcp_servers:\n  secure:\n    url: {}\n    connect_timeout: 10s\n    oauth: {{client_id: {id}, client_secret: \"${{MACHINE_SECRET}}\", grant: client_credentials}}\n",
+        scripted_model_config(&model),
+        server.url()
+    );
+    let mut node = MewNode::new()?;
+    node.write_config(&config)?;
+    node.set_env("MACHINE_SECRET", secret);
+    node.write_role(
+        "toolsmith.md",
+        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__secure]\n---\nUse the tools.\n",
+    )?;
+    node.launch().await?;
+    let first = mew_tests::node::send(&node, "toolsmith", Message::user_text("say hi")).await?;
+    ensure!(
+        status_text(&first) == "The server said hi.",
+        "{:?}: {}",
+        first.status.state,
+        status_text(&first)
+    );
+    ensure!(
+        server.client_grants() == 1,
+        "{} grants",
+        server.client_grants()
+    );
+    server.revoke_everything();
+    let second = mew_tests::node::send(&node, "toolsmith", Message::user_text("again")).await?;
+    ensure!(
+        status_text(&second) == "The server said again.",
+        "{:?}: {}",
+        second.status.state,
+        status_text(&second)
+    );
+    ensure!(
+        server.client_grants() == 2,
+        "{} grants",
+        server.client_grants()
+    );
+    ensure!(server.sign_ins() == 0, "{} sign-ins", server.sign_ins());
+    model.assert_done();
+    Ok(())
+}
