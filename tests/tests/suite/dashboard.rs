@@ -353,6 +353,66 @@ async fn an_mcp_servers_question_shows_its_form_and_the_answer_reaches_the_serve
     Ok(())
 }
 
+#[tokio::test]
+async fn a_sign_in_an_mcp_server_asks_for_shows_its_page_and_the_task_goes_on_by_itself()
+-> anyhow::Result<()> {
+    let server = mew_tests::oauth::ProtectedMcpServer::start().await?;
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("call_1", "mcp__secure__sign_in", json!({})),
+        Step::tool_call("call_2", "mcp__secure__echo", json!({"text": "hi"}))
+            .expect_tool_results(["call_1"])
+            .expect_tools_include(["mcp__secure__echo"]),
+        Step::text("The server said hi.").expect_last_user("hi"),
+    ])?;
+    let mut node = MewNode::new()?;
+    node.write_config(&format!(
+        "{}permissions:\n  allow: [mcp__secure__echo]\nmcp_servers:\n  secure:\n    url: {}\n",
+        scripted_model_config(&model),
+        server.url()
+    ))?;
+    node.write_role(
+        "toolsmith.md",
+        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__secure]\n---\nUse the tools.\n",
+    )?;
+    node.launch().await?;
+    let shots = screenshot_dir("dashboard_sign_in")?;
+    let browser = Browser::start().await?;
+
+    send_from_page(&browser, &node, "toolsmith", "say hi").await?;
+    browser
+        .wait_for_text("#ask-text", "the sign-in question", |text| {
+            text.contains("asks you to sign in")
+        })
+        .await?;
+    let link = browser.wait_for("#auth-url", "the sign-in link").await?;
+    let href = link
+        .attribute("href")
+        .await?
+        .context("the link has no href")?;
+    ensure!(
+        link.attribute("target").await?.as_deref() == Some("_blank")
+            && link
+                .attribute("rel")
+                .await?
+                .is_some_and(|rel| rel.contains("noopener")),
+        "the sign-in page would open in the dashboard's own window"
+    );
+    browser.screenshot(shot(&shots, "asked")).await?;
+    // The user signs in in another window: the authorization server approves at once.
+    let page = reqwest::get(&href).await?.text().await?;
+    ensure!(page.contains("Signed in"), "{page}");
+    browser
+        .wait_for_text(
+            "#task-head .state",
+            "the task went on and completed",
+            |text| text == "completed",
+        )
+        .await?;
+    browser.screenshot(shot(&shots, "completed")).await?;
+    model.assert_done();
+    Ok(())
+}
+
 const AUTH: &str = "auth:\n  api_keys:\n    - name: alice\n      key_env: TEST_ALICE_KEY\n    - name: bob\n      key_env: TEST_BOB_KEY\n";
 const ALICE: &str = "alice-key-0123456789";
 const BOB: &str = "bob-key-0123456789abc";

@@ -9,6 +9,8 @@
 'use strict';
 
 const FINAL = new Set(['TASK_STATE_COMPLETED', 'TASK_STATE_FAILED', 'TASK_STATE_CANCELED', 'TASK_STATE_REJECTED']);
+// The states a task waits in for its user (it asks, or a sign-in), with no stream to follow.
+const WAITS = new Set(['TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED']);
 const STATES = ['SUBMITTED', 'WORKING', 'INPUT_REQUIRED', 'AUTH_REQUIRED', 'COMPLETED', 'FAILED', 'CANCELED', 'REJECTED'];
 const PAGE = 50;
 
@@ -615,6 +617,18 @@ async function taskView(id) {
       }
       items.push(box);
     }
+    if (state === 'TASK_STATE_AUTH_REQUIRED') {
+      // An MCP server asks the user to sign in: the page to open; the node's own callback
+      // continues the task, and the feed shows it going on.
+      const message = task.status.message || {};
+      const data = (message.parts || []).find((p) => p.data && typeof p.data === 'object');
+      const box = h('div', { class: 'card ask', id: 'ask' }, h('strong', {}, 'Sign-in asked'), h('p', { id: 'ask-text' }, textOf(message)));
+      // Only a web address becomes a link: a server's `javascript:` URL must not run here.
+      if (data && typeof data.data.url === 'string' && /^https?:\/\//i.test(data.data.url)) {
+        box.append(h('p', {}, 'Open ', h('a', { href: data.data.url, target: '_blank', rel: 'noopener noreferrer', id: 'auth-url' }, 'the sign-in page'), '; the task goes on by itself once you have signed in.'));
+      }
+      items.push(box);
+    }
     if (FINAL.has(state)) {
       items.push(h('a', { href: `#/send/${encodeURIComponent(roleOf(task))}?context=${encodeURIComponent(task.contextId)}`, id: 'continue' }, 'Continue this context'));
     }
@@ -642,7 +656,7 @@ async function taskView(id) {
   // While the task runs: its own stream (artifacts grow as they are sent), and its log.
   let stream = null;
   const watch = () => {
-    if (stream || FINAL.has(task.status.state) || task.status.state === 'TASK_STATE_INPUT_REQUIRED') return;
+    if (stream || FINAL.has(task.status.state) || WAITS.has(task.status.state)) return;
     // EventSource sends no headers: the protocol version goes in the query, as A2A allows.
     stream = new EventSource(`/tasks/${encodeURIComponent(task.id)}:subscribe?A2A-Version=1.0`);
     stream.onmessage = (event) => {
@@ -665,7 +679,7 @@ async function taskView(id) {
       }
       renderHead();
       loadLog().catch(() => {});
-      if (FINAL.has(task.status.state) || task.status.state === 'TASK_STATE_INPUT_REQUIRED') {
+      if (FINAL.has(task.status.state) || WAITS.has(task.status.state)) {
         stream.close();
         stream = null;
         refresh().catch(() => {});
