@@ -13,7 +13,8 @@ use futures_util::StreamExt as _;
 use mew_cards::mew::{ChildNote, MewMetadata, TodoItem, ToolNote};
 use mew_cards::role_base_url;
 use mew_cards::{
-    ArtifactId, CancelTaskRequest, Message, SendMessageRequest, StreamResponse, Task, TaskState,
+    ArtifactId, CancelTaskRequest, Message, SendMessageRequest, StreamResponse,
+    SubscribeToTaskRequest, Task, TaskState,
 };
 use mew_transport::{AgentTransport, CallContext, RemoteAgent};
 use serde_json::Value;
@@ -595,7 +596,9 @@ pub(crate) async fn agent_at(
 /// When the task asks for input, the question is put to the user and the reply is sent as a
 /// new message of the task, and following goes on. A model role asks only for permission:
 /// the user answers `allow? [y/N]`, and a terminal that is not interactive refuses. A command
-/// role's question takes any line. Ctrl-C cancels the task.
+/// role's question takes any line. When the task waits for a sign-in (an MCP server asks for
+/// authorization), the address is shown and an interactive terminal follows the task until
+/// the node's callback continues it. Ctrl-C cancels the task.
 pub(crate) async fn converse<O: Write, E: Write>(
     agent: &dyn AgentTransport,
     message: Message,
@@ -604,13 +607,20 @@ pub(crate) async fn converse<O: Write, E: Write>(
     printer: &mut Printer,
 ) -> anyhow::Result<Ending> {
     let call = CallContext::anonymous();
-    let mut request = SendMessageRequest::new(message);
+    let mut next = Next::Send(Box::new(SendMessageRequest::new(message)));
     printer.start_task();
     loop {
-        let mut stream = agent
-            .send_streaming_message(&call, request)
-            .await
-            .map_err(remote_error)?;
+        let (stream, following) = match next {
+            Next::Send(request) => (agent.send_streaming_message(&call, *request).await, false),
+            Next::Follow(id) => {
+                let request = SubscribeToTaskRequest {
+                    id,
+                    ..SubscribeToTaskRequest::default()
+                };
+                (agent.subscribe_to_task(&call, request).await, true)
+            }
+        };
+        let mut stream = stream.map_err(remote_error)?;
         let mut task: Option<Task> = None;
         loop {
             // The first event names the task: only then can an interrupt cancel it.
@@ -628,18 +638,47 @@ pub(crate) async fn converse<O: Write, E: Write>(
             let event = event
                 .map_err(remote_error)
                 .context("the event stream failed")?;
-            printer.event(&event, &mut terminal.out, &mut terminal.err)?;
+            // A subscription starts with the task as it was shown already.
+            let again = following && task.is_none();
+            if !again {
+                printer.event(&event, &mut terminal.out, &mut terminal.err)?;
+            }
             match (&event, &mut task) {
                 (StreamResponse::Message(_), _) => return Ok(Ending::Message),
                 (StreamResponse::Task(snapshot), slot) => *slot = Some(snapshot.clone()),
                 (_, Some(current)) => current.apply(&event),
                 (_, None) => {}
             }
+            // A subscription stays open while the task waits again: that is decided below.
+            if following && !again && event.ends_stream() {
+                break;
+            }
         }
         let Some(task) = task else {
             bail!("the agent's stream ended without any task event");
         };
         let state = task.status.state;
+        if state == TaskState::AuthRequired {
+            let question =
+                status_text(&task).unwrap_or_else(|| "The task waits for a sign-in.".to_owned());
+            terminal.note(printer, &format!("! {question}\n"))?;
+            if !terminal.interactive {
+                terminal.note(
+                    printer,
+                    &format!(
+                        "[auth-required] task {} goes on once the sign-in is done\n",
+                        task.id
+                    ),
+                )?;
+                return Ok(Ending::Task(Box::new(task)));
+            }
+            terminal.note(
+                printer,
+                "  waiting for the sign-in (Ctrl-C cancels the task)\n",
+            )?;
+            next = Next::Follow(task.id.clone());
+            continue;
+        }
         if state != TaskState::InputRequired {
             if !state.ends_stream() {
                 bail!(
@@ -669,7 +708,7 @@ pub(crate) async fn converse<O: Write, E: Write>(
                 let mut reply = Message::user_text(answer);
                 reply.task_id = Some(task.id.clone());
                 reply.context_id = Some(task.context_id.clone());
-                request = SendMessageRequest::new(reply);
+                next = Next::Send(Box::new(SendMessageRequest::new(reply)));
             }
             Reply::Unanswerable => {
                 terminal.note(
@@ -684,6 +723,12 @@ pub(crate) async fn converse<O: Write, E: Write>(
             Reply::Interrupted => return interrupt(agent, &task, terminal, printer).await,
         }
     }
+}
+
+/// What [`converse`] does next: send a message, or follow a task that goes on by itself.
+enum Next {
+    Send(Box<SendMessageRequest>),
+    Follow(mew_cards::TaskId),
 }
 
 /// Puts `question` to the user and reads the reply.
@@ -1186,5 +1231,139 @@ mod tests {
             terminal.typed().await.unwrap(),
             Typed::Line("line".to_owned())
         );
+    }
+
+    /// An agent whose task waits for a sign-in, then, once followed, goes on and completes.
+    struct SignInAgent {
+        follows: std::sync::atomic::AtomicUsize,
+    }
+
+    fn update(state: TaskState, text: Option<&str>) -> StreamResponse {
+        StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: TaskId::from("t1".to_owned()),
+            context_id: ContextId::from("c1".to_owned()),
+            status: match text {
+                Some(text) => TaskStatus::with_message(state, Message::agent_text(text)),
+                None => TaskStatus::new(state),
+            },
+            metadata: None,
+        })
+    }
+
+    const SIGN_IN: &str = "The MCP server s asks you to sign in. Open http://as.test/authorize";
+
+    #[async_trait::async_trait]
+    impl AgentTransport for SignInAgent {
+        async fn card(&self) -> Result<mew_cards::AgentCard, mew_transport::Error> {
+            Ok(mew_cards::AgentCard::default())
+        }
+        async fn send_message(
+            &self,
+            _: &CallContext,
+            _: SendMessageRequest,
+        ) -> Result<mew_cards::SendMessageResponse, mew_transport::Error> {
+            Err(mew_transport::Error::transport("not used"))
+        }
+        async fn send_streaming_message(
+            &self,
+            _: &CallContext,
+            _: SendMessageRequest,
+        ) -> Result<mew_transport::EventStream, mew_transport::Error> {
+            let events = vec![
+                Ok(StreamResponse::Task(task(TaskState::Working, None))),
+                Ok(update(TaskState::AuthRequired, Some(SIGN_IN))),
+            ];
+            Ok(mew_transport::EventStream::new(futures_util::stream::iter(
+                events,
+            )))
+        }
+        async fn get_task(
+            &self,
+            _: &CallContext,
+            _: mew_cards::GetTaskRequest,
+        ) -> Result<Task, mew_transport::Error> {
+            Err(mew_transport::Error::transport("not used"))
+        }
+        async fn list_tasks(
+            &self,
+            _: &CallContext,
+            _: mew_cards::ListTasksRequest,
+        ) -> Result<mew_cards::ListTasksResponse, mew_transport::Error> {
+            Err(mew_transport::Error::transport("not used"))
+        }
+        async fn cancel_task(
+            &self,
+            _: &CallContext,
+            _: CancelTaskRequest,
+        ) -> Result<Task, mew_transport::Error> {
+            Err(mew_transport::Error::transport("not used"))
+        }
+        async fn subscribe_to_task(
+            &self,
+            _: &CallContext,
+            request: SubscribeToTaskRequest,
+        ) -> Result<mew_transport::EventStream, mew_transport::Error> {
+            assert_eq!(request.id, TaskId::from("t1".to_owned()));
+            self.follows
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // The subscription starts with the task as it is, then what follows.
+            let events = vec![
+                Ok(StreamResponse::Task(task(
+                    TaskState::AuthRequired,
+                    Some(SIGN_IN),
+                ))),
+                Ok(update(TaskState::Working, None)),
+                Ok(update(TaskState::Completed, Some("Signed in and done."))),
+            ];
+            Ok(mew_transport::EventStream::new(futures_util::stream::iter(
+                events,
+            )))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sign_in_is_shown_and_an_interactive_terminal_follows_the_task_until_it_goes_on() {
+        let agent = SignInAgent {
+            follows: Default::default(),
+        };
+        let mut terminal = crate::cli::local::testing::terminal("", true);
+        let mut printer = Printer::new(false, true);
+        let ending = converse(
+            &agent,
+            Message::user_text("hi"),
+            true,
+            &mut terminal,
+            &mut printer,
+        )
+        .await
+        .unwrap();
+        let Ending::Task(done) = ending else {
+            panic!("no task")
+        };
+        assert_eq!(done.status.state, TaskState::Completed);
+        assert_eq!(agent.follows.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let (_, err) = crate::cli::local::testing::printed(&terminal);
+        assert_eq!(err.matches("http://as.test/authorize").count(), 1, "{err}");
+        assert!(err.contains("waiting for the sign-in"), "{err}");
+
+        // A terminal that is not interactive says how the task goes on, and leaves it.
+        let mut terminal = crate::cli::local::testing::terminal("", false);
+        let mut printer = Printer::new(false, true);
+        let ending = converse(
+            &agent,
+            Message::user_text("hi"),
+            true,
+            &mut terminal,
+            &mut printer,
+        )
+        .await
+        .unwrap();
+        let Ending::Task(left) = ending else {
+            panic!("no task")
+        };
+        assert_eq!(left.status.state, TaskState::AuthRequired);
+        assert_eq!(agent.follows.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let (_, err) = crate::cli::local::testing::printed(&terminal);
+        assert!(err.contains("[auth-required] task t1 goes on"), "{err}");
     }
 }
