@@ -5,7 +5,8 @@
 //! an authorization endpoint that approves at once (the user's click) and redirects with the
 //! code, `state` and `iss` (RFC 9207), and a token endpoint for the code (with its PKCE
 //! verifier checked, S256 only), for refresh tokens, and for the client credentials grant of
-//! one confidential client ([`MACHINE_CLIENT`], with HTTP Basic or the request body).
+//! one confidential client ([`MACHINE_CLIENT`], with HTTP Basic or the request body), and a
+//! revocation endpoint (RFC 7009).
 //!
 //! It is as strict as the flow needs: a code is good once, for the client and redirect URI it
 //! was issued to; a redirect URI must be one the client registered; a token or refresh token
@@ -58,6 +59,7 @@ struct Shared {
     sign_ins: AtomicUsize,
     refreshes: AtomicUsize,
     client_grants: AtomicUsize,
+    revocations: AtomicUsize,
 }
 
 impl Shared {
@@ -102,6 +104,7 @@ impl ProtectedMcpServer {
             sign_ins: AtomicUsize::new(0),
             refreshes: AtomicUsize::new(0),
             client_grants: AtomicUsize::new(0),
+            revocations: AtomicUsize::new(0),
         });
         let stop = CancellationToken::new();
         let mcp = http_router(
@@ -125,6 +128,7 @@ impl ProtectedMcpServer {
             .route("/register", post(register))
             .route("/authorize", get(authorize))
             .route("/token", post(token))
+            .route("/revoke", post(revoke))
             .with_state(shared.clone())
             .merge(mcp);
         let token = stop.clone();
@@ -149,6 +153,16 @@ impl ProtectedMcpServer {
     /// How many refresh tokens were exchanged.
     pub fn refreshes(&self) -> usize {
         self.shared.refreshes.load(Ordering::SeqCst)
+    }
+
+    /// How many revocations of a token it issued the revocation endpoint took.
+    pub fn revocations(&self) -> usize {
+        self.shared.revocations.load(Ordering::SeqCst)
+    }
+
+    /// Whether any refresh token it issued is still good.
+    pub fn has_refresh_tokens(&self) -> bool {
+        !self.shared.books().refresh.is_empty()
     }
 
     /// How many tokens the client credentials grant gave.
@@ -214,6 +228,7 @@ async fn server_metadata(State(shared): State<Arc<Shared>>) -> Json<Value> {
         "authorization_endpoint": format!("{base}/authorize"),
         "token_endpoint": format!("{base}/token"),
         "registration_endpoint": format!("{base}/register"),
+        "revocation_endpoint": format!("{base}/revoke"),
         "response_types_supported": ["code"],
         "grant_types_supported": ["authorization_code", "refresh_token", "client_credentials"],
         "code_challenge_methods_supported": ["S256"],
@@ -408,6 +423,23 @@ async fn token(
             &format!("{other:?}"),
         ),
     }
+}
+
+/// RFC 7009: the token named is revoked (a refresh token with the access tokens of its
+/// grant, which this server does not track apart: all of them); 200 for an unknown one too.
+async fn revoke(
+    State(shared): State<Arc<Shared>>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Response {
+    let token = form.get("token").cloned().unwrap_or_default();
+    let mut books = shared.books();
+    if books.refresh.remove(&token) {
+        books.access.clear();
+        shared.revocations.fetch_add(1, Ordering::SeqCst);
+    } else if books.access.remove(&token) {
+        shared.revocations.fetch_add(1, Ordering::SeqCst);
+    }
+    StatusCode::OK.into_response()
 }
 
 /// New access and refresh tokens (the refresh token rotates).

@@ -114,7 +114,7 @@ pub(crate) async fn run(
         McpCommand::Login { server, timeout } => {
             return login(server, *timeout, &vault, context, out).await;
         }
-        McpCommand::Logout { server } => return logout(server, &vault, out),
+        McpCommand::Logout { server } => return logout(server, &vault, context, out).await,
         _ => {}
     }
     // `call`, and `tools` for one server, connect to that server only.
@@ -557,12 +557,44 @@ async fn sign_in(
 }
 
 /// `mew mcp logout`.
-fn logout(server: &str, vault: &Vault, out: &mut dyn Write) -> anyhow::Result<()> {
+/// `mew mcp logout`: revokes the grant at the authorization server where it offers that
+/// (RFC 7009), and removes the tokens kept here either way (a revocation that fails is said,
+/// and does not keep the tokens).
+async fn logout(
+    server: &str,
+    vault: &Vault,
+    context: &Context,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    use crate::mcp::oauth::{NODE_PRINCIPAL, Revoked, revoke};
+    let url = http_url(server, context)?;
+    let entry = &context.config.mcp_servers[server];
+    let kept = vault
+        .load(server, url, NODE_PRINCIPAL)
+        .map_err(|err| anyhow::anyhow!("cannot read the tokens of {server}: {err}"))?;
+    let revoked = match &kept {
+        Some(credentials) => {
+            Some(revoke(url, credentials, &entry.oauth, entry.connect_timeout).await)
+        }
+        None => None,
+    };
     let removed = vault
-        .remove(server, crate::mcp::oauth::NODE_PRINCIPAL)
+        .remove(server, NODE_PRINCIPAL)
         .map_err(|err| anyhow::anyhow!("cannot remove the tokens of {server}: {err}"))?;
+    let said = match revoked {
+        Some(Ok(Revoked::Done)) => "; the authorization server revoked the grant",
+        Some(Ok(Revoked::NotOffered)) => "; its authorization server offers no revocation",
+        Some(Ok(Revoked::NoToken)) | None => "",
+        Some(Err(why)) => {
+            writeln!(
+                out,
+                "the grant was not revoked at the authorization server: {why}"
+            )?;
+            ""
+        }
+    };
     if removed {
-        writeln!(out, "signed out of {server}: its tokens are gone")?;
+        writeln!(out, "signed out of {server}: its tokens are gone{said}")?;
     } else {
         writeln!(out, "no tokens kept for {server}")?;
     }

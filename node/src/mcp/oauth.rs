@@ -394,6 +394,80 @@ pub(super) async fn client_credentials(
     Ok(manager)
 }
 
+/// What [`revoke`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Revoked {
+    /// The authorization server took the revocation of the grant.
+    Done,
+    /// Its metadata names no revocation endpoint.
+    NotOffered,
+    /// There was no token to revoke.
+    NoToken,
+}
+
+/// Revokes the grant of `credentials` at the authorization server of the server at `url`
+/// (RFC 7009), where its metadata names a revocation endpoint: the refresh token, which ends
+/// the grant, else the access token. A confidential client (`oauth.client_secret`)
+/// authenticates with HTTP Basic, a public one names itself in the body.
+pub(crate) async fn revoke(
+    url: &str,
+    credentials: &StoredCredentials,
+    oauth: &McpOAuth,
+    timeout: Duration,
+) -> Result<Revoked, String> {
+    let token = serde_json::to_value(&credentials.token_response).unwrap_or_default();
+    let text = |field: &str| token.get(field).and_then(|v| v.as_str()).map(str::to_owned);
+    let Some((token, hint)) = text("refresh_token")
+        .map(|t| (t, "refresh_token"))
+        .or_else(|| text("access_token").map(|t| (t, "access_token")))
+    else {
+        return Ok(Revoked::NoToken);
+    };
+    let challenge = challenge(url, timeout).await.ok().flatten();
+    let manager = AuthorizationManager::new(url)
+        .await
+        .map_err(|err| describe(&err))?;
+    let metadata = manager
+        .resolve_metadata_from_challenge(challenge.as_deref())
+        .await
+        .map_err(|err| {
+            format!(
+                "cannot discover its authorization server: {}",
+                describe(&err)
+            )
+        })?
+        .metadata;
+    let Some(endpoint) = metadata
+        .additional_fields
+        .get("revocation_endpoint")
+        .and_then(|v| v.as_str())
+    else {
+        return Ok(Revoked::NotOffered);
+    };
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|err| super::connect::chain(&err))?;
+    let mut form = vec![("token", token), ("token_type_hint", hint.to_owned())];
+    let mut request = client.post(endpoint);
+    match &oauth.client_secret {
+        Some(secret) => request = request.basic_auth(&credentials.client_id, Some(secret)),
+        None => form.push(("client_id", credentials.client_id.clone())),
+    }
+    let response = request
+        .form(&form)
+        .send()
+        .await
+        .map_err(|err| format!("cannot reach {endpoint}: {}", super::connect::chain(&err)))?;
+    // RFC 7009 2.2: 200 whether or not the token was still valid.
+    if response.status().is_success() {
+        Ok(Revoked::Done)
+    } else {
+        Err(format!("{endpoint} answered {}", response.status()))
+    }
+}
+
 /// The `WWW-Authenticate` challenge of the server at `url`, from one unauthenticated request
 /// (a `ping`); `None` when it did not answer 401 or 403.
 pub(crate) async fn challenge(url: &str, timeout: Duration) -> Result<Option<String>, String> {

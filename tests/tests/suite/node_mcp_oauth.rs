@@ -314,3 +314,46 @@ async fn a_machine_client_gets_its_tokens_with_its_own_credentials_and_again_whe
     model.assert_done();
     Ok(())
 }
+
+#[tokio::test]
+async fn mew_mcp_login_signs_the_node_in_and_logout_revokes_the_grant() -> anyhow::Result<()> {
+    let server = ProtectedMcpServer::start().await?;
+    let mut node = MewNode::new()?;
+    node.write_config(&format!(
+        "mcp_servers:\n  secure:\n    url: {}\n    connect_timeout: 10s\n",
+        server.url()
+    ))?;
+    // The user's browser: follows the authorization server's redirect to the loopback
+    // callback, as a click on "approve" would.
+    node.set_env(
+        "BROWSER",
+        "curl --silent --fail --location --output /dev/null",
+    );
+    let (code, out, err) = node.client(&["mcp", "login", "secure"]).await?;
+    ensure!(code == 0, "login failed ({code}): {out}{err}");
+    ensure!(server.sign_ins() == 1, "{} sign-ins", server.sign_ins());
+    let (code, out, err) = node.client(&["mcp", "tools", "secure"]).await?;
+    ensure!(
+        code == 0 && out.contains("mcp__secure__echo"),
+        "the signed-in node cannot list the tools ({code}): {out}{err}"
+    );
+    let (code, out, err) = node.client(&["mcp", "logout", "secure"]).await?;
+    ensure!(
+        code == 0 && out.contains("revoked the grant"),
+        "logout ({code}): {out}{err}"
+    );
+    ensure!(
+        server.revocations() == 1,
+        "{} revocations",
+        server.revocations()
+    );
+    ensure!(!server.has_refresh_tokens(), "the grant is still good");
+    let (code, out, err) = node.client(&["mcp", "tools", "secure"]).await?;
+    ensure!(
+        code != 0 && format!("{out}{err}").contains("mew mcp login secure"),
+        "after logout ({code}): {out}{err}"
+    );
+    let (code, out, _) = node.client(&["mcp", "logout", "secure"]).await?;
+    ensure!(code == 0 && out.contains("no tokens kept"), "{out}");
+    Ok(())
+}
