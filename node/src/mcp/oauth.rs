@@ -409,6 +409,10 @@ pub(crate) enum Revoked {
 /// (RFC 7009), where its metadata names a revocation endpoint: the refresh token, which ends
 /// the grant, else the access token. A confidential client (`oauth.client_secret`)
 /// authenticates with HTTP Basic, a public one names itself in the body.
+///
+/// One form POST, written here: rmcp's flow has no revocation, and the `oauth2` crate's (in
+/// the tree under rmcp) needs an HTTP client of its own reqwest version or an adapter longer
+/// than this request.
 pub(crate) async fn revoke(
     url: &str,
     credentials: &StoredCredentials,
