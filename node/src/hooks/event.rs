@@ -259,7 +259,8 @@ pub(crate) fn missing_claude_code_event(name: &str) -> Option<&'static str> {
         "TaskCreated" => "TaskReceived runs when a task arrives at the node",
         "TeammateIdle" => "Mew has no agent teams",
         "Elicitation" | "ElicitationResult" => {
-            "Mew does not yet answer an MCP server's elicitation requests"
+            "Mew puts an MCP server's questions to the task's caller (the task waits in \
+             INPUT_REQUIRED, and the caller answers); hooks neither see nor answer them"
         }
         "WorktreeCreate" | "WorktreeRemove" => "Mew creates no git worktrees",
         "CwdChanged" | "FileChanged" => {

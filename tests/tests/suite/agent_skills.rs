@@ -33,7 +33,7 @@ async fn node(
 
 /// A Claude Code plugin's kind of skill: a display name, no description, and a bundled script
 /// its body names by a path relative to the skill's directory.
-const PLUGIN_SKILL: &str = "---\nname: Greeting Style\nversion: 0.1.0\n---\n\n# Greeting Style\n\n\
+const PLUGIN_SKILL: &str = "---\nname: Greeting Style\nversion: 0.1.0\nallowed-tools: Bash NotebookEdit\n---\n\n# Greeting Style\n\n\
     Greets people in the house style.\n\nRun `bash scripts/greet.sh NAME` and give back what it \
     prints.\n";
 
@@ -87,8 +87,21 @@ async fn a_claude_code_skill_with_a_display_name_runs_its_bundled_script() -> an
     // `mew skills list` names the skill and says what it made of the display name.
     let (code, listed, errors) = node.client(&["skills", "list"]).await?;
     ensure!(
-        code == 0 && listed.contains("greeting-style"),
+        code == 0
+            && listed.contains("greeting-style")
+            && format!("{listed}{errors}").contains(
+                "name \"Greeting Style\" is not a skill name (1 to 64 lowercase letters, digits and single hyphens); using the directory name \"greeting-style\""
+            ),
         "skills list ({code}):\n{listed}{errors}"
+    );
+    // A tool the skill names and Mew lacks is a warning of the node, naming the file.
+    ensure!(
+        node.log()
+            .lines()
+            .any(|line| line.contains("greeting-style")
+                && line.contains("names the tool \"NotebookEdit\", which does not exist")),
+        "{}",
+        node.log()
     );
     model.assert_done();
     Ok(())

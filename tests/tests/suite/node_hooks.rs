@@ -496,7 +496,8 @@ async fn prompt_completion_and_subagent_hooks_fire_on_a_running_node() -> anyhow
 
 /// `.claude/settings.json` with the hook shapes Claude Code users write: a `PreToolUse` hook
 /// narrowed by `if` to commits, a `PermissionRequest` hook that approves `false` for the
-/// user, a `PostToolUseFailure` logger and an `async` `Stop` hook.
+/// user, a `PostToolUse` logger of `echo` calls, a `PostToolUseFailure` logger and an `async`
+/// `Stop` hook.
 const CLAUDE_EVENTS_SETTINGS: &str = r#"{
   "permissions": {"allow": ["Bash(echo:*)"]},
   "hooks": {
@@ -507,6 +508,10 @@ const CLAUDE_EVENTS_SETTINGS: &str = r#"{
     "PermissionRequest": [{"matcher": "Bash", "hooks": [
       {"type": "command", "if": "Bash(false)",
        "command": "echo '{\"hookSpecificOutput\": {\"hookEventName\": \"PermissionRequest\", \"decision\": {\"behavior\": \"allow\"}}}'"}
+    ]}],
+    "PostToolUse": [{"matcher": "Bash", "hooks": [
+      {"type": "command", "if": "Bash(echo:*)",
+       "command": "cat > \"$CLAUDE_PROJECT_DIR/post.json\""}
     ]}],
     "PostToolUseFailure": [{"matcher": "Bash", "hooks": [
       {"type": "command", "command": "cat > \"$CLAUDE_PROJECT_DIR/failure.json\""}
@@ -563,6 +568,16 @@ async fn claude_code_if_permission_request_failure_and_async_stop_hooks_on_a_nod
     );
     model.assert_done();
 
+    // Claude Code's structured `tool_response` of a Bash call.
+    let post: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(project.join("post.json"))?)?;
+    ensure!(
+        post["hook_event_name"] == "PostToolUse"
+            && post["tool_input"]["command"] == "echo hi"
+            && post["tool_response"]
+                == json!({"stdout": "hi\n", "stderr": "", "interrupted": false, "isImage": false}),
+        "PostToolUse payload: {post}"
+    );
     let failure: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(project.join("failure.json"))?)?;
     ensure!(

@@ -1,7 +1,8 @@
 //! A Claude Code plugin installed from a git repository with `mew plugins install` and run on a
 //! node: its agent is a role, its skill and commands reach the model, its hook (found through
 //! `CLAUDE_PLUGIN_ROOT`) refuses a call, and its MCP server (started from the plugin's folder)
-//! answers; once a file of it changes, none of it loads.
+//! answers; once a file of it changes, none of it loads. The same plugin from a folder, into
+//! the project, with `mew run`.
 
 use std::path::Path;
 
@@ -168,5 +169,52 @@ async fn a_plugin_from_git_brings_its_agent_skill_commands_hook_and_mcp_server()
     ensure!(!out.contains("kit-reviewer"), "agents:\n{out}");
     let (_, out, _) = node.client(&["hooks", "list"]).await?;
     ensure!(!out.contains("review-kit"), "hooks:\n{out}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_plugin_from_a_folder_installs_into_the_project_and_mew_run_uses_its_command()
+-> anyhow::Result<()> {
+    let source = tempfile::tempdir()?;
+    make_plugin(source.path(), &mew_tests::mcp::server_bin()?)?;
+    let model = ScriptedModel::start(vec![
+        // The manifest's extra command, `/shout`, its argument filled in.
+        Step::text("HEY!").expect_last_user("Shout hey."),
+    ])?;
+    let node = MewNode::new()?;
+    node.write_config(&format!(
+        "agent:\n  provider: scripted\n  model: sonnet\n\
+         providers:\n  scripted:\n    kind: openai\n    base_url: {}/v1\n    max_retries: 0\n",
+        model.base_url()
+    ))?;
+    let folder = source.path().display().to_string();
+    let (code, out, err) = node
+        .client(&["plugins", "install", &folder, "--scope", "project"])
+        .await?;
+    ensure!(
+        code == 0 && out.contains("installed plugin review-kit"),
+        "install ({code}):\n{out}{err}"
+    );
+    let installed = node.project_dir().join(".mew/plugins");
+    ensure!(
+        installed.join("review-kit/commands/greet.md").is_file()
+            && std::fs::read_to_string(installed.join("plugins-lock.json"))?
+                .contains("hooks/guard.sh"),
+        "the plugin is not copied and locked under {}",
+        installed.display()
+    );
+    let (code, out, err) = node.client(&["plugins", "list"]).await?;
+    ensure!(
+        code == 0 && out.contains("review-kit  project  1.0.0"),
+        "list ({code}):\n{out}{err}"
+    );
+    let (code, out, err) = node
+        .client(&["run", "--role", "kit-reviewer", "/shout hey"])
+        .await?;
+    ensure!(
+        code == 0 && out.contains("HEY!"),
+        "mew run ({code}):\n{out}{err}"
+    );
+    model.assert_done();
     Ok(())
 }
