@@ -1141,11 +1141,11 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
     let env = std::env::vars().collect();
     let runtime = Runtime::start(config, catalog, default_role, env).await?;
     // Tasks may ask their callers to sign in to MCP servers: the callback is this node's. The
-    // tokens are the node's, used for every task: where callers are told apart (`auth:`), one
-    // caller's grant must not act for another, so there only `mew mcp login` signs in.
-    if authenticator.is_some() {
-        tracing::debug!("tasks do not ask for MCP sign-ins: the node authenticates its callers");
-    } else if let Some(sign_ins) = runtime.mcp.sign_ins() {
+    // node's own tokens act for every task: where callers are told apart (`auth:`), one
+    // caller's grant must not act for another, so there a task signs in only its own caller
+    // (`oauth.per_caller`), and `mew mcp login` signs the node in.
+    if let Some(sign_ins) = runtime.mcp.sign_ins() {
+        let node_sign_ins = authenticator.is_none();
         let manager = Arc::downgrade(&runtime.manager);
         sign_ins.enable(
             &base,
@@ -1159,6 +1159,7 @@ pub(crate) async fn run(mut config: Config) -> anyhow::Result<()> {
                     }
                 });
             }),
+            node_sign_ins,
         );
     }
     let config = &runtime.config;

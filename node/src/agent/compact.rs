@@ -519,6 +519,7 @@ mod tests {
                 news: None,
                 sampler: None,
                 can_ask_user: false,
+                principal: None,
             },
         }
     }

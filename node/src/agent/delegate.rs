@@ -888,6 +888,7 @@ pub(crate) fn turn_context(
         news: None,
         sampler: None,
         can_ask_user: true,
+        principal: None,
     }
 }
 

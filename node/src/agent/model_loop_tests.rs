@@ -125,6 +125,7 @@ fn agent(model: &ScriptedModel, tools: ToolRegistry, unknown_tool_limit: u32) ->
             news: None,
             sampler: None,
             can_ask_user: false,
+            principal: None,
         },
     }
 }

@@ -550,19 +550,20 @@ fn sampler(
     })
 }
 
-/// A role's tools: the node's built-in tools and the MCP servers' current ones, filtered by
+/// A role's tools: the node's built-in tools and the MCP servers' current ones (as the task's
+/// principal sees them), filtered by
 /// `layers` and then by a fork skill's `fork_allowed` (when it names any); `LoadSkill` stays
 /// whatever the filters say when the node has skills.
 fn role_tools(
     builtin: &ToolRegistry,
-    mcp: Option<&crate::mcp::McpManager>,
+    mcp: Option<(&crate::mcp::McpManager, Option<&str>)>,
     layers: &FilterLayers,
     fork_allowed: &[String],
     with_skills: bool,
 ) -> ToolRegistry {
     let mut all_tools = builtin.clone();
-    if let Some(mcp) = mcp {
-        for tool in mcp.tools() {
+    if let Some((mcp, principal)) = mcp {
+        for tool in mcp.tools_for(principal) {
             all_tools.register(tool);
         }
     }
@@ -636,11 +637,12 @@ impl Executor for ModelExecutor {
         let build_tools = {
             let builtin = self.tools.clone();
             let mcp = self.mcp.clone();
+            let owner = turn.owner.clone();
             let with_skills = self.skills.is_some();
             move || {
                 role_tools(
                     &builtin,
-                    mcp.as_deref(),
+                    mcp.as_deref().map(|mcp| (mcp, owner.as_deref())),
                     &layers,
                     &fork_allowed,
                     with_skills,
@@ -751,6 +753,7 @@ impl Executor for ModelExecutor {
                 call_id: None,
                 sampler: Some(sampler),
                 can_ask_user: true,
+                principal: turn.owner.clone(),
                 news: Some(Arc::new(move |news: crate::tools::ToolNews| {
                     if let Some(queue) = news_reports.upgrade() {
                         let _ = queue.send(Report::Tool {

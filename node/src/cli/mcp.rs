@@ -402,6 +402,7 @@ async fn call(
         news: None,
         sampler: None,
         can_ask_user: true,
+        principal: None,
     };
     let mut output = found.call(arguments, &ctx).await;
     // A server's questions, answered with `--answer` (each round of a multi-round call).

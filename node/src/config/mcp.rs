@@ -214,6 +214,10 @@ pub struct McpOAuth {
     /// How tokens are got: a user signs in (the default), or the client's own credentials.
     #[serde(skip_serializing_if = "McpOAuthGrant::is_default")]
     pub grant: McpOAuthGrant,
+    /// Each caller of a node with `auth:` signs in for themselves: a task's calls use the
+    /// tokens of the principal it belongs to, on a session of its own, instead of the node's.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub per_caller: bool,
 }
 
 /// `oauth.grant`: how an http server's tokens are got.
@@ -249,6 +253,7 @@ impl fmt::Debug for McpOAuth {
             .field("scopes", &self.scopes)
             .field("callback_port", &self.callback_port)
             .field("grant", &self.grant)
+            .field("per_caller", &self.per_caller)
             .finish()
     }
 }

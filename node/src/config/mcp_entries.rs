@@ -514,6 +514,7 @@ fn oauth(value: &Value, dialect: Dialect, expansion: &mut Expansion) -> Result<M
                 "scopes",
                 "callback_port",
                 "grant",
+                "per_caller",
             ],
         ),
         Dialect::ClaudeCode => ("clientId", "callbackPort", &["clientId", "callbackPort"]),
@@ -573,6 +574,10 @@ fn oauth(value: &Value, dialect: Dialect, expansion: &mut Expansion) -> Result<M
             });
             oauth.scopes =
                 scopes.ok_or_else(|| format!("{what}: expected a list of scope names"))?;
+        } else if key == "per_caller" {
+            oauth.per_caller = value
+                .as_bool()
+                .ok_or_else(|| format!("{what}: expected true or false"))?;
         } else if key == "grant" {
             oauth.grant = match value.as_str() {
                 Some("authorization_code") => McpOAuthGrant::AuthorizationCode,
@@ -587,6 +592,12 @@ fn oauth(value: &Value, dialect: Dialect, expansion: &mut Expansion) -> Result<M
     }
     if oauth.client_secret.is_some() && oauth.client_id.is_none() {
         return Err("`oauth.client_secret` needs the `client_id` it belongs to".to_owned());
+    }
+    if oauth.per_caller && oauth.grant == McpOAuthGrant::ClientCredentials {
+        return Err(
+            "`oauth.per_caller` is for users who sign in; `grant: client_credentials` has none"
+                .to_owned(),
+        );
     }
     if oauth.grant == McpOAuthGrant::ClientCredentials && oauth.client_secret.is_none() {
         return Err(

@@ -1128,6 +1128,7 @@ fn oauth_settings_are_read_in_both_dialects_and_the_secret_is_masked() {
          \x20     client_secret: ${LINEAR_SECRET}\n\
          \x20     scopes: [read, write]\n\
          \x20     callback_port: 8765\n\
+         \x20     per_caller: true\n\
          \x20 machine:\n\
          \x20   url: https://mcp.example.com/mcp\n\
          \x20   oauth: {client_id: bot, client_secret: x, grant: client_credentials}\n",
@@ -1148,6 +1149,7 @@ fn oauth_settings_are_read_in_both_dialects_and_the_secret_is_masked() {
             scopes: vec!["read".into(), "write".into()],
             callback_port: Some(8765),
             grant: mcp::McpOAuthGrant::AuthorizationCode,
+            per_caller: true,
         }
     );
     assert_eq!(
@@ -1183,7 +1185,8 @@ fn bad_oauth_settings_skip_the_entry_with_a_reason() {
          \x20 e: {command: ./server, oauth: {client_id: x}}\n\
          \x20 f: {url: 'https://f/mcp', oauth: {scopes: 'read write'}}\n\
          \x20 g: {url: 'https://g/mcp', oauth: {client_id: x, grant: client_credentials}}\n\
-         \x20 h: {url: 'https://h/mcp', oauth: {grant: password}}\n",
+         \x20 h: {url: 'https://h/mcp', oauth: {grant: password}}\n\
+         \x20 i: {url: 'https://i/mcp', oauth: {client_id: x, client_secret: y, grant: client_credentials, per_caller: true}}\n",
     );
     let problems = problems(&dirs.resolve());
     let reason = |server: &str| {
@@ -1208,6 +1211,11 @@ fn bad_oauth_settings_skip_the_entry_with_a_reason() {
         reason("h").contains("authorization_code or client_credentials"),
         "{}",
         reason("h")
+    );
+    assert!(
+        reason("i").contains("`oauth.per_caller` is for users who sign in"),
+        "{}",
+        reason("i")
     );
     assert!(reason("c").contains("https://"), "{}", reason("c"));
     assert!(

@@ -62,6 +62,11 @@ pub(super) struct McpClient {
     challenge: super::http::Challenge,
     /// The calls waiting for the user's reply to their server's question, by number.
     parked: Mutex<std::collections::HashMap<u64, Parked>>,
+    /// Whose tokens the connection carries: `None`, the node's; a principal's on the client
+    /// of one caller of a server with `oauth.per_caller` (see [`Self::for_caller`]).
+    principal: Option<String>,
+    /// The clients of the callers of a server with `oauth.per_caller`, by principal.
+    callers: Mutex<std::collections::HashMap<String, Arc<McpClient>>>,
     /// The number of the next parked call.
     next_parked: std::sync::atomic::AtomicU64,
 }
@@ -321,6 +326,9 @@ const QUESTION_WAIT: Duration = Duration::from_secs(60 * 60);
 /// questions are declined.
 const MAX_PARKED: usize = 64;
 
+/// The most callers with a session of their own with one server (`oauth.per_caller`).
+const MAX_CALLERS: usize = 256;
+
 /// What became of a call.
 enum Outcome {
     Answer(Result<CallToolResponse, ServiceError>),
@@ -335,6 +343,16 @@ impl McpClient {
         config: McpServerConfig,
         ctx: Arc<McpContext>,
         changes: watch::Sender<u64>,
+    ) -> Arc<Self> {
+        Self::with_principal(name, config, ctx, changes, None)
+    }
+
+    fn with_principal(
+        name: &str,
+        config: McpServerConfig,
+        ctx: Arc<McpContext>,
+        changes: watch::Sender<u64>,
+        principal: Option<String>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             name: name.to_owned(),
@@ -364,7 +382,71 @@ impl McpClient {
             challenge: super::http::Challenge::default(),
             parked: Mutex::default(),
             next_parked: std::sync::atomic::AtomicU64::new(1),
+            principal,
+            callers: Mutex::default(),
         })
+    }
+
+    /// The client a call made in `ctx` goes through: for a server with `oauth.per_caller`
+    /// and a task that belongs to a principal, that principal's own client (made, and
+    /// connected once, on its first call), whose tokens are the principal's; else this one.
+    pub(super) async fn for_caller(
+        self: Arc<Self>,
+        ctx: &ToolContext,
+    ) -> Result<Arc<Self>, String> {
+        let (true, None, Some(principal)) = (
+            self.config.oauth.per_caller,
+            &self.principal,
+            ctx.principal.as_ref(),
+        ) else {
+            return Ok(self);
+        };
+        let (client, new) = {
+            let mut callers = self.callers.lock().unwrap_or_else(PoisonError::into_inner);
+            match callers.get(principal) {
+                Some(client) => (client.clone(), false),
+                None => {
+                    if callers.len() >= MAX_CALLERS {
+                        return Err(format!(
+                            "{MAX_CALLERS} callers have sessions with the MCP server {} already",
+                            self.name
+                        ));
+                    }
+                    let client = Self::with_principal(
+                        &self.name,
+                        self.config.clone(),
+                        self.ctx.clone(),
+                        self.changes.clone(),
+                        Some(principal.clone()),
+                    );
+                    callers.insert(principal.clone(), client.clone());
+                    (client, true)
+                }
+            }
+        };
+        if new {
+            // The first connection, once: a caller who has not signed in is asked to when a
+            // call fails for it, and connects again after the sign-in.
+            let _connecting = client.reconnecting.lock().await;
+            if let Err(err) = client.establish().await {
+                client.failed(err);
+            }
+        }
+        Ok(client)
+    }
+
+    /// Whether the server is connected now.
+    pub(super) fn is_connected(&self) -> bool {
+        self.shared().state == ServerState::Connected
+    }
+
+    /// The client of the caller `principal`, if it has one (see [`Self::for_caller`]).
+    pub(super) fn caller(&self, principal: &str) -> Option<Arc<Self>> {
+        self.callers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(principal)
+            .cloned()
     }
 
     pub(super) fn name(&self) -> &str {
@@ -458,6 +540,7 @@ impl McpClient {
             sampling: self.config.sampling,
             elicitation: self.config.elicitation == McpElicitation::Ask,
             challenge: self.challenge.clone(),
+            principal: self.principal.clone(),
         };
         let limit = self.config.connect_timeout;
         let spoke_initialize = self.shared().spoke_initialize;
@@ -523,14 +606,15 @@ impl McpClient {
     /// (`asked`), or asked for it earlier, when the node takes sign-ins. It stays once the
     /// server connected, so that the task that signed in finds it when it goes on.
     fn offers_sign_in(&self, asked: bool) -> bool {
+        // The node's own tokens act for every task: only a node whose callers are not told
+        // apart lets a task sign the node in. A caller's own client signs its caller in.
+        let for_whom = self.principal.is_some() || self.config.oauth.per_caller;
         matches!(self.config.transport, McpTransport::Http { .. })
             && self.config.oauth.grant == McpOAuthGrant::AuthorizationCode
             && self.ctx.vault.is_some()
-            && self
-                .ctx
-                .sign_ins
-                .as_ref()
-                .is_some_and(|sign_ins| sign_ins.enabled())
+            && self.ctx.sign_ins.as_ref().is_some_and(|sign_ins| {
+                sign_ins.enabled() && (for_whom || sign_ins.node_sign_ins())
+            })
             && (asked || self.challenge.last().is_some())
     }
 
@@ -572,7 +656,11 @@ impl McpClient {
                  user to ask to sign in (`mew mcp login {server}` signs the node in)"
             ));
         }
-        let entry = vault.entry(&server, url, super::oauth::NODE_PRINCIPAL);
+        let principal = self
+            .principal
+            .as_deref()
+            .unwrap_or(super::oauth::NODE_PRINCIPAL);
+        let entry = vault.entry(&server, url, principal);
         let me = self.me.clone();
         let then: super::oauth::AfterSignIn = Box::new(move || {
             Box::pin(async move {
@@ -1430,8 +1518,25 @@ impl McpClient {
         self.announce();
     }
 
-    /// Ends the session and the program, within `deadline`.
+    /// Ends the session and the program, and the callers' sessions, within `deadline`.
     pub(super) async fn shutdown(&self, deadline: Duration) {
+        let callers: Vec<Arc<Self>> = self
+            .callers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain()
+            .map(|(_, client)| client)
+            .collect();
+        futures_util::future::join_all(
+            std::iter::once(self)
+                .chain(callers.iter().map(|client| &**client))
+                .map(|client| client.close(deadline)),
+        )
+        .await;
+    }
+
+    /// Ends this client's own session and program, within `deadline`.
+    async fn close(&self, deadline: Duration) {
         self.stopping.cancel();
         let connection = {
             let mut shared = self.shared();

@@ -77,6 +77,8 @@ pub(super) struct Handler {
     pub(super) elicitation: bool,
     /// Where an http server's last challenge (401, 403) is kept.
     pub(super) challenge: super::http::Challenge,
+    /// Whose tokens the connection carries (`None`: the node's).
+    pub(super) principal: Option<String>,
 }
 
 /// The roots of a project: its directory, as a `file://` URI (none when the path cannot be
@@ -584,7 +586,8 @@ async fn open(
             };
             let session = tokio::time::timeout(limit, async {
                 check_url(url).map_err(Failure::Other)?;
-                let auth = authorization(name, url, config, ctx).await;
+                let auth =
+                    authorization(name, url, config, ctx, handler.principal.as_deref()).await;
                 let transport = http_transport(
                     url,
                     headers,
@@ -803,19 +806,22 @@ fn spawn(
 
 use super::ASKS_FOR_AUTHORIZATION;
 
-/// The authorization of the connection to the http server `name` at `url`: the node's stored
-/// OAuth tokens for it, when there are (see [`super::oauth`]); with none, requests go out
+/// The authorization of the connection to the http server `name` at `url`: the stored OAuth
+/// tokens of `principal` (`None`: the node's) for it, when there are (see [`super::oauth`]);
+/// with none, requests go out
 /// without a token and a 401 fails the connection with [`ASKS_FOR_AUTHORIZATION`].
 async fn authorization(
     name: &str,
     url: &str,
     config: &McpServerConfig,
     ctx: &McpContext,
+    principal: Option<&str>,
 ) -> Result<AuthorizationManager, Failure> {
     let failed = |why: String| Failure::Other(format!("OAuth: {why}"));
     match &ctx.vault {
         Some(vault) => {
-            let entry = vault.entry(name, url, super::oauth::NODE_PRINCIPAL);
+            let principal = principal.unwrap_or(super::oauth::NODE_PRINCIPAL);
+            let entry = vault.entry(name, url, principal);
             match config.oauth.grant {
                 McpOAuthGrant::AuthorizationCode => {
                     super::oauth::manager(url, entry, &config.oauth).await

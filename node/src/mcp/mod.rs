@@ -224,6 +224,27 @@ impl McpManager {
         tools
     }
 
+    /// [`Self::tools`] as the tasks of `principal` see them: a server with `oauth.per_caller`
+    /// offers the tools of the principal's own session once it is connected (before, the
+    /// node's, or its sign-in tool).
+    pub(crate) fn tools_for(&self, principal: Option<&str>) -> Vec<Arc<dyn Tool>> {
+        let mut tools: Vec<Arc<dyn Tool>> = self
+            .servers
+            .iter()
+            .flat_map(|server| {
+                let own = principal
+                    .and_then(|principal| server.caller(principal))
+                    .filter(|client| client.is_connected());
+                match own {
+                    Some(client) => client.tools(),
+                    None => server.tools(),
+                }
+            })
+            .collect();
+        tools.sort_by(|a, b| a.name().cmp(b.name()));
+        tools
+    }
+
     /// The last authorization challenge (`WWW-Authenticate` of a 401 or 403) of the server
     /// `name`, if it answered with one.
     pub(crate) fn challenge(&self, name: &str) -> Option<String> {

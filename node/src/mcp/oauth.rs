@@ -606,6 +606,9 @@ pub(crate) struct SignIns {
     callback: OnceLock<String>,
     /// What continues a task whose sign-in completed.
     resumer: OnceLock<Resumer>,
+    /// Whether a task may sign the node itself in (its tokens then act for every task): only
+    /// where callers are not told apart.
+    node_sign_ins: std::sync::atomic::AtomicBool,
     /// By the `state` of each authorization URL.
     pending: Mutex<std::collections::HashMap<String, PendingSignIn>>,
 }
@@ -628,8 +631,11 @@ impl std::fmt::Debug for SignIns {
 
 impl SignIns {
     /// Lets tasks ask for sign-ins that come back to `node_url` (the node's public URL), and
-    /// continues their tasks with `resumer`.
-    pub(crate) fn enable(&self, node_url: &str, resumer: Resumer) {
+    /// continues their tasks with `resumer`. `node_sign_ins`: whether a task may sign the node
+    /// itself in (see [`Self::node_sign_ins`]).
+    pub(crate) fn enable(&self, node_url: &str, resumer: Resumer, node_sign_ins: bool) {
+        self.node_sign_ins
+            .store(node_sign_ins, std::sync::atomic::Ordering::Relaxed);
         let _ = self.callback.set(format!(
             "{}{NODE_CALLBACK_PATH}",
             node_url.trim_end_matches('/')
@@ -640,6 +646,14 @@ impl SignIns {
     /// Whether tasks may ask for sign-ins here.
     pub(crate) fn enabled(&self) -> bool {
         self.callback.get().is_some()
+    }
+
+    /// Whether a task may sign the node itself in: its tokens act for every task, so only
+    /// where callers are not told apart (no `auth:`). A caller of a server with
+    /// `oauth.per_caller` signs in for themselves anywhere.
+    pub(crate) fn node_sign_ins(&self) -> bool {
+        self.node_sign_ins
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn pending(

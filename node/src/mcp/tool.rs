@@ -160,11 +160,9 @@ impl Tool for McpTool {
     }
 
     async fn call(&self, input: Value, ctx: &ToolContext) -> ToolOutput {
-        let Some(server) = self.server.upgrade() else {
-            return ToolOutput::error(format!(
-                "{} cannot run: the MCP server {} is shut down",
-                self.name, self.server_name
-            ));
+        let server = match client(&self.server, &self.name, &self.server_name, ctx).await {
+            Ok(server) => server,
+            Err(output) => return output,
         };
         server
             .call(&self.name, &self.remote, input, None, ctx)
@@ -174,11 +172,9 @@ impl Tool for McpTool {
     /// The user's reply to the question the server asked during the call (`relay` keeps the
     /// call): the call is made again with it, or the call still waiting for it goes on.
     async fn answer(&self, relay: &str, reply: &str, ctx: &ToolContext) -> ToolOutput {
-        let Some(server) = self.server.upgrade() else {
-            return ToolOutput::error(format!(
-                "{} cannot run: the MCP server {} is shut down",
-                self.name, self.server_name
-            ));
+        let server = match client(&self.server, &self.name, &self.server_name, ctx).await {
+            Ok(server) => server,
+            Err(output) => return output,
         };
         let waiting: super::client::Waiting = match serde_json::from_str(relay) {
             Ok(waiting) => waiting,
@@ -251,26 +247,39 @@ impl Tool for SignInTool {
     }
 
     async fn call(&self, _input: Value, ctx: &ToolContext) -> ToolOutput {
-        let Some(server) = self.server.upgrade() else {
-            return ToolOutput::error(format!(
-                "{} cannot run: the MCP server {} is shut down",
-                self.name, self.server_name
-            ));
-        };
-        server.sign_in(&self.name, None, ctx).await
+        match client(&self.server, &self.name, &self.server_name, ctx).await {
+            Ok(server) => server.sign_in(&self.name, None, ctx).await,
+            Err(output) => output,
+        }
     }
 
     /// The sign-in completed (the node's callback continues the task), or the user replied
     /// before it did: the server's state says which.
     async fn answer(&self, _relay: &str, _reply: &str, ctx: &ToolContext) -> ToolOutput {
-        let Some(server) = self.server.upgrade() else {
-            return ToolOutput::error(format!(
-                "{} cannot run: the MCP server {} is shut down",
-                self.name, self.server_name
-            ));
-        };
-        server.sign_in(&self.name, None, ctx).await
+        match client(&self.server, &self.name, &self.server_name, ctx).await {
+            Ok(server) => server.sign_in(&self.name, None, ctx).await,
+            Err(output) => output,
+        }
     }
+}
+
+/// The client a call of the tool `name` in `ctx` goes through (see
+/// [`McpClient::for_caller`]), or the error result that says why there is none.
+async fn client(
+    server: &Weak<McpClient>,
+    name: &str,
+    server_name: &str,
+    ctx: &ToolContext,
+) -> Result<Arc<McpClient>, ToolOutput> {
+    let Some(server) = server.upgrade() else {
+        return Err(ToolOutput::error(format!(
+            "{name} cannot run: the MCP server {server_name} is shut down"
+        )));
+    };
+    server
+        .for_caller(ctx)
+        .await
+        .map_err(|why| ToolOutput::error(format!("{name} cannot run: {why}")))
 }
 
 #[cfg(test)]

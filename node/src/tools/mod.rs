@@ -87,6 +87,9 @@ pub(crate) struct ToolContext {
     /// waits in INPUT_REQUIRED) or the terminal's. Where nobody could answer, a tool's server
     /// that asks is told no.
     pub(crate) can_ask_user: bool,
+    /// The principal the task belongs to (`None` without authentication): a tool that keeps
+    /// credentials per caller (an MCP server with `oauth.per_caller`) uses theirs.
+    pub(crate) principal: Option<String>,
 }
 
 /// A question of a tool's own to the user: its kind (`metadata.mew.ask` of the task's status
@@ -317,6 +320,7 @@ pub(crate) mod test_support {
             news: None,
             sampler: None,
             can_ask_user: false,
+            principal: None,
         }
     }
 }

@@ -357,3 +357,137 @@ async fn mew_mcp_login_signs_the_node_in_and_logout_revokes_the_grant() -> anyho
     ensure!(code == 0 && out.contains("no tokens kept"), "{out}");
     Ok(())
 }
+
+/// An agent of the role `toolsmith` of `node`, calling with the API key `key`.
+async fn agent_as(node: &MewNode, key: &str) -> anyhow::Result<mew_transport::RemoteAgent> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("x-api-key", key.parse()?);
+    node.agent_with_headers("/agents/toolsmith", Binding::JsonRpc, headers)
+        .await
+}
+
+/// Sends `text` through `agent` and returns the task as the blocking send left it.
+async fn send_as(agent: &mew_transport::RemoteAgent, text: &str) -> anyhow::Result<Task> {
+    match agent
+        .send_message(
+            &CallContext::default(),
+            mew_cards::SendMessageRequest::new(Message::user_text(text)),
+        )
+        .await?
+    {
+        mew_cards::SendMessageResponse::Task(task) => Ok(task),
+        other => anyhow::bail!("expected a task, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn with_per_caller_tokens_each_caller_signs_in_for_themselves_and_no_one_else()
+-> anyhow::Result<()> {
+    const ALICE: &str = "alice-key-0123456789";
+    const BOB: &str = "bob-key-9876543210";
+    let server = ProtectedMcpServer::start().await?;
+    let model = ScriptedModel::start(vec![
+        // Alice: nobody has signed in, only the sign-in tool is offered.
+        Step::tool_call("call_1", "mcp__secure__sign_in", json!({}))
+            .expect_tools_include(["mcp__secure__sign_in"])
+            .expect_tools_exclude(["mcp__secure__echo"]),
+        // Her own session is connected: its tools are offered to her task.
+        Step::tool_call("call_2", "mcp__secure__echo", json!({"text": "hi"}))
+            .expect_tool_results(["call_1"])
+            .expect_last_user("Signed in to the MCP server secure")
+            .expect_tools_include(["mcp__secure__echo"]),
+        Step::text("alice: hi").expect_last_user("hi"),
+        // Bob: alice's sign-in is not his; he sees only the sign-in tool.
+        Step::text("bob: not signed in")
+            .expect_tools_include(["mcp__secure__sign_in"])
+            .expect_tools_exclude(["mcp__secure__echo"]),
+        // Alice again: her session serves her next task, no sign-in.
+        Step::tool_call("call_3", "mcp__secure__echo", json!({"text": "again"}))
+            .expect_tools_include(["mcp__secure__echo"]),
+        Step::text("alice: again").expect_last_user("again"),
+    ])?;
+    let config = format!(
+        "{}auth:\n  api_keys:\n    - name: alice\n      key_env: TEST_KEY_ALICE\n    - name: bob\n      key_env: TEST_KEY_BOB\n\
+         permissions:\n  allow: [mcp__secure__echo]\n\
+         mcp_servers:\n  secure:\n    url: {}\n    connect_timeout: 10s\n    oauth: {{per_caller: true}}\n",
+        scripted_model_config(&model),
+        server.url()
+    );
+    let mut node = MewNode::new()?;
+    node.write_config(&config)?;
+    node.set_env("TEST_KEY_ALICE", ALICE);
+    node.set_env("TEST_KEY_BOB", BOB);
+    node.write_role(
+        "toolsmith.md",
+        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__secure]\n---\nUse the tools.\n",
+    )?;
+    node.launch().await?;
+    let alice = agent_as(&node, ALICE).await?;
+    let bob = agent_as(&node, BOB).await?;
+
+    let asked = send_as(&alice, "say hi").await?;
+    let url = authorization_url(&asked)?;
+    sign_in(&url).await?;
+    let done = poll_until("alice's task goes on and completes", WAIT, || {
+        let (alice, id) = (alice.clone(), asked.id.clone());
+        async move {
+            let task = alice
+                .get_task(
+                    &CallContext::default(),
+                    GetTaskRequest {
+                        id,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            Ok(task.status.state.is_terminal().then_some(task))
+        }
+    })
+    .await?;
+    ensure!(
+        status_text(&done) == "alice: hi",
+        "{:?}: {}",
+        done.status.state,
+        status_text(&done)
+    );
+    // Bob cannot see alice's task, and his own task gets no tools of hers.
+    ensure!(
+        bob.get_task(
+            &CallContext::default(),
+            GetTaskRequest {
+                id: asked.id.clone(),
+                ..Default::default()
+            },
+        )
+        .await
+        .is_err(),
+        "bob read alice's task"
+    );
+    let bobs = send_as(&bob, "say hi").await?;
+    ensure!(
+        status_text(&bobs) == "bob: not signed in",
+        "{:?}: {}",
+        bobs.status.state,
+        status_text(&bobs)
+    );
+    let again = send_as(&alice, "again").await?;
+    ensure!(
+        status_text(&again) == "alice: again",
+        "{:?}: {}",
+        again.status.state,
+        status_text(&again)
+    );
+    ensure!(server.sign_ins() == 1, "{} sign-ins", server.sign_ins());
+    model.assert_done();
+    // Alice's tokens are hers: sealed under her principal, none for the node.
+    let dir = node.data_dir().join("mcp-oauth/secure");
+    let files: Vec<String> = std::fs::read_dir(&dir)?
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    ensure!(
+        files.len() == 1 && files[0] != "node.token" && files[0].ends_with(".token"),
+        "token files: {files:?}"
+    );
+    Ok(())
+}
