@@ -99,16 +99,18 @@ pub(crate) fn load_plugins(config: &Config) -> LoadedPlugins {
 /// The skill roots: the plugins' commands and skills, then the standard ones and
 /// `skills.roots`, so the user's and the project's own of the same name win over a plugin's.
 pub(crate) fn skill_roots(config: &Config, plugins: &LoadedPlugins) -> Vec<SkillRoot> {
-    let commands = plugins
-        .plugins
-        .iter()
-        .flat_map(Plugin::command_paths)
-        .map(|dir| SkillRoot::commands(dir, SkillSource::Plugin));
-    let skills = plugins
-        .plugins
-        .iter()
-        .flat_map(Plugin::skill_paths)
-        .map(|dir| SkillRoot::new(dir, SkillSource::Plugin));
+    let commands = plugins.plugins.iter().flat_map(|plugin| {
+        plugin
+            .command_paths()
+            .into_iter()
+            .map(|dir| SkillRoot::commands(dir, SkillSource::Plugin).of_plugin(&plugin.name))
+    });
+    let skills = plugins.plugins.iter().flat_map(|plugin| {
+        plugin
+            .skill_paths()
+            .into_iter()
+            .map(|dir| SkillRoot::new(dir, SkillSource::Plugin).of_plugin(&plugin.name))
+    });
     let mut roots: Vec<SkillRoot> = commands.chain(skills).collect();
     roots.extend(standard_roots(
         config.home_dir.as_deref(),

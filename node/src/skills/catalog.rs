@@ -135,6 +135,9 @@ pub(crate) struct SkillRoot {
     pub(crate) source: SkillSource,
     /// What it holds.
     pub(crate) kind: SkillKind,
+    /// The installed plugin it belongs to: its skills and commands also answer to
+    /// `PLUGIN:NAME`, as Claude Code names a plugin's (see [`Snapshot::get`]).
+    pub(crate) plugin: Option<String>,
 }
 
 impl SkillRoot {
@@ -144,6 +147,7 @@ impl SkillRoot {
             dir: dir.into(),
             source,
             kind: SkillKind::Skill,
+            plugin: None,
         }
     }
 
@@ -153,7 +157,14 @@ impl SkillRoot {
             dir: dir.into(),
             source,
             kind: SkillKind::Command,
+            plugin: None,
         }
+    }
+
+    /// This root, as one of the installed plugin `name`'s.
+    pub(crate) fn of_plugin(mut self, name: &str) -> Self {
+        self.plugin = Some(name.to_owned());
+        self
     }
 
     /// How many levels below the root its files are: what a [`Stamp`] of it looks at.
@@ -282,6 +293,9 @@ pub(crate) struct Snapshot {
     /// Per name, the (source, [location](Skill::location)) of each skill a later root
     /// replaced, earliest first.
     shadowed: BTreeMap<String, Vec<(SkillSource, PathBuf)>>,
+    /// The skills and commands of installed plugins by `PLUGIN:NAME` (lowercase), shadowed
+    /// ones too: Claude Code's name for them, which reaches them whatever else has their name.
+    of_plugins: BTreeMap<String, Arc<Skill>>,
     problems: Vec<Problem>,
 }
 
@@ -301,9 +315,10 @@ impl Snapshot {
         snapshot
     }
 
-    /// The skill called `name`, in any letter case.
+    /// The skill called `name`, in any letter case; a plugin's also by `PLUGIN:NAME`.
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<Skill>> {
-        self.skills.get(&lookup_key(name))
+        let key = lookup_key(name);
+        self.skills.get(&key).or_else(|| self.of_plugins.get(&key))
     }
 
     /// Every skill, sorted by name.
@@ -359,10 +374,15 @@ impl Snapshot {
         }
     }
 
-    /// Adds `skill`, replacing the skill of that name from an earlier root.
-    fn add(&mut self, skill: Skill) {
+    /// Adds `skill` of `root`, replacing the skill of that name from an earlier root.
+    fn add(&mut self, skill: Skill, root: &SkillRoot) {
         let name = skill.name().to_owned();
-        if let Some(previous) = self.skills.insert(name.clone(), Arc::new(skill)) {
+        let skill = Arc::new(skill);
+        if let Some(plugin) = &root.plugin {
+            self.of_plugins
+                .insert(format!("{}:{name}", plugin.to_lowercase()), skill.clone());
+        }
+        if let Some(previous) = self.skills.insert(name.clone(), skill) {
             self.shadowed
                 .entry(name)
                 .or_default()
@@ -416,14 +436,17 @@ impl Snapshot {
                 self.warning(&path, warning);
             }
             in_root.insert(name, path.clone());
-            self.add(Skill {
-                meta: parsed.meta,
-                body: parsed.body,
-                dir: path.parent().unwrap_or(&root.dir).to_owned(),
-                file: path,
-                source: root.source,
-                kind: SkillKind::Command,
-            });
+            self.add(
+                Skill {
+                    meta: parsed.meta,
+                    body: parsed.body,
+                    dir: path.parent().unwrap_or(&root.dir).to_owned(),
+                    file: path,
+                    source: root.source,
+                    kind: SkillKind::Command,
+                },
+                root,
+            );
         }
     }
 
@@ -564,14 +587,17 @@ impl Snapshot {
                 self.warning(&path, warning);
             }
             in_root.insert(skill_name, path.clone());
-            self.add(Skill {
-                meta: parsed.meta,
-                body: parsed.body,
-                dir,
-                file: path,
-                source: root.source,
-                kind: SkillKind::Skill,
-            });
+            self.add(
+                Skill {
+                    meta: parsed.meta,
+                    body: parsed.body,
+                    dir,
+                    file: path,
+                    source: root.source,
+                    kind: SkillKind::Skill,
+                },
+                root,
+            );
         }
     }
 }
@@ -1243,6 +1269,47 @@ mod tests {
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(path, text).unwrap();
         path.to_owned()
+    }
+
+    #[test]
+    fn a_plugins_skills_and_commands_also_answer_to_plugin_colon_name_even_when_shadowed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let plugin = tmp.path().join("plugins/review-kit");
+        write_file(&plugin.join("commands/greet.md"), "The kit's greeting.\n");
+        write_skill(
+            &plugin.join("skills"),
+            "house-style",
+            &skill_text("house-style", "the kit's style", "s"),
+        );
+        let project = tmp.path().join("project");
+        write_file(
+            &project.join(".claude/commands/greet.md"),
+            "The project's.\n",
+        );
+        let mut roots = vec![
+            SkillRoot::commands(plugin.join("commands"), SkillSource::Plugin)
+                .of_plugin("review-kit"),
+            SkillRoot::new(plugin.join("skills"), SkillSource::Plugin).of_plugin("review-kit"),
+        ];
+        roots.extend(standard_roots(None, &project, &[]));
+        let catalog = SkillCatalog::load(roots);
+        // The bare name is the project's command; the plugin's is still reachable.
+        assert_eq!(catalog.get("/greet").unwrap().body, "The project's.");
+        assert_eq!(
+            catalog.get("/Review-Kit:greet").unwrap().body,
+            "The kit's greeting."
+        );
+        assert_eq!(
+            catalog
+                .get("review-kit:house-style")
+                .unwrap()
+                .meta
+                .description,
+            "the kit's style"
+        );
+        assert!(catalog.get("other-kit:greet").is_none());
+        // The catalog lists each name once.
+        assert_eq!(names(&catalog), ["greet", "house-style"]);
     }
 
     #[test]

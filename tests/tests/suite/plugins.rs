@@ -110,7 +110,7 @@ async fn a_plugin_from_git_brings_its_agent_skill_commands_hook_and_mcp_server()
         Step::text("Reviewed.")
             .expect_tool_results(["call_2"])
             .expect_last_user("meow"),
-        // `/greet Bob`: the plugin's command, its argument filled in.
+        // `/review-kit:greet Bob`: the plugin's command, its argument filled in.
         Step::text("Hello, Bob!").expect_last_user("Greet Bob in the house style."),
     ])?;
     let mut node = MewNode::new()?;
@@ -140,7 +140,8 @@ async fn a_plugin_from_git_brings_its_agent_skill_commands_hook_and_mcp_server()
         task.status.state,
         status_text(&task)
     );
-    let task = send_text(&node, "kit-reviewer", "/greet Bob").await?;
+    // Claude Code's name for a plugin's command: PLUGIN:COMMAND.
+    let task = send_text(&node, "kit-reviewer", "/review-kit:greet Bob").await?;
     ensure!(
         status_text(&task) == "Hello, Bob!",
         "state {:?}: {}",
