@@ -128,19 +128,9 @@ impl Followers {
     /// run, or none that can sample, it is refused.
     pub(super) fn sampler(&self) -> Result<Sampler, String> {
         let inner = self.lock();
-        let mut running = inner.calls.values();
-        let Some(first) = running.next() else {
-            return Err("no call of a task is running on this server".to_owned());
-        };
+        let first = one_task(&inner)?;
         if first.task.is_none() {
             return Err("the call running on this server is not a task's".to_owned());
-        }
-        if running.any(|other| other.task != first.task) {
-            return Err(
-                "calls of several tasks are running on this server, and the request does not \
-                 say which one it is for"
-                    .to_owned(),
-            );
         }
         first
             .sampler
@@ -153,17 +143,7 @@ impl Followers {
     /// when calls of several tasks run, or none that may ask, it is declined.
     pub(super) fn questioner(&self) -> Result<mpsc::Sender<Question>, String> {
         let inner = self.lock();
-        let mut running = inner.calls.values();
-        let Some(first) = running.next() else {
-            return Err("no call is running on this server".to_owned());
-        };
-        if running.any(|other| other.task != first.task) {
-            return Err(
-                "calls of several tasks are running on this server, and the request does not \
-                 say which one it is for"
-                    .to_owned(),
-            );
-        }
+        one_task(&inner)?;
         inner
             .calls
             .values()
@@ -204,6 +184,23 @@ impl Followers {
             report(news);
         }
     }
+}
+
+/// A running call, when every running call is of one task (or of none): a server's request
+/// does not say which call it is for, so it goes to that task's.
+fn one_task(inner: &Inner) -> Result<&Follower, String> {
+    let mut running = inner.calls.values();
+    let Some(first) = running.next() else {
+        return Err("no call is running on this server".to_owned());
+    };
+    if running.any(|other| other.task != first.task) {
+        return Err(
+            "calls of several tasks are running on this server, and the request does not say \
+             which one it is for"
+                .to_owned(),
+        );
+    }
+    Ok(first)
 }
 
 impl Follower {

@@ -363,20 +363,9 @@ pub(super) async fn client_credentials(
         );
     };
     let challenge = challenge(url, timeout).await?;
-    let mut manager = AuthorizationManager::new(url)
-        .await
-        .map_err(|err| describe(&err))?;
+    let (mut manager, metadata) = discover(url, challenge.as_deref()).await?;
+    manager.set_metadata(metadata);
     manager.set_credential_store(entry);
-    let resolution = manager
-        .resolve_metadata_from_challenge(challenge.as_deref())
-        .await
-        .map_err(|err| {
-            format!(
-                "cannot discover its authorization server: {}",
-                describe(&err)
-            )
-        })?;
-    manager.set_metadata(resolution.metadata);
     let config = rmcp::transport::auth::ClientCredentialsConfig::ClientSecret {
         client_id: client_id.clone(),
         client_secret: client_secret.clone(),
@@ -428,19 +417,7 @@ pub(crate) async fn revoke(
         return Ok(Revoked::NoToken);
     };
     let challenge = challenge(url, timeout).await.ok().flatten();
-    let manager = AuthorizationManager::new(url)
-        .await
-        .map_err(|err| describe(&err))?;
-    let metadata = manager
-        .resolve_metadata_from_challenge(challenge.as_deref())
-        .await
-        .map_err(|err| {
-            format!(
-                "cannot discover its authorization server: {}",
-                describe(&err)
-            )
-        })?
-        .metadata;
+    let (_, metadata) = discover(url, challenge.as_deref()).await?;
     let Some(endpoint) = metadata
         .additional_fields
         .get("revocation_endpoint")
@@ -448,11 +425,7 @@ pub(crate) async fn revoke(
     else {
         return Ok(Revoked::NotOffered);
     };
-    let client = reqwest::Client::builder()
-        .timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|err| super::connect::chain(&err))?;
+    let client = http_client(timeout)?;
     let mut form = vec![("token", token), ("token_type_hint", hint.to_owned())];
     let mut request = client.post(endpoint);
     match &oauth.client_secret {
@@ -472,14 +445,56 @@ pub(crate) async fn revoke(
     }
 }
 
-/// The `WWW-Authenticate` challenge of the server at `url`, from one unauthenticated request
-/// (a `ping`); `None` when it did not answer 401 or 403.
-pub(crate) async fn challenge(url: &str, timeout: Duration) -> Result<Option<String>, String> {
-    let client = reqwest::Client::builder()
+/// A new authorization manager of the server at `url`, and its authorization server's
+/// metadata, discovered from `challenge` (the server's 401 or 403) or the well-known places.
+async fn discover(
+    url: &str,
+    challenge: Option<&str>,
+) -> Result<
+    (
+        AuthorizationManager,
+        rmcp::transport::auth::AuthorizationMetadata,
+    ),
+    String,
+> {
+    let manager = AuthorizationManager::new(url)
+        .await
+        .map_err(|err| describe(&err))?;
+    let resolution = manager
+        .resolve_metadata_from_challenge(challenge)
+        .await
+        .map_err(|err| {
+            format!(
+                "cannot discover its authorization server: {}",
+                describe(&err)
+            )
+        })?;
+    Ok((manager, resolution.metadata))
+}
+
+/// The HTTP client of Mew's own OAuth requests: bounded by `timeout`, no redirects.
+fn http_client(timeout: Duration) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
         .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|err| super::connect::chain(&err))?;
+        .map_err(|err| super::connect::chain(&err))
+}
+
+/// The `state` query parameter of `url`.
+fn state_of(url: &str) -> Option<String> {
+    reqwest::Url::parse(url).ok().and_then(|parsed| {
+        parsed
+            .query_pairs()
+            .find(|(key, _)| key == "state")
+            .map(|(_, value)| value.into_owned())
+    })
+}
+
+/// The `WWW-Authenticate` challenge of the server at `url`, from one unauthenticated request
+/// (a `ping`); `None` when it did not answer 401 or 403.
+pub(crate) async fn challenge(url: &str, timeout: Duration) -> Result<Option<String>, String> {
+    let client = http_client(timeout)?;
     let response = client
         .post(url)
         .header("accept", "application/json, text/event-stream")
@@ -544,20 +559,9 @@ async fn session(
     challenge: Option<&str>,
     redirect_uri: &str,
 ) -> Result<AuthorizationSession, String> {
-    let mut manager = AuthorizationManager::new(url)
-        .await
-        .map_err(|err| describe(&err))?;
+    let (mut manager, metadata) = discover(url, challenge).await?;
     manager.set_credential_store(entry.clone());
-    let resolution = manager
-        .resolve_metadata_from_challenge(challenge)
-        .await
-        .map_err(|err| {
-            format!(
-                "cannot discover its authorization server: {}",
-                describe(&err)
-            )
-        })?;
-    manager.set_metadata(resolution.metadata);
+    manager.set_metadata(metadata);
     let mut request = AuthorizationRequest::new(redirect_uri.to_owned())
         .with_client_name(CLIENT_NAME)
         .with_initial_scope_selection();
@@ -687,15 +691,7 @@ impl SignIns {
         }
         let session = session(&entry.url, entry, oauth, challenge, callback).await?;
         let address = session.get_authorization_url().to_owned();
-        let state = reqwest::Url::parse(&address)
-            .ok()
-            .and_then(|parsed| {
-                parsed
-                    .query_pairs()
-                    .find(|(key, _)| key == "state")
-                    .map(|(_, value)| value.into_owned())
-            })
-            .ok_or("the authorization URL has no state")?;
+        let state = state_of(&address).ok_or("the authorization URL has no state")?;
         self.pending().insert(
             state,
             PendingSignIn {
@@ -717,15 +713,7 @@ impl SignIns {
             return Err("this node takes no sign-ins".to_owned());
         };
         let address = format!("{callback}?{query}");
-        let state = reqwest::Url::parse(&address)
-            .ok()
-            .and_then(|parsed| {
-                parsed
-                    .query_pairs()
-                    .find(|(key, _)| key == "state")
-                    .map(|(_, value)| value.into_owned())
-            })
-            .ok_or("the callback has no state")?;
+        let state = state_of(&address).ok_or("the callback has no state")?;
         let sign_in = self
             .pending()
             .remove(&state)

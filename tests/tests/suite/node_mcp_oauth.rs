@@ -15,6 +15,48 @@ use serde_json::json;
 /// How long a condition may take on a busy machine.
 const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The API keys of the two principals of the tests with `auth:`.
+const ALICE: &str = "alice-key-0123456789";
+const BOB: &str = "bob-key-9876543210";
+
+/// A running node whose role `toolsmith` uses the protected server as `secure` (its entry's
+/// `oauth:` is `oauth` when not empty), on `model`, the echo tool allowed; with `auth`, alice
+/// and bob authenticate by API key. `env` is set for the node.
+async fn toolsmith_node(
+    model: &ScriptedModel,
+    server: &ProtectedMcpServer,
+    auth: bool,
+    oauth: &str,
+    env: &[(&str, &str)],
+) -> anyhow::Result<MewNode> {
+    let mut config = scripted_model_config(model);
+    if auth {
+        config.push_str(
+            "auth:\n  api_keys:\n    - name: alice\n      key_env: TEST_KEY_ALICE\n    - name: bob\n      key_env: TEST_KEY_BOB\n",
+        );
+    }
+    config.push_str(&format!(
+        "permissions:\n  allow: [mcp__secure__echo]\nmcp_servers:\n  secure:\n    url: {}\n    connect_timeout: 10s\n",
+        server.url()
+    ));
+    if !oauth.is_empty() {
+        config.push_str(&format!("    oauth: {oauth}\n"));
+    }
+    let mut node = MewNode::new()?;
+    node.write_config(&config)?;
+    node.set_env("TEST_KEY_ALICE", ALICE);
+    node.set_env("TEST_KEY_BOB", BOB);
+    for (name, value) in env {
+        node.set_env(name, value);
+    }
+    node.write_role(
+        "toolsmith.md",
+        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__secure]\n---\nUse the tools.\n",
+    )?;
+    node.launch().await?;
+    Ok(node)
+}
+
 /// The authorization URL of a task in AUTH_REQUIRED, from the data part of its status message.
 fn authorization_url(task: &Task) -> anyhow::Result<String> {
     ensure!(
@@ -108,18 +150,7 @@ async fn a_task_asks_its_caller_to_sign_in_and_goes_on_after_the_callback() -> a
             .expect_tool_results(["call_4"])
             .expect_last_user("third"),
     ])?;
-    let config = format!(
-        "{}permissions:\n  allow: [mcp__secure__echo]\nmcp_servers:\n  secure:\n    url: {}\n    connect_timeout: 10s\n",
-        scripted_model_config(&model),
-        server.url()
-    );
-    let mut node = MewNode::new()?;
-    node.write_config(&config)?;
-    node.write_role(
-        "toolsmith.md",
-        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__secure]\n---\nUse the tools.\n",
-    )?;
-    node.launch().await?;
+    let node = toolsmith_node(&model, &server, false, "", &[]).await?;
 
     let asked = mew_tests::node::send(&node, "toolsmith", Message::user_text("say hi")).await?;
     let url = authorization_url(&asked)?;
@@ -210,26 +241,8 @@ async fn where_callers_are_told_apart_no_task_signs_the_node_in_for_everyone() -
         Step::text("The server is not reachable.")
             .expect_tools_exclude(["mcp__secure__sign_in", "mcp__secure__echo"]),
     ])?;
-    let config = format!(
-        "{}auth:\n  api_keys:\n    - name: alice\n      key_env: TEST_KEY_ALICE\n    - name: bob\n      key_env: TEST_KEY_BOB\n\
-         mcp_servers:\n  secure:\n    url: {}\n    connect_timeout: 10s\n",
-        scripted_model_config(&model),
-        server.url()
-    );
-    let mut node = MewNode::new()?;
-    node.write_config(&config)?;
-    node.set_env("TEST_KEY_ALICE", "alice-key-0123456789");
-    node.set_env("TEST_KEY_BOB", "bob-key-9876543210");
-    node.write_role(
-        "toolsmith.md",
-        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__secure]\n---\nUse the tools.\n",
-    )?;
-    node.launch().await?;
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert("x-api-key", "alice-key-0123456789".parse()?);
-    let agent = node
-        .agent_with_headers("/agents/toolsmith", Binding::JsonRpc, headers)
-        .await?;
+    let node = toolsmith_node(&model, &server, true, "", &[]).await?;
+    let agent = agent_as(&node, ALICE).await?;
     let task = match agent
         .send_message(
             &CallContext::default(),
@@ -272,19 +285,17 @@ async fn a_machine_client_gets_its_tokens_with_its_own_credentials_and_again_whe
         Step::text("The server said again.").expect_last_user("again"),
     ])?;
     let (id, secret) = mew_tests::oauth::MACHINE_CLIENT;
-    let config = format!(
-        "{}permissions:\n  allow: [mcp__secure__echo]\nmcp_servers:\n  secure:\n    url: {}\n    connect_timeout: 10s\n    oauth: {{client_id: {id}, client_secret: \"${{MACHINE_SECRET}}\", grant: client_credentials}}\n",
-        scripted_model_config(&model),
-        server.url()
+    let oauth = format!(
+        "{{client_id: {id}, client_secret: \"${{MACHINE_SECRET}}\", grant: client_credentials}}"
     );
-    let mut node = MewNode::new()?;
-    node.write_config(&config)?;
-    node.set_env("MACHINE_SECRET", secret);
-    node.write_role(
-        "toolsmith.md",
-        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__secure]\n---\nUse the tools.\n",
-    )?;
-    node.launch().await?;
+    let node = toolsmith_node(
+        &model,
+        &server,
+        false,
+        &oauth,
+        &[("MACHINE_SECRET", secret)],
+    )
+    .await?;
     let first = mew_tests::node::send(&node, "toolsmith", Message::user_text("say hi")).await?;
     ensure!(
         status_text(&first) == "The server said hi.",
@@ -383,8 +394,6 @@ async fn send_as(agent: &mew_transport::RemoteAgent, text: &str) -> anyhow::Resu
 #[tokio::test]
 async fn with_per_caller_tokens_each_caller_signs_in_for_themselves_and_no_one_else()
 -> anyhow::Result<()> {
-    const ALICE: &str = "alice-key-0123456789";
-    const BOB: &str = "bob-key-9876543210";
     let server = ProtectedMcpServer::start().await?;
     let model = ScriptedModel::start(vec![
         // Alice: nobody has signed in, only the sign-in tool is offered.
@@ -406,22 +415,7 @@ async fn with_per_caller_tokens_each_caller_signs_in_for_themselves_and_no_one_e
             .expect_tools_include(["mcp__secure__echo"]),
         Step::text("alice: again").expect_last_user("again"),
     ])?;
-    let config = format!(
-        "{}auth:\n  api_keys:\n    - name: alice\n      key_env: TEST_KEY_ALICE\n    - name: bob\n      key_env: TEST_KEY_BOB\n\
-         permissions:\n  allow: [mcp__secure__echo]\n\
-         mcp_servers:\n  secure:\n    url: {}\n    connect_timeout: 10s\n    oauth: {{per_caller: true}}\n",
-        scripted_model_config(&model),
-        server.url()
-    );
-    let mut node = MewNode::new()?;
-    node.write_config(&config)?;
-    node.set_env("TEST_KEY_ALICE", ALICE);
-    node.set_env("TEST_KEY_BOB", BOB);
-    node.write_role(
-        "toolsmith.md",
-        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [mcp__secure]\n---\nUse the tools.\n",
-    )?;
-    node.launch().await?;
+    let node = toolsmith_node(&model, &server, true, "{per_caller: true}", &[]).await?;
     let alice = agent_as(&node, ALICE).await?;
     let bob = agent_as(&node, BOB).await?;
 
