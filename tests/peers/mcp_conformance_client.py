@@ -20,6 +20,14 @@ import tempfile
 # never fetched.
 CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
 
+# The scenarios of grants without a user: no sign-in, the tokens come from the configuration.
+UNATTENDED = {
+    "auth/client-credentials-basic",
+    "auth/client-credentials-jwt",
+    "auth/wif-jwt-bearer",
+    "auth/enterprise-managed-authorization",
+}
+
 
 def main() -> int:
     url = sys.argv[-1]
@@ -27,12 +35,44 @@ def main() -> int:
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
     work = tempfile.mkdtemp(prefix="mew-conformance-")
     entry = {"type": "http", "url": url}
-    if scenario.startswith("auth/client-credentials"):
+    unattended = scenario in UNATTENDED
+    if scenario == "auth/client-credentials-jwt":
+        # Machine use, the client authenticated by an assertion it signs (private_key_jwt).
+        entry["oauth"] = {
+            "client_id": context["client_id"],
+            "private_key": context["private_key_pem"],
+            "signing_algorithm": context.get("signing_algorithm", "ES256"),
+            "grant": "client_credentials",
+        }
+    elif scenario.startswith("auth/client-credentials"):
         # Machine use: the client's own credentials, no user (SEP-1046).
         entry["oauth"] = {
             "client_id": context.get("client_id", ""),
             "client_secret": context.get("client_secret", ""),
             "grant": "client_credentials",
+        }
+    elif scenario == "auth/wif-jwt-bearer":
+        # A workload's identity token from its platform, in a file as platforms put it.
+        token = os.path.join(work, "workload-token")
+        with open(token, "w") as file:
+            file.write(context["valid_jwt"])
+        entry["oauth"] = {
+            "client_id": context["client_id"],
+            "assertion_file": token,
+            "grant": "jwt_bearer",
+        }
+    elif scenario == "auth/enterprise-managed-authorization":
+        # The user's ID token from the enterprise identity provider (SEP-990).
+        entry["oauth"] = {
+            "client_id": context["client_id"],
+            "client_secret": context["client_secret"],
+            "grant": "enterprise",
+            "idp": {
+                "issuer": context["idp_issuer"],
+                "token_endpoint": context["idp_token_endpoint"],
+                "client_id": context["idp_client_id"],
+                "id_token": context["idp_id_token"],
+            },
         }
     elif scenario.startswith("auth/"):
         oauth = {"client_metadata_url": CLIENT_METADATA_URL}
@@ -71,7 +111,7 @@ def main() -> int:
         return json.loads(done.stdout)["tools"]
 
     prefix = "mcp__conf__"
-    if scenario.startswith("auth/client-credentials"):
+    if unattended:
         listed = tools()
         if not listed:
             return 1
@@ -81,6 +121,23 @@ def main() -> int:
         if not listed:
             return 1
         return call(listed[0]["name"][len(prefix):], {}, "--login")
+    if scenario == "sep-2640-client-no-prefetch":
+        # Connecting and listing read no skill file.
+        return mew("mcp", "skills", "conf").returncode
+    if scenario.startswith("sep-2640-client-verify-"):
+        # Loading the listed skill reads its SKILL.md, which the scenario has tampered with:
+        # Mew must refuse it (exit 1) and read none of its other files.
+        done = mew("--json", "mcp", "skills", "conf")
+        if done.returncode != 0:
+            return 1
+        failed = 0
+        for skill in json.loads(done.stdout)["skills"]:
+            name = skill["name"].split(":", 1)[1]
+            if mew("mcp", "skill", "conf", name).returncode == 0:
+                failed = 1
+                for file in skill["files"] or []:
+                    mew("mcp", "skill", "conf", name, "--file", file["path"])
+        return failed
     if scenario == "tools_call":
         return call("add_numbers", {"a": 5, "b": 3})
     if scenario == "elicitation-sep1034-client-defaults":

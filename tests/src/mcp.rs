@@ -32,6 +32,11 @@
 //! | `bare`          | no description and an empty input schema                             |
 //! | `bad.name`, `has space` | names outside `^[A-Za-z0-9_-]+$`, which clients must skip    |
 //!
+//! It serves one skill (MCP's skills extension): [`SKILL_URI`] (`greeting-kit`, whose text is
+//! [`SKILL_MD`]) with the file [`STYLE_URI`] ([`STYLE_MD`]), listed with their digests and
+//! sizes; [`Options::tampered_skill`] serves a `SKILL.md` that differs from its listing. Every
+//! `resources/read` is counted by URI ([`TestServer::reads`]).
+//!
 //! [`Protocol`] picks what the server speaks: every version rmcp knows (the default), only
 //! 2025-11-25 and older (the `initialize` handshake; `server/discover` is an unknown method, as
 //! on a server written before 2026-07-28), or only 2026-07-28 (`server/discover` and per-request
@@ -75,6 +80,14 @@ pub const TEXT_RESOURCE_TEXT: &str = "the notes say hello";
 pub const BLOB_RESOURCE_URI: &str = "mew-test://data/bytes.bin";
 /// The URI the `link` tool links to.
 pub const LINK_URI: &str = "mew-test://files/report.pdf";
+/// The URI of the server's skill's `SKILL.md`.
+pub const SKILL_URI: &str = "skill://greeting-kit/SKILL.md";
+/// Its text.
+pub const SKILL_MD: &str = "---\nname: greeting-kit\ndescription: Greets people in the house style\n---\nGreet in the style that references/STYLE.md describes.\n";
+/// The URI of the skill's other file.
+pub const STYLE_URI: &str = "skill://greeting-kit/references/STYLE.md";
+/// Its text.
+pub const STYLE_MD: &str = "Say ahoy before anything else.\n";
 /// What the stdio server writes to stderr before the `crash` tool makes it exit.
 pub const CRASH_MESSAGE: &str = "mcp-server: crashing on request";
 
@@ -126,6 +139,9 @@ pub struct Options {
     /// without an id, as servers built from the TypeScript SDK's example do, instead of the
     /// spec's 404.
     pub unknown_session_is_bad_request: bool,
+    /// Serve a `SKILL.md` whose bytes differ from the skill's listing (a server changed, or
+    /// one lying).
+    pub tampered_skill: bool,
 }
 
 /// What the server's instances share (an HTTP server makes one instance per session).
@@ -137,6 +153,7 @@ struct Shared {
     initializations: AtomicUsize,
     gate_passed: AtomicBool,
     extra_tools: Mutex<Vec<String>>,
+    reads: Mutex<Vec<String>>,
     tools_changed: broadcast::Sender<()>,
     children: Mutex<Vec<tokio::process::Child>>,
 }
@@ -159,10 +176,16 @@ impl TestServer {
                 initializations: AtomicUsize::new(0),
                 gate_passed: AtomicBool::new(false),
                 extra_tools: Mutex::new(Vec::new()),
+                reads: Mutex::new(Vec::new()),
                 tools_changed,
                 children: Mutex::new(Vec::new()),
             }),
         }
+    }
+
+    /// The URIs `resources/read` was asked for, in order.
+    pub fn reads(&self) -> Vec<String> {
+        lock(&self.shared.reads).clone()
     }
 
     /// Serves over stdin and stdout until the client goes away.
@@ -515,6 +538,8 @@ impl ServerHandler for TestServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_resources()
+                .enable_skills()
                 .build(),
         )
         .with_server_info(Implementation::new("mew-test-mcp", "1.0.0"))
@@ -549,6 +574,48 @@ impl ServerHandler for TestServer {
         self.shared.initializations.fetch_add(1, Ordering::SeqCst);
         context.peer.set_peer_info(request.clone());
         std::future::ready(self.negotiate_initialize(&request))
+    }
+
+    async fn list_skills(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListSkillsResult, ErrorData> {
+        use rmcp::model::{Skill, SkillFrontmatter, SkillResource, SkillResources};
+        let skill = Skill::new(
+            SKILL_URI,
+            SkillFrontmatter::new("greeting-kit", "Greets people in the house style"),
+            SkillResources::Files(vec![
+                SkillResource::from_bytes(SKILL_URI, SKILL_MD.as_bytes()),
+                SkillResource::from_bytes(STYLE_URI, STYLE_MD.as_bytes()),
+            ]),
+        );
+        Ok(rmcp::model::ListSkillsResult::with_all_items(vec![skill]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        lock(&self.shared.reads).push(request.uri.clone());
+        let text = match request.uri.as_str() {
+            SKILL_URI if self.shared.options.tampered_skill => {
+                SKILL_MD.replace("house style", "pirate style")
+            }
+            SKILL_URI => SKILL_MD.to_owned(),
+            STYLE_URI => STYLE_MD.to_owned(),
+            _ => {
+                return Err(ErrorData::resource_not_found(
+                    format!("no resource {}", request.uri),
+                    None,
+                ));
+            }
+        };
+        Ok(
+            rmcp::model::ReadResourceResult::new(vec![ResourceContents::text(text, request.uri)])
+                .into(),
+        )
     }
 
     async fn list_tools(

@@ -21,7 +21,7 @@ use crate::conversation::{Block, ChatMessage, Speaker};
 use crate::permission::PermissionPolicy;
 use crate::provider::Providers;
 use crate::skills::catalog::SkillCatalog;
-use crate::skills::render::{ActiveSkills, parse_slash};
+use crate::skills::render::{ActiveSkills, parse_slash, render_disclosure};
 use crate::tasks::executor::{Annotation, EventSink, ExecError, Executor, Turn};
 use crate::tools::registry::{ALL_AGENT_DISALLOWED_TOOLS, FilterLayers, ToolRegistry};
 use crate::tools::{ToolContext, ToolOutput};
@@ -175,8 +175,19 @@ impl ModelExecutor {
             system.push_str(role.system_prompt.trim());
             system.push('\n');
         }
-        // Names and descriptions only, in a stable order: the bodies come with LoadSkill.
-        if let Some(disclosure) = self.skills.as_ref().and_then(|c| c.disclosure()) {
+        // Names and descriptions only, in a stable order: the bodies come with LoadSkill. The
+        // skills of MCP servers are listed with the local ones, unread.
+        let disclosure = self.skills.as_ref().and_then(|catalog| {
+            let listed = SkillState::new(
+                catalog.clone(),
+                ActiveSkills::default(),
+                self.mcp.clone().map(|mcp| (mcp, turn.owner.clone())),
+            )
+            .mcp_skills();
+            let snapshot = catalog.snapshot();
+            render_disclosure(snapshot.skills().map(Arc::as_ref).chain(listed.iter()))
+        });
+        if let Some(disclosure) = disclosure {
             system.push('\n');
             system.push_str(disclosure.trim());
             system.push('\n');
@@ -656,6 +667,7 @@ impl Executor for ModelExecutor {
             Arc::new(SkillState::new(
                 catalog.clone(),
                 state.active_skills.clone(),
+                self.mcp.clone().map(|mcp| (mcp, turn.owner.clone())),
             ))
         });
         // The children of a task resumed after a question are those of its turn that asked.
@@ -816,7 +828,7 @@ impl Executor for ModelExecutor {
             && state.pending.is_none()
             && let (Some(directory), Some(skill_state)) = (&self.directory, &skills)
             && let Some((name, args)) = parse_slash(&turn.message.text())
-            && let Some(skill) = skill_state.catalog.get(&name)
+            && let Some(skill) = skill_state.get(&name)
         {
             if state.session.messages.is_empty() {
                 state.session.messages = conversation_of(&turn.history);

@@ -1,5 +1,5 @@
-//! `mew mcp list`, `tools`, `call`: connect to the configured MCP servers now and show what
-//! they offer, or call one tool; `mew mcp login` and `logout`: the node's OAuth tokens for a
+//! `mew mcp list`, `tools`, `call`, `skills`, `skill`: connect to the configured MCP servers
+//! now and show what they offer, call one tool or read one skill; `mew mcp login` and `logout`: the node's OAuth tokens for a
 //! server.
 
 use std::io::Write;
@@ -61,6 +61,24 @@ pub(crate) enum McpCommand {
         #[arg(long, value_name = "REPLY")]
         answer: Option<String>,
     },
+    /// Connect and list the skills every server (or SERVER) offers (MCP's skills extension):
+    /// the name a role loads (SERVER:NAME), its description and its files; nothing is read
+    Skills {
+        /// Only this server's skills
+        server: Option<String>,
+    },
+    /// Read the skill NAME of SERVER and print its SKILL.md, or one of its files, after
+    /// verifying it against the server's listing (size, digest, and SKILL.md's frontmatter);
+    /// exit 1 if it does not match
+    Skill {
+        /// The server, as configured
+        server: String,
+        /// The skill's name on the server
+        name: String,
+        /// One of the skill's other files, by its path in the skill (references/FORMS.md)
+        #[arg(long, value_name = "PATH")]
+        file: Option<String>,
+    },
     /// Sign in to SERVER with OAuth: open its authorization page (with $BROWSER, else print
     /// its address), wait for the redirect to a loopback address, and keep the tokens,
     /// encrypted, in the data directory; the node uses them for every task
@@ -87,11 +105,17 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     let config = &context.config;
     let named = match command {
-        McpCommand::List | McpCommand::Tools { server: None, .. } => None,
+        McpCommand::List
+        | McpCommand::Tools { server: None, .. }
+        | McpCommand::Skills { server: None } => None,
         McpCommand::Tools {
             server: Some(server),
             ..
         }
+        | McpCommand::Skills {
+            server: Some(server),
+        }
+        | McpCommand::Skill { server, .. }
         | McpCommand::Call { server, .. }
         | McpCommand::Login { server, .. }
         | McpCommand::Logout { server } => Some(server),
@@ -120,6 +144,10 @@ pub(crate) async fn run(
     // `call`, and `tools` for one server, connect to that server only.
     let only = match command {
         McpCommand::Call { server, .. }
+        | McpCommand::Skill { server, .. }
+        | McpCommand::Skills {
+            server: Some(server),
+        }
         | McpCommand::Tools {
             server: Some(server),
             ..
@@ -148,6 +176,10 @@ pub(crate) async fn run(
             } => {
                 let answer = answer.as_deref();
                 call(&manager, server, tool, arguments, answer, context, buffer).await
+            }
+            McpCommand::Skills { server } => skills(&manager, server.as_deref(), context, buffer),
+            McpCommand::Skill { server, name, file } => {
+                skill(&manager, server, name, file.as_deref(), buffer).await
             }
             McpCommand::Login { .. } | McpCommand::Logout { .. } => Ok(()),
         };
@@ -357,6 +389,88 @@ fn tools(
     if !down.is_empty() {
         bail!("not connected: {}", down.join("; "));
     }
+    Ok(())
+}
+
+/// `mew mcp skills`: what the servers list, nothing read.
+fn skills(
+    manager: &McpManager,
+    server: Option<&str>,
+    context: &Context,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let skills: Vec<crate::mcp::McpSkill> = manager
+        .skills_for(None)
+        .into_iter()
+        .filter(|skill| server.is_none_or(|name| skill.server == name))
+        .collect();
+    if context.json {
+        let list: Vec<_> = skills
+            .iter()
+            .map(|skill| {
+                json!({
+                    "name": skill.name(),
+                    "server": skill.server,
+                    "uri": skill.skill.uri,
+                    "description": skill.description(),
+                    "files": skill.files().map(|files| files
+                        .into_iter()
+                        .map(|(path, size)| json!({"path": path, "size": size}))
+                        .collect::<Vec<_>>()),
+                })
+            })
+            .collect();
+        serde_json::to_writer_pretty(&mut *out, &json!({ "skills": list }))?;
+        writeln!(out)?;
+    } else if skills.is_empty() {
+        writeln!(out, "no MCP server offers skills")?;
+    } else {
+        for skill in &skills {
+            writeln!(out, "{}  {}", skill.name(), one_line(skill.description()))?;
+            match skill.files() {
+                Some(files) if !files.is_empty() => {
+                    let files: Vec<String> = files
+                        .into_iter()
+                        .map(|(path, size)| format!("{path} ({size} B)"))
+                        .collect();
+                    writeln!(out, "  files: {}", files.join(", "))?;
+                }
+                Some(_) => {}
+                None => writeln!(out, "  files: dynamic (not listed)")?,
+            }
+        }
+    }
+    out.flush()?;
+    let down: Vec<String> = manager
+        .status()
+        .into_iter()
+        .filter(|s| server.is_none_or(|name| s.name == name) && s.state != ServerState::Connected)
+        .map(|s| s.name)
+        .collect();
+    if !down.is_empty() {
+        bail!("not connected: {}", down.join(", "));
+    }
+    Ok(())
+}
+
+/// `mew mcp skill`: one skill's `SKILL.md` or file, verified.
+async fn skill(
+    manager: &McpManager,
+    server: &str,
+    name: &str,
+    file: Option<&str>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let (_, bytes) = manager
+        .skill_file(server, name, file, None, &cancel)
+        .await
+        .map_err(|why| anyhow::anyhow!(why))?;
+    out.write_all(&bytes)?;
+    if !bytes.ends_with(b"\n") {
+        writeln!(out)?;
+    }
+    out.flush()?;
     Ok(())
 }
 

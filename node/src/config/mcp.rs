@@ -218,6 +218,114 @@ pub struct McpOAuth {
     /// tokens of the principal it belongs to, on a session of its own, instead of the node's.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub per_caller: bool,
+    /// The client's private key (PEM), for `grant: client_credentials` authenticated by a
+    /// signed assertion (`private_key_jwt`) instead of a secret; shown masked.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "masked_secret"
+    )]
+    pub private_key: Option<String>,
+    /// The algorithm of `private_key`'s assertions (ES256 when not given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signing_algorithm: Option<String>,
+    /// The workload's identity token for `grant: jwt_bearer`: the token itself (shown masked)
+    /// or the file it is read from at each grant (platforms rotate it there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assertion: Option<McpSecretSource>,
+    /// The enterprise identity provider of `grant: enterprise`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idp: Option<McpIdp>,
+    /// Proof of possession (DPoP, RFC 9449): tokens bound to a key of Mew's, each request
+    /// signed with it. Also used, without this, for a server whose challenge asks for DPoP.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dpop: bool,
+}
+
+/// A secret given in the configuration (expanded from `${VAR}`) or read from a file when it
+/// is needed.
+#[derive(Clone, PartialEq, Eq)]
+pub enum McpSecretSource {
+    /// The value itself.
+    Value(String),
+    /// The path of the file holding it.
+    File(std::path::PathBuf),
+}
+
+impl McpSecretSource {
+    /// The secret, read from its file when it is in one (surrounding whitespace trimmed).
+    pub fn read(&self) -> Result<String, String> {
+        match self {
+            Self::Value(value) => Ok(value.clone()),
+            Self::File(path) => {
+                // A token file is small; a larger one is not a token.
+                const MAX: u64 = 64 * 1024;
+                let file = std::fs::File::open(path)
+                    .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX + 1), &mut text)
+                    .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+                if text.len() as u64 > MAX {
+                    return Err(format!("{} is larger than {MAX} bytes", path.display()));
+                }
+                let text = text.trim();
+                if text.is_empty() {
+                    return Err(format!("{} is empty", path.display()));
+                }
+                Ok(text.to_owned())
+            }
+        }
+    }
+}
+
+impl Serialize for McpSecretSource {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Value(value) => serializer.serialize_str(mask(value)),
+            Self::File(path) => serializer.serialize_str(&format!("file {}", path.display())),
+        }
+    }
+}
+
+impl fmt::Debug for McpSecretSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Value(value) => write!(f, "Value({})", mask(value)),
+            Self::File(path) => write!(f, "File({})", path.display()),
+        }
+    }
+}
+
+/// `oauth.idp` of `grant: enterprise` (SEP-990): the identity provider that exchanges the
+/// user's ID token for an identity assertion grant (ID-JAG) the server's authorization server
+/// takes.
+#[derive(Clone, PartialEq, Serialize)]
+pub struct McpIdp {
+    /// Its issuer (as in its metadata).
+    pub issuer: String,
+    /// Its token endpoint.
+    pub token_endpoint: String,
+    /// Mew's client there.
+    pub client_id: String,
+    /// That client's secret, when it is confidential; shown masked.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "masked_secret"
+    )]
+    pub client_secret: Option<String>,
+    /// The user's ID token from the identity provider.
+    pub id_token: McpSecretSource,
+}
+
+impl fmt::Debug for McpIdp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpIdp")
+            .field("issuer", &self.issuer)
+            .field("token_endpoint", &self.token_endpoint)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_deref().map(mask))
+            .field("id_token", &self.id_token)
+            .finish()
+    }
 }
 
 /// `oauth.grant`: how an http server's tokens are got.
@@ -230,11 +338,22 @@ pub enum McpOAuthGrant {
     /// The client's own `client_id` and `client_secret`, no user: the client credentials
     /// grant (SEP-1046), for machine use. Tokens are got again when they run out.
     ClientCredentials,
+    /// A workload's identity token from its platform, presented as the grant (RFC 7523,
+    /// SEP-1933 workload identity federation): machine use, no secret kept by Mew.
+    JwtBearer,
+    /// The user's ID token from an enterprise identity provider, exchanged there for an
+    /// identity assertion grant and that at the server's authorization server (SEP-990).
+    Enterprise,
 }
 
 impl McpOAuthGrant {
     fn is_default(&self) -> bool {
         *self == Self::default()
+    }
+
+    /// Whether tokens come without a user signing in (and are got again when refused).
+    pub fn is_unattended(self) -> bool {
+        self != Self::AuthorizationCode
     }
 }
 
@@ -254,6 +373,11 @@ impl fmt::Debug for McpOAuth {
             .field("callback_port", &self.callback_port)
             .field("grant", &self.grant)
             .field("per_caller", &self.per_caller)
+            .field("private_key", &self.private_key.as_deref().map(mask))
+            .field("signing_algorithm", &self.signing_algorithm)
+            .field("assertion", &self.assertion)
+            .field("idp", &self.idp)
+            .field("dpop", &self.dpop)
             .finish()
     }
 }

@@ -12,8 +12,9 @@ use serde_yaml_ng::{Mapping, Value};
 
 use super::check::{edit_distance, line_of};
 use super::mcp::{
-    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESTARTS, McpElicitation, McpOAuth,
-    McpOAuthGrant, McpProblem, McpProtocol, McpServerConfig, McpTransport,
+    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESTARTS, McpElicitation, McpIdp,
+    McpOAuth, McpOAuthGrant, McpProblem, McpProtocol, McpSecretSource, McpServerConfig,
+    McpTransport,
 };
 use super::merge::{key_name, singleton};
 use super::{ConfigError, LoadedConfig, Origin};
@@ -219,19 +220,19 @@ impl LoadedConfig {
                 .get(name)
                 .cloned()
                 .unwrap_or_else(|| (Origin::Default.to_string(), Dialect::Mew));
-            let cwd = |path: &Path| {
+            let path = |key: &str, path: &Path| {
                 self.path(
-                    &format!("mcp_servers.{name}.cwd"),
+                    &format!("mcp_servers.{name}.{key}"),
                     path,
                     self.home.as_deref(),
                     project,
                 )
                 .map_err(|error| match error {
-                    ConfigError::Resolve { message, .. } => format!("`cwd`: {message}"),
-                    other => format!("`cwd`: {other}"),
+                    ConfigError::Resolve { message, .. } => format!("`{key}`: {message}"),
+                    other => format!("`{key}`: {other}"),
                 })
             };
-            match resolve_entry(name, entry, dialect, &self.env.0, &cwd) {
+            match resolve_entry(name, entry, dialect, &self.env.0, &path) {
                 Ok(Some(mut server)) => {
                     server.origin = origin;
                     servers.insert(name.clone(), server);
@@ -266,7 +267,7 @@ fn resolve_entry(
     entry: &Value,
     dialect: Dialect,
     env: &HashMap<String, String>,
-    cwd: &dyn Fn(&Path) -> Result<PathBuf, String>,
+    path: &dyn Fn(&str, &Path) -> Result<PathBuf, String>,
 ) -> Result<Option<McpServerConfig>, String> {
     if !is_valid_server_name(name) {
         return Err(format!(
@@ -377,7 +378,7 @@ fn resolve_entry(
         let cwd = field("cwd")
             .map(|value| text("cwd", value))
             .transpose()?
-            .map(|dir| cwd(Path::new(&dir)))
+            .map(|dir| path("cwd", Path::new(&dir)))
             .transpose()?;
         let as_written =
             (written_command != command || written_args != args).then(|| McpTransport::Stdio {
@@ -472,7 +473,7 @@ fn resolve_entry(
     };
     let oauth = match field("oauth") {
         None => McpOAuth::default(),
-        Some(value) => oauth(value, dialect, &mut expansion)?,
+        Some(value) => oauth(value, dialect, &mut expansion, path)?,
     };
     Ok(Some(McpServerConfig {
         transport,
@@ -495,9 +496,15 @@ fn resolve_entry(
 }
 
 /// `oauth:` of an http entry. Mew's files write `client_id`, `client_secret` (expanded, like
-/// the values of `headers`), `client_metadata_url`, `scopes` and `callback_port`; a
-/// `.mcp.json` writes Claude Code's `clientId` and `callbackPort`.
-fn oauth(value: &Value, dialect: Dialect, expansion: &mut Expansion) -> Result<McpOAuth, String> {
+/// the values of `headers`), `client_metadata_url`, `scopes`, `callback_port`, `grant`,
+/// `per_caller`, `private_key` and `signing_algorithm`, `assertion` or `assertion_file`,
+/// `idp` and `dpop`; a `.mcp.json` writes Claude Code's `clientId` and `callbackPort`.
+fn oauth(
+    value: &Value,
+    dialect: Dialect,
+    expansion: &mut Expansion,
+    path: &dyn Fn(&str, &Path) -> Result<PathBuf, String>,
+) -> Result<McpOAuth, String> {
     let Value::Mapping(map) = value else {
         return Err(
             "`oauth`: expected a mapping (client_id, client_secret, scopes, ...)".to_owned(),
@@ -515,6 +522,12 @@ fn oauth(value: &Value, dialect: Dialect, expansion: &mut Expansion) -> Result<M
                 "callback_port",
                 "grant",
                 "per_caller",
+                "private_key",
+                "signing_algorithm",
+                "assertion",
+                "assertion_file",
+                "idp",
+                "dpop",
             ],
         ),
         Dialect::ClaudeCode => ("clientId", "callbackPort", &["clientId", "callbackPort"]),
@@ -543,6 +556,11 @@ fn oauth(value: &Value, dialect: Dialect, expansion: &mut Expansion) -> Result<M
         }
         let name = format!("oauth.{key}");
         let what = format!("`{name}`");
+        let flag = |value: &Value| {
+            value
+                .as_bool()
+                .ok_or_else(|| format!("{what}: expected true or false"))
+        };
         if key == id_key {
             oauth.client_id = Some(text(&name, value)?);
         } else if key == port_key {
@@ -575,37 +593,150 @@ fn oauth(value: &Value, dialect: Dialect, expansion: &mut Expansion) -> Result<M
             oauth.scopes =
                 scopes.ok_or_else(|| format!("{what}: expected a list of scope names"))?;
         } else if key == "per_caller" {
-            oauth.per_caller = value
-                .as_bool()
-                .ok_or_else(|| format!("{what}: expected true or false"))?;
+            oauth.per_caller = flag(value)?;
+        } else if key == "dpop" {
+            oauth.dpop = flag(value)?;
         } else if key == "grant" {
             oauth.grant = match value.as_str() {
                 Some("authorization_code") => McpOAuthGrant::AuthorizationCode,
                 Some("client_credentials") => McpOAuthGrant::ClientCredentials,
+                Some("jwt_bearer") => McpOAuthGrant::JwtBearer,
+                Some("enterprise") => McpOAuthGrant::Enterprise,
                 _ => {
                     return Err(format!(
-                        "{what}: expected authorization_code or client_credentials"
+                        "{what}: expected authorization_code, client_credentials, jwt_bearer \
+                         or enterprise"
                     ));
                 }
             };
+        } else if key == "private_key" {
+            let pem = expansion.apply("headers", &what, text(&name, value)?)?;
+            if !pem.contains("-----BEGIN ") {
+                return Err(format!("{what}: expected a PEM private key"));
+            }
+            oauth.private_key = Some(pem);
+        } else if key == "signing_algorithm" {
+            let algorithm = text(&name, value)?;
+            if !SIGNING_ALGORITHMS.contains(&algorithm.as_str()) {
+                return Err(format!(
+                    "{what}: expected one of {}",
+                    SIGNING_ALGORITHMS.join(", ")
+                ));
+            }
+            oauth.signing_algorithm = Some(algorithm);
+        } else if key == "assertion" {
+            let token = expansion.apply("headers", &what, text(&name, value)?)?;
+            oauth.assertion = Some(McpSecretSource::Value(token));
+        } else if key == "assertion_file" {
+            let file = path(&name, Path::new(&text(&name, value)?))?;
+            oauth.assertion = Some(McpSecretSource::File(file));
+        } else if key == "idp" {
+            oauth.idp = Some(idp(value, expansion, path)?);
         }
+    }
+    if map.contains_key("assertion") && map.contains_key("assertion_file") {
+        return Err("`oauth`: give `assertion` or `assertion_file`, not both".to_owned());
     }
     if oauth.client_secret.is_some() && oauth.client_id.is_none() {
         return Err("`oauth.client_secret` needs the `client_id` it belongs to".to_owned());
     }
-    if oauth.per_caller && oauth.grant == McpOAuthGrant::ClientCredentials {
+    if oauth.per_caller && oauth.grant.is_unattended() {
         return Err(
-            "`oauth.per_caller` is for users who sign in; `grant: client_credentials` has none"
-                .to_owned(),
+            "`oauth.per_caller` is for users who sign in; this `grant` has no user".to_owned(),
         );
     }
-    if oauth.grant == McpOAuthGrant::ClientCredentials && oauth.client_secret.is_none() {
-        return Err(
-            "`oauth.grant: client_credentials` needs the client's `client_id` and `client_secret`"
-                .to_owned(),
-        );
+    let needs = |what: &str| Err(format!("`oauth.grant: {what}"));
+    match oauth.grant {
+        McpOAuthGrant::ClientCredentials
+            if oauth.client_id.is_none()
+                || oauth.client_secret.is_some() == oauth.private_key.is_some() =>
+        {
+            needs(
+                "client_credentials` needs the client's `client_id` and either its \
+                 `client_secret` or its `private_key`",
+            )
+        }
+        McpOAuthGrant::JwtBearer if oauth.assertion.is_none() => {
+            needs("jwt_bearer` needs the workload's token: `assertion` or `assertion_file`")
+        }
+        McpOAuthGrant::Enterprise if oauth.idp.is_none() || oauth.client_id.is_none() => needs(
+            "enterprise` needs `idp` and the `client_id` at the server's authorization server",
+        ),
+        _ => Ok(()),
+    }?;
+    if oauth.private_key.is_some() && oauth.grant != McpOAuthGrant::ClientCredentials {
+        return Err("`oauth.private_key` is for `grant: client_credentials`".to_owned());
     }
     Ok(oauth)
+}
+
+/// The algorithms of `oauth.signing_algorithm`.
+const SIGNING_ALGORITHMS: &[&str] = &[
+    "ES256", "ES384", "RS256", "RS384", "RS512", "PS256", "EdDSA",
+];
+
+/// `oauth.idp` (see [`McpIdp`]).
+fn idp(
+    value: &Value,
+    expansion: &mut Expansion,
+    path: &dyn Fn(&str, &Path) -> Result<PathBuf, String>,
+) -> Result<McpIdp, String> {
+    const KNOWN: &[&str] = &[
+        "issuer",
+        "token_endpoint",
+        "client_id",
+        "client_secret",
+        "id_token",
+        "id_token_file",
+    ];
+    let Value::Mapping(map) = value else {
+        return Err("`oauth.idp`: expected a mapping (issuer, token_endpoint, ...)".to_owned());
+    };
+    let mut fields = HashMap::new();
+    for (key, value) in map {
+        let key = key_name(key);
+        if !KNOWN.contains(&key.as_str()) {
+            return Err(format!(
+                "`oauth.idp.{key}` is not a setting (known: {})",
+                KNOWN.join(", ")
+            ));
+        }
+        fields.insert(key.clone(), text(&format!("oauth.idp.{key}"), value)?);
+    }
+    let mut take = |key: &str| fields.remove(key);
+    let required = |key: &str, value: Option<String>| {
+        value.ok_or_else(|| format!("`oauth.idp` needs `{key}`"))
+    };
+    let issuer = required("issuer", take("issuer"))?;
+    let token_endpoint = required("token_endpoint", take("token_endpoint"))?;
+    let url = reqwest::Url::parse(&token_endpoint)
+        .map_err(|err| format!("`oauth.idp.token_endpoint`: not a URL: {err}"))?;
+    let loopback = url
+        .host_str()
+        .is_some_and(|host| matches!(host, "localhost" | "127.0.0.1" | "[::1]"));
+    if url.scheme() != "https" && !(url.scheme() == "http" && loopback) {
+        return Err("`oauth.idp.token_endpoint`: expected an https URL".to_owned());
+    }
+    let client_id = required("client_id", take("client_id"))?;
+    let client_secret = take("client_secret")
+        .map(|secret| expansion.apply("headers", "`oauth.idp.client_secret`", secret))
+        .transpose()?;
+    let id_token = match (take("id_token"), take("id_token_file")) {
+        (Some(token), None) => {
+            McpSecretSource::Value(expansion.apply("headers", "`oauth.idp.id_token`", token)?)
+        }
+        (None, Some(file)) => {
+            McpSecretSource::File(path("oauth.idp.id_token_file", Path::new(&file))?)
+        }
+        _ => return Err("`oauth.idp` needs `id_token` or `id_token_file`".to_owned()),
+    };
+    Ok(McpIdp {
+        issuer,
+        token_endpoint,
+        client_id,
+        client_secret,
+        id_token,
+    })
 }
 
 /// `${VAR}` in the values of one entry, expanded by its dialect's rules (see [`Dialect`]).

@@ -1150,6 +1150,7 @@ fn oauth_settings_are_read_in_both_dialects_and_the_secret_is_masked() {
             callback_port: Some(8765),
             grant: mcp::McpOAuthGrant::AuthorizationCode,
             per_caller: true,
+            ..Default::default()
         }
     );
     assert_eq!(
@@ -1203,12 +1204,12 @@ fn bad_oauth_settings_skip_the_entry_with_a_reason() {
     );
     assert!(reason("b").contains("a port number"), "{}", reason("b"));
     assert!(
-        reason("g").contains("needs the client's `client_id` and `client_secret`"),
+        reason("g").contains("needs the client's `client_id` and either its `client_secret`"),
         "{}",
         reason("g")
     );
     assert!(
-        reason("h").contains("authorization_code or client_credentials"),
+        reason("h").contains("authorization_code, client_credentials, jwt_bearer or enterprise"),
         "{}",
         reason("h")
     );
@@ -1233,4 +1234,105 @@ fn bad_oauth_settings_skip_the_entry_with_a_reason() {
         "{}",
         reason("f")
     );
+}
+
+#[test]
+fn unattended_grants_read_their_keys_tokens_and_identity_provider() {
+    let dirs = Dirs::new();
+    let token_file = dirs.project().join("workload.jwt");
+    std::fs::write(&token_file, "eyJ.workload.token\n").unwrap();
+    dirs.project_file(
+        "mcp_servers:\n\
+         \x20 signed:\n\
+         \x20   url: https://a.example/mcp\n\
+         \x20   oauth: {client_id: bot, private_key: '${BOT_KEY}', signing_algorithm: ES384, grant: client_credentials}\n\
+         \x20 workload:\n\
+         \x20   url: https://b.example/mcp\n\
+         \x20   oauth: {assertion_file: workload.jwt, grant: jwt_bearer, dpop: true}\n\
+         \x20 sso:\n\
+         \x20   url: https://c.example/mcp\n\
+         \x20   oauth:\n\
+         \x20     client_id: mew\n\
+         \x20     client_secret: s\n\
+         \x20     grant: enterprise\n\
+         \x20     idp: {issuer: 'https://idp.example', token_endpoint: 'https://idp.example/token', client_id: mew-idp, id_token: '${ID_TOKEN}'}\n",
+    );
+    let key = "-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n";
+    let config = dirs.resolve_with(&[("BOT_KEY", key), ("ID_TOKEN", "eyJ.id.token")]);
+    assert!(config.mcp_problems.is_empty(), "{:?}", config.mcp_problems);
+    let signed = &config.mcp_servers["signed"].oauth;
+    assert_eq!(signed.private_key.as_deref(), Some(key));
+    assert_eq!(signed.signing_algorithm.as_deref(), Some("ES384"));
+    let workload = &config.mcp_servers["workload"].oauth;
+    assert_eq!(workload.grant, mcp::McpOAuthGrant::JwtBearer);
+    assert!(workload.dpop);
+    let assertion = workload.assertion.as_ref().unwrap();
+    assert_eq!(assertion, &mcp::McpSecretSource::File(token_file.clone()));
+    assert_eq!(
+        assertion.read().unwrap(),
+        "eyJ.workload.token",
+        "read and trimmed"
+    );
+    let sso = &config.mcp_servers["sso"].oauth;
+    let idp = sso.idp.as_ref().unwrap();
+    assert_eq!(idp.token_endpoint, "https://idp.example/token");
+    assert_eq!(idp.client_id, "mew-idp");
+    assert_eq!(idp.id_token.read().unwrap(), "eyJ.id.token");
+    // Keys and tokens are never shown.
+    for name in ["signed", "sso"] {
+        let shown = serde_json::to_string(&config.mcp_servers[name]).unwrap();
+        let debug = format!("{:?}", config.mcp_servers[name]);
+        for secret in ["MIGH", "eyJ.id.token"] {
+            assert!(!shown.contains(secret), "{shown}");
+            assert!(!debug.contains(secret), "{debug}");
+        }
+    }
+    assert!(
+        serde_json::to_string(workload)
+            .unwrap()
+            .contains("workload.jwt"),
+        "a file is shown by its path"
+    );
+}
+
+#[test]
+fn bad_unattended_grant_settings_skip_the_entry_with_a_reason() {
+    let dirs = Dirs::new();
+    dirs.project_file(
+        "mcp_servers:\n\
+         \x20 a: {url: 'https://a/mcp', oauth: {client_id: x, private_key: 'not pem', grant: client_credentials}}\n\
+         \x20 b: {url: 'https://b/mcp', oauth: {client_id: x, client_secret: y, private_key: '-----BEGIN PRIVATE KEY-----', grant: client_credentials}}\n\
+         \x20 c: {url: 'https://c/mcp', oauth: {grant: jwt_bearer}}\n\
+         \x20 d: {url: 'https://d/mcp', oauth: {client_id: x, grant: enterprise}}\n\
+         \x20 e: {url: 'https://e/mcp', oauth: {client_id: x, grant: enterprise, idp: {issuer: i, token_endpoint: 'http://idp.example/token', client_id: c, id_token: t}}}\n\
+         \x20 f: {url: 'https://f/mcp', oauth: {client_id: x, grant: enterprise, idp: {issuer: i, token_endpoint: 'https://idp/token', client_id: c}}}\n\
+         \x20 g: {url: 'https://g/mcp', oauth: {client_id: x, private_key: '-----BEGIN PRIVATE KEY-----', signing_algorithm: HS256, grant: client_credentials}}\n\
+         \x20 h: {url: 'https://h/mcp', oauth: {assertion: t, assertion_file: f, grant: jwt_bearer}}\n\
+         \x20 i: {url: 'https://i/mcp', oauth: {assertion: t, grant: jwt_bearer, per_caller: true}}\n",
+    );
+    let problems = problems(&dirs.resolve());
+    let reason = |server: &str| {
+        problems
+            .iter()
+            .find(|(name, _)| name == server)
+            .map(|(_, message)| message.clone())
+            .unwrap_or_else(|| panic!("{server} was not skipped: {problems:?}"))
+    };
+    for (server, expected) in [
+        ("a", "expected a PEM private key"),
+        ("b", "either its `client_secret` or its `private_key`"),
+        ("c", "needs the workload's token"),
+        ("d", "needs `idp`"),
+        ("e", "expected an https URL"),
+        ("f", "needs `id_token` or `id_token_file`"),
+        ("g", "expected one of ES256"),
+        ("h", "not both"),
+        ("i", "this `grant` has no user"),
+    ] {
+        assert!(
+            reason(server).contains(expected),
+            "{server}: {}",
+            reason(server)
+        );
+    }
 }

@@ -79,6 +79,8 @@ struct Shared {
     generation: u64,
     tools: Vec<Arc<dyn Tool>>,
     skipped: Vec<String>,
+    /// The skills the server lists (see [`super::skills`]).
+    skills: Arc<Vec<rmcp::model::Skill>>,
     protocol: Option<String>,
     /// The server spoke a version of the `initialize` era: its next connection starts there.
     spoke_initialize: bool,
@@ -364,6 +366,7 @@ impl McpClient {
                 connection: None,
                 generation: 0,
                 tools: Vec::new(),
+                skills: Arc::default(),
                 skipped: Vec::new(),
                 protocol: None,
                 spoke_initialize: false,
@@ -433,6 +436,50 @@ impl McpClient {
             }
         }
         Ok(client)
+    }
+
+    /// The skills the server lists while it is connected (see [`super::skills`]).
+    pub(super) fn skills(&self) -> Arc<Vec<rmcp::model::Skill>> {
+        let shared = self.shared();
+        match shared.state {
+            ServerState::Connected | ServerState::Restarting => shared.skills.clone(),
+            ServerState::Connecting | ServerState::Failed | ServerState::Stopped => Arc::default(),
+        }
+    }
+
+    /// Reads the file `uri` of the listed skill `name`, verified (see [`super::skills::read`]);
+    /// `SKILL.md` is also checked for its frontmatter, and comes back as text.
+    pub(super) async fn skill_file(
+        &self,
+        name: &str,
+        path: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Result<(rmcp::model::Skill, Vec<u8>), String> {
+        let skill = self
+            .skills()
+            .iter()
+            .find(|skill| skill.name() == name)
+            .cloned()
+            .ok_or_else(|| format!("the MCP server {} lists no skill {name}", self.name))?;
+        let connection = self.live_connection(cancel).await?;
+        let reading = async {
+            match path {
+                None => super::skills::load(connection.peer(), &skill)
+                    .await
+                    .map(String::into_bytes),
+                Some(path) => {
+                    let uri = super::skills::file_uri(&skill, path)?;
+                    super::skills::read(connection.peer(), &skill, &uri).await
+                }
+            }
+        };
+        let bytes = tokio::select! {
+            read = tokio::time::timeout(self.config.call_timeout, reading) => read
+                .map_err(|_| format!("the MCP server {} did not answer within {:?}", self.name, self.config.call_timeout))??,
+            () = cancel.cancelled() => return Err("the task was cancelled".to_owned()),
+            () = self.stopping.cancelled() => return Err(self.stopped()),
+        };
+        Ok((skill, bytes))
     }
 
     /// Whether the server is connected now.
@@ -556,7 +603,7 @@ impl McpClient {
             result = attempt => result?,
             () = self.stopping.cancelled() => return Err("the node is shutting down".to_owned()),
         };
-        let (tools, skipped) = adapt(&self.me, &self.name, &self.config, listed);
+        let (tools, skipped) = adapt(&self.me, &self.name, &self.config, listed.tools);
         let mut shared = self.shared();
         if shared.state == ServerState::Stopped {
             return Err("the node is shutting down".to_owned());
@@ -573,6 +620,7 @@ impl McpClient {
         shared.connection = Some(Arc::new(connection));
         shared.tools = tools;
         shared.skipped = skipped;
+        shared.skills = Arc::new(listed.skills);
         shared.state = ServerState::Connected;
         drop(shared);
         self.announce();
@@ -821,10 +869,10 @@ impl McpClient {
             span.clone(),
         )
         .await;
-        // A client credentials token that ran out: a new connection gets a new one, and the
-        // call is made once more.
+        // A token of an unattended grant that ran out: a new connection gets a new one, and
+        // the call is made once more.
         if output.is_error
-            && self.config.oauth.grant == McpOAuthGrant::ClientCredentials
+            && self.config.oauth.grant.is_unattended()
             && output
                 .text_content()
                 .contains(super::ASKS_FOR_AUTHORIZATION)

@@ -186,6 +186,11 @@ impl ClientHandler for Handler {
                 serde_json::json!({"form": {}, "url": {}}),
             );
         }
+        // Skills (SEP-2640): listed when the server offers them, read when a role loads one.
+        capabilities.insert(
+            "extensions".into(),
+            serde_json::json!({ rmcp::model::SKILLS_EXTENSION_ID: {} }),
+        );
         let capabilities: ClientCapabilities =
             serde_json::from_value(serde_json::Value::Object(capabilities)).unwrap_or_default();
         ClientConfig::new(
@@ -523,7 +528,7 @@ pub(super) async fn connect(
     handler: Handler,
     limit: Duration,
     spoke_initialize: bool,
-) -> Result<(Connection, Vec<ListedTool>), String> {
+) -> Result<(Connection, Listed), String> {
     let start = Instant::now();
     let mode = match config.protocol {
         McpProtocol::Initialize => Mode::Initialize,
@@ -551,7 +556,7 @@ async fn open(
     handler: Handler,
     mode: Mode,
     limit: Duration,
-) -> Result<(Connection, Vec<ListedTool>), Failure> {
+) -> Result<(Connection, Listed), Failure> {
     let start = Instant::now();
     let (endpoint, session) = match &config.transport {
         McpTransport::Stdio {
@@ -651,9 +656,28 @@ async fn open(
             return Err(Failure::Other(connection.endpoint.explain(&why)));
         }
     };
+    // Skills are listed, never read, on connecting (see `skills`); a list that fails leaves
+    // the server without skills, not without a connection.
+    let mut skills = Vec::new();
+    if super::skills::offered(&connection.peer) {
+        let left = limit.saturating_sub(start.elapsed());
+        match tokio::time::timeout(left, super::skills::list(name, &connection.peer)).await {
+            Ok(Ok(listed)) => skills = listed,
+            Ok(Err(why)) => tracing::warn!(server = name, "{why}"),
+            Err(_elapsed) => tracing::warn!(server = name, "no skill list within {limit:?}"),
+        }
+    }
     let left = limit.saturating_sub(start.elapsed()).min(LISTEN_LIMIT);
     connection.listener = listen_for_changes(&connection.peer, &handler, left).await;
-    Ok((connection, tools))
+    Ok((connection, Listed { tools, skills }))
+}
+
+/// What a new connection's server offers.
+pub(super) struct Listed {
+    /// Its tools.
+    pub(super) tools: Vec<ListedTool>,
+    /// Its skills (the skills extension), listed, not read.
+    pub(super) skills: Vec<rmcp::model::Skill>,
 }
 
 /// The SDK's handshake of `mode`.
@@ -826,7 +850,7 @@ async fn authorization(
                 McpOAuthGrant::AuthorizationCode => {
                     super::oauth::manager(url, entry, &config.oauth).await
                 }
-                McpOAuthGrant::ClientCredentials => {
+                McpOAuthGrant::ClientCredentials if config.oauth.private_key.is_none() => {
                     super::oauth::client_credentials(
                         url,
                         entry,
@@ -834,6 +858,10 @@ async fn authorization(
                         config.connect_timeout,
                     )
                     .await
+                }
+                _ => {
+                    super::grants::unattended(url, entry, &config.oauth, config.connect_timeout)
+                        .await
                 }
             }
             .map_err(failed)

@@ -67,9 +67,11 @@
 mod client;
 mod connect;
 mod content;
+mod grants;
 mod http;
 mod news;
 pub(crate) mod oauth;
+pub(crate) mod skills;
 mod stderr;
 mod tool;
 
@@ -166,6 +168,48 @@ pub(crate) struct ServerStatus {
     pub(crate) undefined_vars: Vec<String>,
 }
 
+/// A skill an MCP server lists.
+#[derive(Debug, Clone)]
+pub(crate) struct McpSkill {
+    /// The server.
+    pub(crate) server: String,
+    /// Its listing.
+    pub(crate) skill: rmcp::model::Skill,
+}
+
+impl McpSkill {
+    /// Its name among a role's skills: `SERVER:NAME`.
+    pub(crate) fn name(&self) -> String {
+        format!("{}:{}", self.server, self.skill.name())
+    }
+
+    /// Its description, as listed.
+    pub(crate) fn description(&self) -> &str {
+        &self.skill.frontmatter.description
+    }
+
+    /// The paths of its files other than `SKILL.md`, relative to the skill, with their sizes;
+    /// `None` for a dynamic skill, whose files are not listed.
+    pub(crate) fn files(&self) -> Option<Vec<(String, u64)>> {
+        match &self.skill.resources {
+            rmcp::model::SkillResources::Files(files) => Some(
+                files
+                    .iter()
+                    .filter(|file| file.uri != self.skill.uri)
+                    .map(|file| {
+                        let path = file
+                            .uri
+                            .strip_prefix(skills::base(&self.skill))
+                            .unwrap_or(&file.uri);
+                        (path.to_owned(), file.size)
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+}
+
 /// The MCP servers of the configuration, and their tools.
 pub(crate) struct McpManager {
     /// By name.
@@ -243,6 +287,60 @@ impl McpManager {
             .collect();
         tools.sort_by(|a, b| a.name().cmp(b.name()));
         tools
+    }
+
+    /// The skills the connected servers list, as the tasks of `principal` see them (as
+    /// [`Self::tools_for`]), sorted by server and name.
+    pub(crate) fn skills_for(&self, principal: Option<&str>) -> Vec<McpSkill> {
+        self.servers
+            .iter()
+            .flat_map(|server| {
+                let own = principal
+                    .and_then(|principal| server.caller(principal))
+                    .filter(|client| client.is_connected());
+                let skills = match own {
+                    Some(client) => client.skills(),
+                    None => server.skills(),
+                };
+                skills
+                    .iter()
+                    .map(|skill| McpSkill {
+                        server: server.name().to_owned(),
+                        skill: skill.clone(),
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Reads `path` (`None`: `SKILL.md`, whose frontmatter is checked as well) of the skill
+    /// `name` of `server`, through the session of `principal` when it has one; verified
+    /// against the listing (see [`skills`]).
+    pub(crate) async fn skill_file(
+        &self,
+        server: &str,
+        name: &str,
+        path: Option<&str>,
+        principal: Option<&str>,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<(McpSkill, Vec<u8>), String> {
+        let client = self
+            .servers
+            .iter()
+            .find(|client| client.name() == server)
+            .ok_or_else(|| format!("there is no MCP server {server}"))?;
+        let client = principal
+            .and_then(|principal| client.caller(principal))
+            .filter(|client| client.is_connected())
+            .unwrap_or_else(|| client.clone());
+        let (skill, bytes) = client.skill_file(name, path, cancel).await?;
+        Ok((
+            McpSkill {
+                server: server.to_owned(),
+                skill,
+            },
+            bytes,
+        ))
     }
 
     /// The last authorization challenge (`WWW-Authenticate` of a 401 or 403) of the server

@@ -447,7 +447,7 @@ pub(crate) async fn revoke(
 
 /// A new authorization manager of the server at `url`, and its authorization server's
 /// metadata, discovered from `challenge` (the server's 401 or 403) or the well-known places.
-async fn discover(
+pub(super) async fn discover(
     url: &str,
     challenge: Option<&str>,
 ) -> Result<
@@ -473,7 +473,7 @@ async fn discover(
 }
 
 /// The HTTP client of Mew's own OAuth requests: bounded by `timeout`, no redirects.
-fn http_client(timeout: Duration) -> Result<reqwest::Client, String> {
+pub(super) fn http_client(timeout: Duration) -> Result<reqwest::Client, String> {
     reqwest::Client::builder()
         .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())

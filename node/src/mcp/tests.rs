@@ -1364,3 +1364,121 @@ async fn a_legacy_servers_question_during_a_call_keeps_the_call_waiting_for_the_
     );
     manager.shutdown(PATIENCE).await;
 }
+
+#[tokio::test]
+async fn a_servers_skills_are_listed_unread_then_read_verified_when_loaded() {
+    let project = Project::new();
+    let legacy = http_server(Protocol::Legacy).await;
+    let modern = http_server(Protocol::Modern).await;
+    let tampered = TestMcpServer::start_http_with(Options {
+        tampered_skill: true,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let manager = project
+        .start(vec![
+            ("legacy", http(legacy.url())),
+            ("modern", http(modern.url())),
+            ("tampered", http(tampered.url())),
+            ("stdio", stdio("both")),
+        ])
+        .await;
+    let mut listed: Vec<String> = manager
+        .skills_for(None)
+        .iter()
+        .map(|skill| skill.name())
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        [
+            "legacy:greeting-kit",
+            "modern:greeting-kit",
+            "stdio:greeting-kit",
+            "tampered:greeting-kit"
+        ]
+    );
+    let skill = &manager.skills_for(None)[0];
+    assert_eq!(skill.description(), "Greets people in the house style");
+    assert_eq!(
+        skill.files(),
+        Some(vec![(
+            "references/STYLE.md".to_owned(),
+            hermetic::STYLE_MD.len() as u64
+        )])
+    );
+    // Connecting and listing read nothing.
+    for server in [&legacy, &modern, &tampered] {
+        assert!(
+            server.server().reads().is_empty(),
+            "{:?}",
+            server.server().reads()
+        );
+    }
+
+    let cancel = tokio_util::sync::CancellationToken::new();
+    for (server, hermetic) in [("legacy", &legacy), ("modern", &modern)] {
+        let (_, text) = manager
+            .skill_file(server, "greeting-kit", None, None, &cancel)
+            .await
+            .unwrap();
+        assert_eq!(text, hermetic::SKILL_MD.as_bytes());
+        let (_, style) = manager
+            .skill_file(
+                server,
+                "greeting-kit",
+                Some("references/STYLE.md"),
+                None,
+                &cancel,
+            )
+            .await
+            .unwrap();
+        assert_eq!(style, hermetic::STYLE_MD.as_bytes());
+        let err = manager
+            .skill_file(
+                server,
+                "greeting-kit",
+                Some("../other/SKILL.md"),
+                None,
+                &cancel,
+            )
+            .await
+            .unwrap_err();
+        assert!(err.contains("is not a path in the skill"), "{err}");
+        let err = manager
+            .skill_file(server, "greeting-kit", Some("secret.md"), None, &cancel)
+            .await
+            .unwrap_err();
+        assert!(
+            err.contains("is not a file of the skill greeting-kit"),
+            "{err}"
+        );
+        // Only the listed files were asked for.
+        assert_eq!(
+            hermetic.server().reads(),
+            [hermetic::SKILL_URI, hermetic::STYLE_URI]
+        );
+    }
+    let (_, text) = manager
+        .skill_file("stdio", "greeting-kit", None, None, &cancel)
+        .await
+        .unwrap();
+    assert_eq!(text, hermetic::SKILL_MD.as_bytes());
+
+    // A SKILL.md that is not what the server listed is not used.
+    let err = manager
+        .skill_file("tampered", "greeting-kit", None, None, &cancel)
+        .await
+        .unwrap_err();
+    assert!(
+        err.contains("the manifest says") && err.contains("its content is not used"),
+        "{err}"
+    );
+    let err = manager
+        .skill_file("legacy", "no-such-skill", None, None, &cancel)
+        .await
+        .unwrap_err();
+    assert!(err.contains("lists no skill no-such-skill"), "{err}");
+    manager.shutdown(PATIENCE).await;
+}

@@ -86,6 +86,8 @@ pub(crate) enum SkillSource {
     Configured,
     /// An installed Claude Code plugin's `skills`.
     Plugin,
+    /// An MCP server (its skills extension): the files are the server's, read through it.
+    Mcp,
 }
 
 impl SkillSource {
@@ -96,6 +98,7 @@ impl SkillSource {
             Self::Project => "project",
             Self::Configured => "configured",
             Self::Plugin => "plugin",
+            Self::Mcp => "mcp",
         }
     }
 }
@@ -694,6 +697,7 @@ impl SkillCatalog {
     /// when there are none.
     ///
     /// [`render_disclosure`]: super::render::render_disclosure
+    #[cfg(test)] // the runner lists the MCP servers' skills with these
     pub(crate) fn disclosure(&self) -> Option<String> {
         super::render::render_disclosure(self.snapshot().skills().map(Arc::as_ref))
     }

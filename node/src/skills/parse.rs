@@ -308,6 +308,30 @@ pub(crate) fn parse_command(text: &str, name: &str) -> Result<ParsedSkill, Parse
     parse(text, Named::Command { name })
 }
 
+/// The frontmatter of a `SKILL.md` as written, as JSON: no defaults, no normalizing (the
+/// skills extension of MCP compares it with a server's listing of the skill). A file without
+/// frontmatter has an empty one.
+pub(crate) fn frontmatter_as_json(
+    text: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, ParseError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let after_blank_lines = skip_blank_lines(text);
+    let blank_lines = text[..text.len() - after_blank_lines.len()]
+        .matches('\n')
+        .count();
+    let map = match split_frontmatter(after_blank_lines) {
+        Ok((yaml, _)) => parse_mapping(yaml, blank_lines, &mut Vec::new())?,
+        Err(FrontmatterError::Missing) => Mapping::new(),
+        Err(err) => return Err(err.into()),
+    };
+    match serde_json::to_value(&map) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        _ => Err(ParseError::NotAMapping(
+            "a mapping whose keys are not all text".to_owned(),
+        )),
+    }
+}
+
 /// Where a file's name comes from.
 #[derive(Clone, Copy)]
 enum Named<'a> {

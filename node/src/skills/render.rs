@@ -12,7 +12,7 @@ use std::borrow::Borrow;
 
 use serde::{Deserialize, Serialize};
 
-use super::catalog::{Skill, SkillKind};
+use super::catalog::{Skill, SkillKind, SkillSource};
 use super::parse::is_valid_command_name;
 
 /// The placeholder replaced by the activation's arguments.
@@ -77,6 +77,8 @@ fn one_line(text: &str) -> String {
 pub(crate) fn render_body(skill: &Skill, args: &str) -> String {
     let args = args.trim();
     let mut out = match skill.kind {
+        // An MCP server's skill has no directory: its caller says where its files are.
+        SkillKind::Skill if skill.source == SkillSource::Mcp => String::new(),
         SkillKind::Skill => base_directory(skill),
         SkillKind::Command => String::new(),
     };

@@ -1,6 +1,6 @@
 //! The hermetic MCP server of `mew_tests::mcp`, over stdio or Streamable HTTP.
 //!
-//! Usage: `mcp-server [--protocol both|legacy|modern] [--http PORT]`. Without `--http` it
+//! Usage: `mcp-server [--protocol both|legacy|modern] [--tampered-skill] [--http PORT]`. Without `--http` it
 //! speaks MCP on stdin and stdout (and `crash` ends the process); with it, it serves
 //! `http://127.0.0.1:PORT/mcp` (0: a free port) and prints `READY <url>`.
 
@@ -22,6 +22,7 @@ async fn main() -> anyhow::Result<()> {
                 let value = args.next().context("--protocol needs a value")?;
                 options.protocol = Protocol::parse(&value)?;
             }
+            "--tampered-skill" => options.tampered_skill = true,
             "--http" => {
                 let value = args.next().context("--http needs a port")?;
                 http_port = Some(value.parse::<u16>().context("--http needs a port")?);

@@ -5,7 +5,8 @@
 //! and runs `tests/peers/mcp_conformance_client.py`, which drives the real `mew` binary
 //! (`mew mcp tools`, `mew mcp call`, with `--login` and `--answer`) against them.
 //!
-//! The client credentials extension (`auth/client-credentials-basic`) runs as well.
+//! The client scenarios of extensions (unattended grants, DPoP, skills) run as well, each on
+//! its own.
 //!
 //! The suite's own verdict decides, with `tests/peers/mcp-conformance/expected-failures.yaml`
 //! as its baseline: a scenario that fails and is not listed fails the test, and so does a
@@ -170,12 +171,59 @@ async fn the_official_conformance_suites_client_scenarios_pass_for_both_revision
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_client_credentials_extension_scenario_passes() {
-    // An extension the requirement sets leave out: machine use with the client's own
-    // credentials (`oauth.grant: client_credentials`), sent with HTTP Basic as the
-    // authorization server asks.
-    run_suite(["--scenario", "auth/client-credentials-basic"])
+/// The client scenarios of extensions, which the requirement sets leave out, as the suite
+/// lists them (`list --client`: the lines marked `[extension]`).
+async fn extension_scenarios() -> anyhow::Result<Vec<String>> {
+    let suite = suite_dir().join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let output = command(node().await?)
+        .arg(&suite)
+        .args(["list", "--client"])
+        .env("NO_COLOR", "1")
+        .output()
         .await
-        .unwrap();
+        .context("cannot list the MCP conformance suite's scenarios")?;
+    ensure!(
+        output.status.success(),
+        "the suite cannot list its scenarios"
+    );
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim().strip_prefix("- ")?;
+            let (name, marks) = line.split_once(' ')?;
+            (marks.trim() == "[extension]").then(|| name.to_owned())
+        })
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_extension_scenario_for_clients_passes() {
+    // Extensions the requirement sets leave out: the unattended grants (client credentials
+    // with a secret or a signed assertion, a workload's identity token, an enterprise
+    // identity provider's ID token), proof of possession (DPoP), and skills.
+    let scenarios = extension_scenarios().await.unwrap();
+    for expected in [
+        "auth/client-credentials-basic",
+        "auth/client-credentials-jwt",
+        "auth/wif-jwt-bearer",
+        "auth/enterprise-managed-authorization",
+        "auth/dpop",
+        "auth/dpop-nonce",
+        "sep-2640-client-no-prefetch",
+        "sep-2640-client-verify-digest",
+        "sep-2640-client-verify-size",
+        "sep-2640-client-verify-frontmatter",
+    ] {
+        assert!(
+            scenarios.iter().any(|name| name == expected),
+            "{expected} is not among the suite's extension scenarios: {scenarios:?}"
+        );
+    }
+    let mut failed = Vec::new();
+    for scenario in &scenarios {
+        if let Err(err) = run_suite(["--scenario", scenario]).await {
+            failed.push(format!("{scenario}: {err:#}"));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }

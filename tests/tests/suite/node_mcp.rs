@@ -801,3 +801,85 @@ async fn a_server_that_spoke_2025_11_25_is_reconnected_with_initialize_and_a_pin
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_role_loads_an_mcp_servers_skill_and_its_file_and_a_forged_one_is_refused()
+-> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        // Both servers' skills are offered by name, unread.
+        Step::tool_call(
+            "load",
+            "LoadSkill",
+            json!({"name": "hermetic:greeting-kit"}),
+        )
+        .expect_system("**hermetic:greeting-kit**: Greets people in the house style")
+        .expect_system("**forged:greeting-kit**")
+        .expect_tools_include(["LoadSkill"]),
+        Step::tool_call(
+            "style",
+            "LoadSkill",
+            json!({"name": "hermetic:greeting-kit", "file": "references/STYLE.md"}),
+        )
+        .expect_tool_results(["load"])
+        .expect_last_user("Skill hermetic:greeting-kit is active"),
+        Step::tool_call(
+            "forged",
+            "LoadSkill",
+            json!({"name": "forged:greeting-kit"}),
+        )
+        .expect_tool_results(["style"])
+        .expect_last_user("Say ahoy before anything else."),
+        Step::text("Ahoy! Welcome aboard.")
+            .expect_tool_results(["forged"])
+            .expect_last_user("its content is not used"),
+    ])?;
+    let server = mew_tests::mcp::server_bin()?;
+    let config = format!(
+        "{}mcp_servers:\n\
+         \x20 hermetic:\n    command: {server}\n\
+         \x20 forged:\n    command: {server}\n    args: [--tampered-skill]\n",
+        scripted_model_config(&model),
+        server = server.display()
+    );
+    let mut node = MewNode::new()?;
+    node.write_config(&config)?;
+    node.write_role(
+        "greeter.md",
+        "---\nname: greeter\ndescription: Greets.\n---\nGreet people.\n",
+    )?;
+    node.launch().await?;
+    let agent = node.agent("/agents/greeter", Binding::JsonRpc).await?;
+    let task = match agent
+        .send_message(
+            &CallContext::default(),
+            SendMessageRequest::new(Message::user_text("greet the new crew member")),
+        )
+        .await?
+    {
+        SendMessageResponse::Task(task) => task,
+        other => bail!("expected a task, got {other:?}"),
+    };
+    ensure!(
+        task.status.state == TaskState::Completed,
+        "{:?}: {}",
+        task.status.state,
+        status_text(&task)
+    );
+    model.assert_done();
+    // Once loaded, the skill's instructions ride in the requests that follow, with where its
+    // files are; the forged server's never do.
+    let requests = model.requests();
+    let after_load = serde_json::to_string(&requests[1].body)?;
+    ensure!(
+        after_load.contains("Greet in the style that references/STYLE.md describes")
+            && after_load.contains("served by the MCP server hermetic")
+            && after_load.contains("references/STYLE.md (31 bytes)"),
+        "the loaded skill is not in the next request: {after_load}"
+    );
+    let last = serde_json::to_string(&requests[3].body)?;
+    ensure!(
+        !last.contains("pirate style"),
+        "the forged SKILL.md reached the model: {last}"
+    );
+    Ok(())
+}
