@@ -593,12 +593,14 @@ async fn open(
                 check_url(url).map_err(Failure::Other)?;
                 let auth =
                     authorization(name, url, config, ctx, handler.principal.as_deref()).await;
+                let (auth, dpop) = auth?;
                 let transport = http_transport(
                     url,
                     headers,
                     config.connect_timeout,
-                    auth?,
+                    auth,
                     handler.challenge.clone(),
+                    dpop,
                 )
                 .map_err(Failure::Other)?;
                 handshake(handler.clone(), transport, mode)
@@ -831,16 +833,16 @@ fn spawn(
 use super::ASKS_FOR_AUTHORIZATION;
 
 /// The authorization of the connection to the http server `name` at `url`: the stored OAuth
-/// tokens of `principal` (`None`: the node's) for it, when there are (see [`super::oauth`]);
-/// with none, requests go out
-/// without a token and a 401 fails the connection with [`ASKS_FOR_AUTHORIZATION`].
+/// tokens of `principal` (`None`: the node's) for it, when there are (see [`super::oauth`]),
+/// with the DPoP key they are bound to, if they are; with none, requests go out without a
+/// token and a 401 fails the connection with [`ASKS_FOR_AUTHORIZATION`].
 async fn authorization(
     name: &str,
     url: &str,
     config: &McpServerConfig,
     ctx: &McpContext,
     principal: Option<&str>,
-) -> Result<AuthorizationManager, Failure> {
+) -> Result<(AuthorizationManager, Option<Arc<super::dpop::DpopKey>>), Failure> {
     let failed = |why: String| Failure::Other(format!("OAuth: {why}"));
     match &ctx.vault {
         Some(vault) => {
@@ -848,7 +850,11 @@ async fn authorization(
             let entry = vault.entry(name, url, principal);
             match config.oauth.grant {
                 McpOAuthGrant::AuthorizationCode => {
-                    super::oauth::manager(url, entry, &config.oauth).await
+                    let dpop =
+                        super::oauth::dpop_key(&entry, &config.oauth, None).map_err(failed)?;
+                    super::oauth::manager(url, entry, &config.oauth, dpop.clone())
+                        .await
+                        .map(|manager| (manager, dpop))
                 }
                 McpOAuthGrant::ClientCredentials if config.oauth.private_key.is_none() => {
                     super::oauth::client_credentials(
@@ -858,28 +864,31 @@ async fn authorization(
                         config.connect_timeout,
                     )
                     .await
+                    .map(|manager| (manager, None))
                 }
-                _ => {
-                    super::grants::unattended(url, entry, &config.oauth, config.connect_timeout)
-                        .await
-                }
+                _ => super::grants::unattended(url, entry, &config.oauth, config.connect_timeout)
+                    .await
+                    .map(|manager| (manager, None)),
             }
             .map_err(failed)
         }
         None => AuthorizationManager::new(url)
             .await
+            .map(|manager| (manager, None))
             .map_err(|err| failed(chain(&err))),
     }
 }
 
 /// The Streamable HTTP transport to `url`, sending `headers` with every request and the
-/// OAuth token of `auth` when it has one.
+/// OAuth token of `auth` when it has one (as a DPoP-bound token with proofs of `dpop`, when
+/// given).
 fn http_transport(
     url: &str,
     headers: &BTreeMap<String, String>,
     connect_timeout: Duration,
     auth: AuthorizationManager,
     challenge: super::http::Challenge,
+    dpop: Option<Arc<super::dpop::DpopKey>>,
 ) -> Result<StreamableHttpClientTransport<AuthClient<HttpClient>>, String> {
     check_url(url)?;
     let mut custom = HashMap::new();
@@ -903,8 +912,16 @@ fn http_transport(
         .build()
         .map_err(|err| format!("cannot set up the HTTP client: {}", chain(&err)))?;
     let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom);
+    let dpop = dpop.map(|key| Arc::new(super::dpop::DpopState::new(key)));
     Ok(StreamableHttpClientTransport::with_client(
-        AuthClient::new(HttpClient { client, challenge }, auth),
+        AuthClient::new(
+            HttpClient {
+                client,
+                challenge,
+                dpop,
+            },
+            auth,
+        ),
         config,
     ))
 }

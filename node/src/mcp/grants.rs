@@ -49,7 +49,7 @@ pub(super) async fn unattended(
     timeout: Duration,
 ) -> Result<AuthorizationManager, String> {
     let challenge = challenge(url, timeout).await?;
-    let (mut manager, metadata) = discover(url, challenge.as_deref()).await?;
+    let (mut manager, metadata) = discover(url, challenge.as_deref(), None).await?;
     let scopes = scopes(oauth, challenge.as_deref(), url);
     let (client_id, answer) = match oauth.grant {
         McpOAuthGrant::ClientCredentials => {

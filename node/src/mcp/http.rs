@@ -24,11 +24,13 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::Sse;
 
 /// reqwest, with id-less errors placed (see the module docs), keeping the server's last
-/// authorization challenge.
+/// authorization challenge; with `dpop`, the token goes as a DPoP-bound one.
 #[derive(Clone)]
 pub(super) struct HttpClient {
     pub(super) client: reqwest::Client,
     pub(super) challenge: Challenge,
+    /// The key the connection's tokens are bound to, and the server's last nonce.
+    pub(super) dpop: Option<Arc<super::dpop::DpopState>>,
 }
 
 /// The `WWW-Authenticate` header of a server's last 401 or 403, kept for a new authorization
@@ -59,6 +61,54 @@ impl Challenge {
 }
 
 type PostResult = Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>;
+type Headers = HashMap<HeaderName, HeaderValue>;
+
+impl HttpClient {
+    /// Sends a request with `send`, given the authorization header the SDK's client should
+    /// send (the token, as `Bearer`) and the other headers. With DPoP, the token goes instead
+    /// as `Authorization: DPoP` with a fresh proof for `method` and `uri` (and the server's
+    /// nonce); a server that answers asking for a (new) nonce gets its nonce learned and the
+    /// request once more.
+    async fn send<T, F, Fut>(
+        &self,
+        method: &str,
+        uri: &str,
+        session_id: Option<&str>,
+        auth_header: Option<String>,
+        headers: Headers,
+        send: F,
+    ) -> Result<T, StreamableHttpError<reqwest::Error>>
+    where
+        F: Fn(Option<String>, Headers) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StreamableHttpError<reqwest::Error>>>,
+    {
+        let (Some(dpop), Some(token)) = (&self.dpop, auth_header.as_deref()) else {
+            return send(auth_header, headers).await;
+        };
+        let bound = |mut headers: Headers| {
+            let proof = dpop.request_headers(method, uri, token).map_err(|why| {
+                StreamableHttpError::Auth(rmcp::transport::auth::AuthError::InternalError(why))
+            })?;
+            headers.extend(proof);
+            Ok::<_, StreamableHttpError<reqwest::Error>>(headers)
+        };
+        let result = send(None, bound(headers.clone())?).await;
+        match &result {
+            Err(err)
+                if err
+                    .auth_challenge()
+                    .is_some_and(super::dpop::asks_for_nonce)
+                    && dpop
+                        .learn_resource_nonce(&self.client, uri, token, session_id)
+                        .await
+                        .is_some() =>
+            {
+                send(None, bound(headers)?).await
+            }
+            _ => result,
+        }
+    }
+}
 type StreamResult =
     Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<reqwest::Error>>;
 
@@ -141,9 +191,24 @@ impl StreamableHttpClient for HttpClient {
         let id = request_id(&message);
         let in_session = session_id.is_some();
         let custom_headers = with_trace_headers(&message, custom_headers);
+        let session = session_id.as_deref().map(str::to_owned);
         let response = self
-            .client
-            .post_message(uri, message, session_id, auth_header, custom_headers)
+            .send(
+                "POST",
+                &uri,
+                session.as_deref(),
+                auth_header,
+                custom_headers,
+                |auth, headers| {
+                    self.client.post_message(
+                        uri.clone(),
+                        message.clone(),
+                        session_id.clone(),
+                        auth,
+                        headers,
+                    )
+                },
+            )
             .await;
         self.challenge.keep(&response);
         place(id, in_session, response)
@@ -161,15 +226,24 @@ impl StreamableHttpClient for HttpClient {
         let id = request_id(&message);
         let in_session = session_id.is_some();
         let custom_headers = with_trace_headers(&message, custom_headers);
+        let session = session_id.as_deref().map(str::to_owned);
         let response = self
-            .client
-            .post_message_with_max_sse_event_size(
-                uri,
-                message,
-                session_id,
+            .send(
+                "POST",
+                &uri,
+                session.as_deref(),
                 auth_header,
                 custom_headers,
-                max_sse_event_size,
+                |auth, headers| {
+                    self.client.post_message_with_max_sse_event_size(
+                        uri.clone(),
+                        message.clone(),
+                        session_id.clone(),
+                        auth,
+                        headers,
+                        max_sse_event_size,
+                    )
+                },
             )
             .await;
         self.challenge.keep(&response);
@@ -188,15 +262,24 @@ impl StreamableHttpClient for HttpClient {
         let id = request_id(&message);
         let in_session = session_id.is_some();
         let custom_headers = with_trace_headers(&message, custom_headers);
+        let session = session_id.as_deref().map(str::to_owned);
         let response = self
-            .client
-            .post_message_with_response_limits(
-                uri,
-                message,
-                session_id,
+            .send(
+                "POST",
+                &uri,
+                session.as_deref(),
                 auth_header,
                 custom_headers,
-                limits,
+                |auth, headers| {
+                    self.client.post_message_with_response_limits(
+                        uri.clone(),
+                        message.clone(),
+                        session_id.clone(),
+                        auth,
+                        headers,
+                        limits,
+                    )
+                },
             )
             .await;
         self.challenge.keep(&response);
@@ -210,9 +293,19 @@ impl StreamableHttpClient for HttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<reqwest::Error>> {
-        self.client
-            .delete_session(uri, session_id, auth_header, custom_headers)
-            .await
+        let session = session_id.to_string();
+        self.send(
+            "DELETE",
+            &uri,
+            Some(&session),
+            auth_header,
+            custom_headers,
+            |auth, headers| {
+                self.client
+                    .delete_session(uri.clone(), session_id.clone(), auth, headers)
+            },
+        )
+        .await
     }
 
     async fn get_stream(
@@ -223,9 +316,24 @@ impl StreamableHttpClient for HttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> StreamResult {
-        self.client
-            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await
+        let session = session_id.as_deref().map(str::to_owned);
+        self.send(
+            "GET",
+            &uri,
+            session.as_deref(),
+            auth_header,
+            custom_headers,
+            |auth, headers| {
+                self.client.get_stream(
+                    uri.clone(),
+                    session_id.clone(),
+                    last_event_id.clone(),
+                    auth,
+                    headers,
+                )
+            },
+        )
+        .await
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -237,16 +345,25 @@ impl StreamableHttpClient for HttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> StreamResult {
-        self.client
-            .get_stream_with_max_sse_event_size(
-                uri,
-                session_id,
-                last_event_id,
-                auth_header,
-                custom_headers,
-                max_sse_event_size,
-            )
-            .await
+        let session = session_id.as_deref().map(str::to_owned);
+        self.send(
+            "GET",
+            &uri,
+            session.as_deref(),
+            auth_header,
+            custom_headers,
+            |auth, headers| {
+                self.client.get_stream_with_max_sse_event_size(
+                    uri.clone(),
+                    session_id.clone(),
+                    last_event_id.clone(),
+                    auth,
+                    headers,
+                    max_sse_event_size,
+                )
+            },
+        )
+        .await
     }
 }
 

@@ -67,6 +67,7 @@
 mod client;
 mod connect;
 mod content;
+mod dpop;
 mod grants;
 mod http;
 mod news;

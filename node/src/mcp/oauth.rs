@@ -155,7 +155,14 @@ impl Vault {
         principal: &str,
     ) -> io::Result<Option<StoredCredentials>> {
         let path = self.path(server, principal);
-        let mut sealed = match std::fs::read(&path) {
+        let plain = self.open(&path, &associated(server, url, principal), server)?;
+        Ok(plain.and_then(|plain| serde_json::from_slice(&plain).ok()))
+    }
+
+    /// The sealed file at `path`, opened with `aad`; `None` when there is none or it does not
+    /// open (sealed for something else, or damaged).
+    fn open(&self, path: &Path, aad: &str, server: &str) -> io::Result<Option<Vec<u8>>> {
+        let mut sealed = match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(err) => return Err(err),
@@ -167,7 +174,6 @@ impl Vault {
         let mut nonce = [0u8; NONCE_LEN];
         nonce.copy_from_slice(&sealed[..NONCE_LEN]);
         let body = &mut sealed[NONCE_LEN..];
-        let aad = associated(server, url, principal);
         let Ok(plain) = key.open_in_place(
             Nonce::assume_unique_for_key(nonce),
             Aad::from(aad.as_bytes()),
@@ -180,7 +186,50 @@ impl Vault {
             );
             return Ok(None);
         };
-        Ok(serde_json::from_slice(plain).ok())
+        Ok(Some(plain.to_vec()))
+    }
+
+    /// Seals `plain` with `aad` and writes it to `path` (atomically: the old file or the new
+    /// one, never half).
+    fn seal(&self, path: &Path, aad: &str, mut plain: Vec<u8>) -> io::Result<()> {
+        let key = self.key()?;
+        let mut nonce = [0u8; NONCE_LEN];
+        aws_lc_rs::rand::fill(&mut nonce).map_err(|_| io::Error::other("no randomness"))?;
+        key.seal_in_place_append_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad.as_bytes()),
+            &mut plain,
+        )
+        .map_err(|_| io::Error::other("cannot seal the tokens"))?;
+        if let Some(dir) = path.parent() {
+            create_private_dir(dir)?;
+        }
+        let mut sealed = nonce.to_vec();
+        sealed.extend_from_slice(&plain);
+        write_atomic(path, &sealed)
+    }
+
+    /// The DPoP key of `server` at `url` for `principal` (the key its tokens are bound to),
+    /// sealed beside its tokens; made on first use.
+    pub(crate) fn dpop_key(
+        &self,
+        server: &str,
+        url: &str,
+        principal: &str,
+    ) -> io::Result<super::dpop::DpopKey> {
+        let path = self.path(server, principal).with_extension("dpop");
+        let aad = format!("dpop\0{}", associated(server, url, principal));
+        // The sealing key first: it takes `creating` itself.
+        self.key()?;
+        let _creating = self.creating.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(pkcs8) = self.open(&path, &aad, server)?
+            && let Ok(key) = super::dpop::DpopKey::from_pkcs8(&pkcs8)
+        {
+            return Ok(key);
+        }
+        let key = super::dpop::DpopKey::generate().map_err(io::Error::other)?;
+        self.seal(&path, &aad, key.pkcs8().to_vec())?;
+        Ok(key)
     }
 
     /// [`Self::load`], kept until the file changes.
@@ -211,29 +260,21 @@ impl Vault {
         principal: &str,
         credentials: &StoredCredentials,
     ) -> io::Result<()> {
-        let key = self.key()?;
-        let mut body = serde_json::to_vec(credentials).map_err(io::Error::other)?;
-        let mut nonce = [0u8; NONCE_LEN];
-        aws_lc_rs::rand::fill(&mut nonce).map_err(|_| io::Error::other("no randomness"))?;
-        let aad = associated(server, url, principal);
-        key.seal_in_place_append_tag(
-            Nonce::assume_unique_for_key(nonce),
-            Aad::from(aad.as_bytes()),
-            &mut body,
-        )
-        .map_err(|_| io::Error::other("cannot seal the tokens"))?;
+        let body = serde_json::to_vec(credentials).map_err(io::Error::other)?;
         let path = self.path(server, principal);
-        if let Some(dir) = path.parent() {
-            create_private_dir(dir)?;
-        }
-        let mut sealed = nonce.to_vec();
-        sealed.extend_from_slice(&body);
-        write_atomic(&path, &sealed)
+        self.seal(&path, &associated(server, url, principal), body)
     }
 
-    /// Removes `server`'s tokens for `principal`; whether there were any.
+    /// Removes `server`'s tokens for `principal` (and the DPoP key they were bound to);
+    /// whether there were any.
     pub(crate) fn remove(&self, server: &str, principal: &str) -> io::Result<bool> {
-        match std::fs::remove_file(self.path(server, principal)) {
+        let path = self.path(server, principal);
+        match std::fs::remove_file(path.with_extension("dpop")) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(err) => return Err(err),
+        }
+        match std::fs::remove_file(path) {
             Ok(()) => Ok(true),
             Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(err) => Err(err),
@@ -286,6 +327,62 @@ impl VaultEntry {
     fn read(&self) -> io::Result<Option<StoredCredentials>> {
         self.vault.read(&self.server, &self.url, &self.principal)
     }
+
+    /// The DPoP key its tokens are bound to (see [`Vault::dpop_key`]).
+    pub(crate) fn dpop_key(&self) -> io::Result<Arc<super::dpop::DpopKey>> {
+        self.vault
+            .dpop_key(&self.server, &self.url, &self.principal)
+            .map(Arc::new)
+    }
+
+    /// Whether its stored token is DPoP-bound (its `token_type` is `DPoP`).
+    fn holds_dpop_token(&self) -> bool {
+        self.read().ok().flatten().is_some_and(|credentials| {
+            serde_json::to_value(&credentials.token_response)
+                .ok()
+                .and_then(|token| {
+                    token
+                        .get("token_type")
+                        .and_then(|kind| kind.as_str())
+                        .map(|kind| kind.eq_ignore_ascii_case("dpop"))
+                })
+                .unwrap_or(false)
+        })
+    }
+}
+
+/// The DPoP key the tokens of `entry` are (to be) bound to, when they are: `oauth.dpop`, a
+/// server whose `challenge` offers the DPoP scheme, or a stored DPoP-bound token.
+pub(crate) fn dpop_key(
+    entry: &VaultEntry,
+    oauth: &McpOAuth,
+    challenge: Option<&str>,
+) -> Result<Option<Arc<super::dpop::DpopKey>>, String> {
+    let wanted =
+        oauth.dpop || challenge.is_some_and(super::dpop::offers_dpop) || entry.holds_dpop_token();
+    if !wanted {
+        return Ok(None);
+    }
+    entry
+        .dpop_key()
+        .map(Some)
+        .map_err(|err| format!("cannot keep the DPoP key: {err}"))
+}
+
+/// A new authorization manager of the server at `url`; with `dpop`, its token requests carry
+/// proofs of that key (see [`super::dpop`]).
+async fn new_manager(
+    url: &str,
+    dpop: Option<Arc<super::dpop::DpopKey>>,
+) -> Result<AuthorizationManager, String> {
+    match dpop {
+        None => AuthorizationManager::new(url).await,
+        Some(key) => {
+            let http = super::dpop::oauth_http(url, key)?;
+            AuthorizationManager::new_with_oauth_http_client(url, http).await
+        }
+    }
+    .map_err(|err| describe(&err))
 }
 
 fn store_error(err: io::Error) -> AuthError {
@@ -325,10 +422,9 @@ pub(super) async fn manager(
     url: &str,
     entry: VaultEntry,
     oauth: &McpOAuth,
+    dpop: Option<Arc<super::dpop::DpopKey>>,
 ) -> Result<AuthorizationManager, String> {
-    let mut manager = AuthorizationManager::new(url)
-        .await
-        .map_err(|err| describe(&err))?;
+    let mut manager = new_manager(url, dpop).await?;
     let has_token = entry.has_token().map_err(|err| err.to_string())?;
     manager.set_credential_store(entry);
     if has_token {
@@ -363,7 +459,7 @@ pub(super) async fn client_credentials(
         );
     };
     let challenge = challenge(url, timeout).await?;
-    let (mut manager, metadata) = discover(url, challenge.as_deref()).await?;
+    let (mut manager, metadata) = discover(url, challenge.as_deref(), None).await?;
     manager.set_metadata(metadata);
     manager.set_credential_store(entry);
     let config = rmcp::transport::auth::ClientCredentialsConfig::ClientSecret {
@@ -417,7 +513,7 @@ pub(crate) async fn revoke(
         return Ok(Revoked::NoToken);
     };
     let challenge = challenge(url, timeout).await.ok().flatten();
-    let (_, metadata) = discover(url, challenge.as_deref()).await?;
+    let (_, metadata) = discover(url, challenge.as_deref(), None).await?;
     let Some(endpoint) = metadata
         .additional_fields
         .get("revocation_endpoint")
@@ -450,6 +546,7 @@ pub(crate) async fn revoke(
 pub(super) async fn discover(
     url: &str,
     challenge: Option<&str>,
+    dpop: Option<Arc<super::dpop::DpopKey>>,
 ) -> Result<
     (
         AuthorizationManager,
@@ -457,9 +554,7 @@ pub(super) async fn discover(
     ),
     String,
 > {
-    let manager = AuthorizationManager::new(url)
-        .await
-        .map_err(|err| describe(&err))?;
+    let manager = new_manager(url, dpop).await?;
     let resolution = manager
         .resolve_metadata_from_challenge(challenge)
         .await
@@ -559,7 +654,8 @@ async fn session(
     challenge: Option<&str>,
     redirect_uri: &str,
 ) -> Result<AuthorizationSession, String> {
-    let (mut manager, metadata) = discover(url, challenge).await?;
+    let dpop = dpop_key(entry, oauth, challenge)?;
+    let (mut manager, metadata) = discover(url, challenge, dpop).await?;
     manager.set_credential_store(entry.clone());
     manager.set_metadata(metadata);
     let mut request = AuthorizationRequest::new(redirect_uri.to_owned())
@@ -920,6 +1016,35 @@ mod tests {
         assert!(!again.remove("linear", NODE_PRINCIPAL).unwrap());
         assert!(again.load("linear", URL, NODE_PRINCIPAL).unwrap().is_none());
         assert!(again.load("linear", URL, "alice").unwrap().is_some());
+    }
+
+    #[test]
+    fn a_dpop_key_is_sealed_beside_its_tokens_kept_across_restarts_and_removed_with_them() {
+        let data = tempfile::tempdir().unwrap();
+        let vault = Vault::new(data.path());
+        let key = vault.dpop_key("linear", URL, "alice").unwrap();
+        // Another process (a restart) reads the same key.
+        let again = Vault::new(data.path());
+        let read = again.dpop_key("linear", URL, "alice").unwrap();
+        assert_eq!(read.thumbprint(), key.thumbprint());
+        // Each principal and server has its own; the file holds no readable key.
+        assert_ne!(
+            again.dpop_key("linear", URL, "bob").unwrap().thumbprint(),
+            key.thumbprint()
+        );
+        let file = again.path("linear", "alice").with_extension("dpop");
+        let sealed = std::fs::read(&file).unwrap();
+        assert!(!sealed.windows(key.pkcs8().len()).any(|w| w == key.pkcs8()));
+        // Logging out removes it: a new sign-in binds its tokens to a new key.
+        again
+            .save("linear", URL, "alice", &credentials("t"))
+            .unwrap();
+        assert!(again.remove("linear", "alice").unwrap());
+        assert!(!file.exists());
+        assert_ne!(
+            again.dpop_key("linear", URL, "alice").unwrap().thumbprint(),
+            key.thumbprint()
+        );
     }
 
     #[test]
