@@ -186,7 +186,7 @@ pub(crate) async fn run_skill(
 /// gives, read as a `SKILL.md` with that frontmatter would be; no body. `None` for a listing
 /// Mew cannot read as a skill.
 fn listed_skill(listed: &McpSkill) -> Option<crate::skills::catalog::Skill> {
-    let frontmatter = serde_yaml_ng::to_string(&listed.skill.frontmatter).ok()?;
+    let frontmatter = serde_yaml_ng::to_string(&listed.frontmatter()).ok()?;
     let parsed = parse_skill(&format!("---\n{frontmatter}---\n"), None).ok()?;
     Some(mcp_skill(listed, parsed.meta, String::new()))
 }
@@ -201,8 +201,8 @@ fn mcp_skill(
     crate::skills::catalog::Skill {
         meta,
         body,
-        dir: PathBuf::from(crate::mcp::skills::base(&listed.skill)),
-        file: PathBuf::from(&listed.skill.uri),
+        dir: PathBuf::from(listed.base()),
+        file: PathBuf::from(listed.uri()),
         source: SkillSource::Mcp,
         kind: SkillKind::Skill,
     }

@@ -411,7 +411,7 @@ fn skills(
                 json!({
                     "name": skill.name(),
                     "server": skill.server,
-                    "uri": skill.skill.uri,
+                    "uri": skill.uri(),
                     "description": skill.description(),
                     "files": skill.files().map(|files| files
                         .into_iter()

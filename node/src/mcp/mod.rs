@@ -72,7 +72,7 @@ mod grants;
 mod http;
 mod news;
 pub(crate) mod oauth;
-pub(crate) mod skills;
+mod skills;
 mod stderr;
 mod tool;
 
@@ -175,10 +175,25 @@ pub(crate) struct McpSkill {
     /// The server.
     pub(crate) server: String,
     /// Its listing.
-    pub(crate) skill: rmcp::model::Skill,
+    skill: rmcp::model::Skill,
 }
 
 impl McpSkill {
+    /// The URI of its `SKILL.md`.
+    pub(crate) fn uri(&self) -> &str {
+        &self.skill.uri
+    }
+
+    /// The URI its files are under (its `SKILL.md`'s, without the file name).
+    pub(crate) fn base(&self) -> &str {
+        skills::base(&self.skill)
+    }
+
+    /// Its frontmatter as listed, every field.
+    pub(crate) fn frontmatter(&self) -> serde_json::Value {
+        serde_json::to_value(&self.skill.frontmatter).unwrap_or_default()
+    }
+
     /// Its name among a role's skills: `SERVER:NAME`.
     pub(crate) fn name(&self) -> String {
         format!("{}:{}", self.server, self.skill.name())
