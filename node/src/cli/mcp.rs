@@ -57,7 +57,8 @@ pub(crate) enum McpCommand {
         #[arg(long)]
         login: bool,
         /// The answer to every question the tool's server asks: a JSON object of the fields
-        /// it asks for (fields left out take the defaults of its form), or decline or cancel
+        /// it asks for (fields left out take the defaults of its form), or decline or cancel;
+        /// without it, questions are asked at the terminal
         #[arg(long, value_name = "REPLY")]
         answer: Option<String>,
     },
@@ -519,14 +520,25 @@ async fn call(
         principal: None,
     };
     let mut output = found.call(arguments, &ctx).await;
-    // A server's questions, answered with `--answer` (each round of a multi-round call).
+    // A server's questions (each round of a multi-round call): answered with `--answer`, else
+    // put to the user at a terminal.
+    let at_terminal = answer.is_none() && std::io::IsTerminal::is_terminal(&std::io::stdin());
     let mut rounds = 0;
-    while let (Some(relay), Some(reply)) = (output.relay.clone(), answer) {
-        if output.ask.is_none() || rounds >= MAX_ANSWERS {
+    while let (Some(relay), Some(ask)) = (output.relay.clone(), output.ask.as_deref()) {
+        if rounds >= MAX_ANSWERS {
             break;
         }
+        let reply = match answer {
+            Some(reply) => reply.to_owned(),
+            None if at_terminal => {
+                let mut stderr = std::io::stderr();
+                put_question(&output.text_content(), &ask.data, &mut stderr)?;
+                read_reply().await?
+            }
+            None => break,
+        };
         rounds += 1;
-        output = found.answer(&relay, reply, &ctx).await;
+        output = found.answer(&relay, &reply, &ctx).await;
     }
     if context.json {
         let result = output
@@ -545,7 +557,7 @@ async fn call(
     }
     out.flush()?;
     if output.ask.is_some() {
-        bail!("{name} asks a question: give the answer with --answer");
+        bail!("{name} asks a question: give the answer with --answer (or run it at a terminal)");
     }
     if output.is_error {
         let why = output
@@ -559,6 +571,60 @@ async fn call(
         bail!("{name} failed: {}", crate::tools::cut_chars(&why, 500));
     }
     Ok(())
+}
+
+/// Shows a server's question (`text`, with the form in `data`: each field's name, type,
+/// description and default) as `mew run` shows a task's, ending with the prompt.
+fn put_question(text: &str, data: &serde_json::Value, out: &mut dyn Write) -> anyhow::Result<()> {
+    for (i, line) in text.lines().enumerate() {
+        writeln!(out, "{}{line}", if i == 0 { "? " } else { "  " })?;
+    }
+    let schema = &data["requestedSchema"];
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|names| names.iter().filter_map(|name| name.as_str()).collect())
+        .unwrap_or_default();
+    if let Some(fields) = schema["properties"].as_object() {
+        for (field, spec) in fields {
+            let mut line = format!("  - {field}");
+            if let Some(kind) = spec["type"].as_str() {
+                line.push_str(&format!(" ({kind})"));
+            }
+            if required.contains(&field.as_str()) {
+                line.push_str(", required");
+            }
+            if let Some(description) = spec["description"].as_str() {
+                line.push_str(&format!(": {}", one_line(description)));
+            }
+            if let Some(options) = spec["enum"].as_array() {
+                let options: Vec<String> =
+                    options.iter().map(|option| option.to_string()).collect();
+                line.push_str(&format!(" [{}]", options.join(", ")));
+            }
+            if !spec["default"].is_null() {
+                line.push_str(&format!(" (default {})", spec["default"]));
+            }
+            writeln!(out, "{}", crate::tools::cut_chars(&line, 300))?;
+        }
+    }
+    write!(out, "> ")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// One line the user types, trimmed; the end of the input is `cancel`.
+async fn read_reply() -> anyhow::Result<String> {
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin()
+            .read_line(&mut line)
+            .map(|read| (read, line))
+    })
+    .await??;
+    Ok(match line {
+        (0, _) => "cancel".to_owned(),
+        (_, line) => line.trim().to_owned(),
+    })
 }
 
 /// Opens the authorization page: with `$BROWSER` (a command, given the address as its last

@@ -883,3 +883,99 @@ async fn a_role_loads_an_mcp_servers_skill_and_its_file_and_a_forged_one_is_refu
     );
     Ok(())
 }
+
+/// Runs `mew ARGS` in `dir` on a pseudo-terminal: waits for the prompt `> `, types `typed`,
+/// and returns everything the command wrote to the terminal and its exit code.
+async fn at_a_terminal(
+    dir: &std::path::Path,
+    args: &[&str],
+    typed: &str,
+) -> anyhow::Result<(String, i32)> {
+    // Python's pty module: the terminal is real, so `mew` sees one on stdin.
+    const DRIVER: &str = r#"
+import json, os, pty, subprocess, sys
+args, typed = json.loads(sys.argv[1]), sys.argv[2]
+main, sub = pty.openpty()
+child = subprocess.Popen(args, stdin=sub, stdout=sub, stderr=sub, close_fds=True)
+os.close(sub)
+seen, sent = b"", False
+while True:
+    try:
+        chunk = os.read(main, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    seen += chunk
+    if not sent and seen.rstrip(b" ").endswith(b">"):
+        os.write(main, (typed + "\n").encode())
+        sent = True
+print(json.dumps({"seen": seen.decode("utf-8", "replace"), "code": child.wait()}))
+"#;
+    let mut argv = vec![mew_tests::node::mew_bin()?.display().to_string()];
+    argv.extend(args.iter().map(|arg| (*arg).to_owned()));
+    let output = mew_tests::process::command(mew_tests::python::python()?)
+        .current_dir(dir)
+        .args(["-c", DRIVER, &serde_json::to_string(&argv)?, typed])
+        .output()
+        .await?;
+    ensure!(
+        output.status.success(),
+        "the terminal driver failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    Ok((
+        result["seen"].as_str().unwrap_or_default().to_owned(),
+        result["code"].as_i64().unwrap_or(-1) as i32,
+    ))
+}
+
+#[tokio::test]
+async fn mew_mcp_call_puts_a_servers_question_to_the_user_at_a_terminal() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "node:\n  data_dir: {}\nmcp_servers:\n  hermetic:\n    command: {}\n    args: [--protocol, modern]\n",
+            dir.path().join("data").display(),
+            mew_tests::mcp::server_bin()?.display()
+        ),
+    )?;
+    let config = config.display().to_string();
+    let call = [
+        "--config",
+        config.as_str(),
+        "mcp",
+        "call",
+        "hermetic",
+        "ask",
+    ];
+    let (seen, code) = at_a_terminal(dir.path(), &call, "Ada").await?;
+    ensure!(code == 0, "exit {code}:\n{seen}");
+    ensure!(
+        seen.contains(
+            "? The MCP server hermetic asks (for mcp__hermetic__ask): What is your name?"
+        ) && seen.contains("  - name (string)")
+            && seen.contains("hello Ada"),
+        "the question, its field and the server's answer were not shown:\n{seen}"
+    );
+    let (seen, code) = at_a_terminal(dir.path(), &call, "decline").await?;
+    ensure!(
+        code == 0 && seen.contains("you declined"),
+        "exit {code}:\n{seen}"
+    );
+    // Without a terminal and without --answer, the command says how to answer.
+    let output = mew_tests::process::command(mew_tests::node::mew_bin()?)
+        .current_dir(dir.path())
+        .args(call)
+        .output()
+        .await?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    ensure!(
+        !output.status.success() && stderr.contains("give the answer with --answer"),
+        "{stderr}"
+    );
+    Ok(())
+}
