@@ -359,6 +359,9 @@ impl Runtime {
                     ))),
                     // Enabled once the node serves (`run`).
                     sign_ins: Some(Arc::default()),
+                    memory: Some(Arc::new(crate::mcp::memory::ProtocolMemory::new(
+                        &config.node.data_dir,
+                    ))),
                 },
             ),
         );

@@ -236,6 +236,9 @@ async fn start(context: &Context, only: Option<&str>, vault: &Arc<Vault>) -> Arc
             ledger: None,
             vault: Some(vault.clone()),
             sign_ins: None,
+            memory: Some(Arc::new(crate::mcp::memory::ProtocolMemory::new(
+                &config.node.data_dir,
+            ))),
         },
     )
     .await

@@ -356,6 +356,10 @@ impl McpClient {
         changes: watch::Sender<u64>,
         principal: Option<String>,
     ) -> Arc<Self> {
+        let remembered = ctx
+            .memory
+            .as_ref()
+            .is_some_and(|memory| memory.spoke_initialize(name, &config));
         Arc::new_cyclic(|me| Self {
             name: name.to_owned(),
             config,
@@ -369,7 +373,7 @@ impl McpClient {
                 skills: Arc::default(),
                 skipped: Vec::new(),
                 protocol: None,
-                spoke_initialize: false,
+                spoke_initialize: remembered,
                 needs_sign_in: false,
                 last_error: None,
                 restarts: 0,
@@ -615,7 +619,9 @@ impl McpClient {
             "connected to the MCP server"
         );
         shared.protocol = Some(connection.protocol().to_owned());
-        shared.spoke_initialize = connection.spoke_initialize();
+        let spoke_initialize = connection.spoke_initialize();
+        let learned = shared.spoke_initialize != spoke_initialize;
+        shared.spoke_initialize = spoke_initialize;
         shared.needs_sign_in = false;
         shared.connection = Some(Arc::new(connection));
         shared.tools = tools;
@@ -623,6 +629,9 @@ impl McpClient {
         shared.skills = Arc::new(listed.skills);
         shared.state = ServerState::Connected;
         drop(shared);
+        if learned && let Some(memory) = &self.ctx.memory {
+            memory.record(&self.name, &self.config, spoke_initialize);
+        }
         self.announce();
         Ok(())
     }

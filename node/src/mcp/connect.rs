@@ -502,6 +502,12 @@ impl Failure {
             Self::Legacy(message) | Self::Other(message) => message,
         }
     }
+
+    fn message_ref(&self) -> &str {
+        match self {
+            Self::Legacy(message) | Self::Other(message) => message,
+        }
+    }
 }
 
 /// Which handshake one attempt makes.
@@ -543,6 +549,24 @@ pub(super) async fn connect(
             open(name, config, ctx, handler, Mode::Initialize, left)
                 .await
                 .map_err(Failure::message)
+        }
+        // A server remembered as one of the `initialize` era that refuses it now may have been
+        // upgraded: it gets the probe.
+        Err(failure)
+            if spoke_initialize
+                && config.protocol == McpProtocol::Auto
+                && !failure.message_ref().contains(ASKS_FOR_AUTHORIZATION) =>
+        {
+            tracing::debug!(
+                server = name,
+                "initialize failed ({}); probing with server/discover",
+                failure.message_ref()
+            );
+            let left = limit.saturating_sub(start.elapsed());
+            match open(name, config, ctx, handler.clone(), Mode::Auto, left).await {
+                Err(Failure::Legacy(why)) => Err(why),
+                other => other.map_err(Failure::message),
+            }
         }
         other => other.map_err(Failure::message),
     }

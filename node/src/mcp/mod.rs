@@ -70,6 +70,7 @@ mod content;
 mod dpop;
 mod grants;
 mod http;
+pub(crate) mod memory;
 mod news;
 pub(crate) mod oauth;
 mod skills;
@@ -114,6 +115,9 @@ pub(crate) struct McpContext {
     /// The sign-ins tasks ask their callers for (see [`oauth::SignIns`]); `None`: none, a
     /// server that asks for authorization is signed in to with `mew mcp login`.
     pub(crate) sign_ins: Option<Arc<oauth::SignIns>>,
+    /// What servers spoke, remembered across processes (see [`memory`]); `None`: nothing is
+    /// remembered beyond this process.
+    pub(crate) memory: Option<Arc<memory::ProtocolMemory>>,
 }
 
 /// Where a server is in its life.

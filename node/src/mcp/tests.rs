@@ -134,6 +134,7 @@ impl Project {
             ledger: Some(self.ledger()),
             vault: None,
             sign_ins: None,
+            memory: None,
         }
     }
 
@@ -1480,5 +1481,28 @@ async fn a_servers_skills_are_listed_unread_then_read_verified_when_loaded() {
         .await
         .unwrap_err();
     assert!(err.contains("lists no skill no-such-skill"), "{err}");
+    manager.shutdown(PATIENCE).await;
+}
+
+#[tokio::test]
+async fn a_server_remembered_as_2025_11_25_that_refuses_initialize_now_is_probed_and_forgotten() {
+    let project = Project::new();
+    let modern = http_server(Protocol::Modern).await;
+    let entry = http(modern.url());
+    let memory = Arc::new(memory::ProtocolMemory::new(&project.path().join("data")));
+    memory.record("upgraded", &entry, true);
+    let servers = BTreeMap::from([("upgraded".to_owned(), entry.clone())]);
+    let manager = McpManager::start(
+        &servers,
+        McpContext {
+            memory: Some(memory.clone()),
+            ..project.context()
+        },
+    )
+    .await;
+    let status = status(&manager, "upgraded");
+    assert_eq!(status.state, ServerState::Connected, "{status:?}");
+    assert_eq!(status.protocol_version.as_deref(), Some("2026-07-28"));
+    assert!(!memory.spoke_initialize("upgraded", &entry));
     manager.shutdown(PATIENCE).await;
 }

@@ -210,6 +210,7 @@ impl Client {
                 ledger: None,
                 vault: None,
                 sign_ins: None,
+                memory: None,
             },
         )
         .await;

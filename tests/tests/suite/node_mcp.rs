@@ -979,3 +979,33 @@ async fn mew_mcp_call_puts_a_servers_question_to_the_user_at_a_terminal() -> any
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn the_next_process_remembers_a_server_that_spoke_2025_11_25_and_does_not_probe_it()
+-> anyhow::Result<()> {
+    let node = MewNode::new()?;
+    let script = node.dir().join("empty_result_server.py");
+    std::fs::write(&script, EMPTY_RESULT_SERVER)?;
+    let log = node.dir().join("older.log");
+    node.write_config(&format!(
+        "mcp_servers:\n  older:\n    command: python3\n    args: [\"{}\", \"{}\"]\n",
+        script.display(),
+        log.display(),
+    ))?;
+    for _ in 0..2 {
+        let (code, out, err) = node.client(&["mcp", "tools", "older"]).await?;
+        ensure!(
+            code == 0 && out.contains("mcp__older__ping"),
+            "mew mcp tools ({code}):\n{out}{err}"
+        );
+    }
+    // The first process probed and fell back; the second began with initialize.
+    let methods = std::fs::read_to_string(&log)?;
+    let probes = methods.lines().filter(|m| *m == "server/discover").count();
+    let handshakes = methods.lines().filter(|m| *m == "initialize").count();
+    ensure!(
+        probes == 1 && handshakes == 2,
+        "methods the server got:\n{methods}"
+    );
+    Ok(())
+}
