@@ -69,6 +69,8 @@ pub(super) struct McpClient {
     callers: Mutex<std::collections::HashMap<String, Arc<McpClient>>>,
     /// The number of the next parked call.
     next_parked: std::sync::atomic::AtomicU64,
+    /// When a call last went through this client (a caller's own: see [`CALLER_IDLE`]).
+    last_used: Mutex<Instant>,
 }
 
 /// What changes, behind one lock.
@@ -331,6 +333,14 @@ const MAX_PARKED: usize = 64;
 /// The most callers with a session of their own with one server (`oauth.per_caller`).
 const MAX_CALLERS: usize = 256;
 
+/// How long a caller's own session (`oauth.per_caller`) is kept without a call (beyond the
+/// server's `call_timeout`, so that no call is still running on it) before it is closed; the
+/// caller's next call opens a new one with the caller's kept tokens.
+pub(super) const CALLER_IDLE: Duration = Duration::from_secs(30 * 60);
+
+/// How long a closed session may take to end.
+const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
+
 /// What became of a call.
 enum Outcome {
     Answer(Result<CallToolResponse, ServiceError>),
@@ -389,6 +399,7 @@ impl McpClient {
             challenge: super::http::Challenge::default(),
             parked: Mutex::default(),
             next_parked: std::sync::atomic::AtomicU64::new(1),
+            last_used: Mutex::new(Instant::now()),
             principal,
             callers: Mutex::default(),
         })
@@ -408,10 +419,17 @@ impl McpClient {
         ) else {
             return Ok(self);
         };
+        self.close_idle_callers(Instant::now());
         let (client, new) = {
             let mut callers = self.callers.lock().unwrap_or_else(PoisonError::into_inner);
             match callers.get(principal) {
-                Some(client) => (client.clone(), false),
+                Some(client) => {
+                    *client
+                        .last_used
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+                    (client.clone(), false)
+                }
                 None => {
                     if callers.len() >= MAX_CALLERS {
                         return Err(format!(
@@ -440,6 +458,46 @@ impl McpClient {
             }
         }
         Ok(client)
+    }
+
+    /// Whether each caller gets a session of their own (`oauth.per_caller`).
+    pub(super) fn per_caller(&self) -> bool {
+        self.config.oauth.per_caller && self.principal.is_none()
+    }
+
+    /// Closes the callers' own sessions that carried no call since [`CALLER_IDLE`] (and the
+    /// server's `call_timeout`) before `now` and hold no call waiting for its user; they are
+    /// forgotten, and a caller's next call opens a new one. Returns how many were closed.
+    pub(super) fn close_idle_callers(&self, now: Instant) -> usize {
+        let idle = CALLER_IDLE.saturating_add(self.config.call_timeout);
+        let closed: Vec<Arc<Self>> = {
+            let mut callers = self.callers.lock().unwrap_or_else(PoisonError::into_inner);
+            let gone: Vec<String> = callers
+                .iter()
+                .filter(|(_, client)| {
+                    let used = *client
+                        .last_used
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    now.saturating_duration_since(used) > idle
+                        && client
+                            .parked
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .is_empty()
+                })
+                .map(|(principal, _)| principal.clone())
+                .collect();
+            gone.iter()
+                .filter_map(|principal| callers.remove(principal))
+                .collect()
+        };
+        for client in &closed {
+            tracing::debug!(server = %self.name, "closing an idle caller's session");
+            let client = client.clone();
+            tokio::spawn(async move { client.close(CLOSE_DEADLINE).await });
+        }
+        closed.len()
     }
 
     /// The skills the server lists while it is connected (see [`super::skills`]).

@@ -265,6 +265,29 @@ impl McpManager {
             })
             .collect();
         futures_util::future::join_all(servers.iter().map(|server| server.start())).await;
+        // Callers' own sessions left idle are closed now and then, while the servers live.
+        let per_caller: Vec<std::sync::Weak<McpClient>> = servers
+            .iter()
+            .filter(|server| server.per_caller())
+            .map(Arc::downgrade)
+            .collect();
+        if !per_caller.is_empty() {
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(client::CALLER_IDLE / 6);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    let mut alive = false;
+                    for server in per_caller.iter().filter_map(std::sync::Weak::upgrade) {
+                        alive = true;
+                        server.close_idle_callers(std::time::Instant::now());
+                    }
+                    if !alive {
+                        return;
+                    }
+                }
+            });
+        }
         Arc::new(Self {
             servers,
             changes,

@@ -1506,3 +1506,48 @@ async fn a_server_remembered_as_2025_11_25_that_refuses_initialize_now_is_probed
     assert!(!memory.spoke_initialize("upgraded", &entry));
     manager.shutdown(PATIENCE).await;
 }
+
+#[tokio::test]
+async fn a_callers_own_session_left_idle_is_closed_and_opened_again_on_their_next_call() {
+    let project = Project::new();
+    let hermetic = http_server(Protocol::Both).await;
+    let mut entry = http(hermetic.url());
+    entry.oauth.per_caller = true;
+    let servers = BTreeMap::from([("shared".to_owned(), entry)]);
+    let manager = McpManager::start(
+        &servers,
+        McpContext {
+            vault: Some(Arc::new(oauth::Vault::new(&project.path().join("data")))),
+            ..project.context()
+        },
+    )
+    .await;
+    let alice = ToolContext {
+        principal: Some("alice".to_owned()),
+        ..project.tool_context()
+    };
+    let echo = find(&manager, "mcp__shared__echo");
+    let said = echo.call(json!({"text": "hi"}), &alice).await;
+    assert_eq!(said.text_content(), "hi");
+    let server = manager.servers[0].clone();
+    let session = server.caller("alice").expect("alice's own session");
+    assert!(session.is_connected());
+
+    // Used just now: kept.
+    assert_eq!(server.close_idle_callers(std::time::Instant::now()), 0);
+    // Idle past the limit: closed and forgotten.
+    let later = std::time::Instant::now() + client::CALLER_IDLE + PATIENCE + Duration::from_secs(1);
+    assert_eq!(server.close_idle_callers(later), 1);
+    assert!(server.caller("alice").is_none());
+    eventually("the idle session to end", || {
+        let session = session.clone();
+        async move { session.status().state == ServerState::Stopped }
+    })
+    .await;
+    // Alice's next call opens a new session.
+    let said = echo.call(json!({"text": "again"}), &alice).await;
+    assert_eq!(said.text_content(), "again");
+    let again = server.caller("alice").expect("a new session");
+    assert!(!Arc::ptr_eq(&again, &session));
+    manager.shutdown(PATIENCE).await;
+}
