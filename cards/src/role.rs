@@ -22,7 +22,7 @@ const MAX_NAME_LEN: usize = 128;
 const MAX_MODEL_LEN: usize = 128;
 
 /// Frontmatter keys this parser reads; every other key goes to `RoleDefinition::extra`.
-const KNOWN_KEYS: [&str; 19] = [
+const KNOWN_KEYS: [&str; 20] = [
     "name",
     "description",
     "tools",
@@ -31,6 +31,7 @@ const KNOWN_KEYS: [&str; 19] = [
     "maxTurns",
     "maxRunning",
     "permissionMode",
+    "elicitation",
     "background",
     "tags",
     "examples",
@@ -67,6 +68,9 @@ pub struct RoleDefinition {
     pub max_running: u32,
     /// Permission mode the role runs in.
     pub permission_mode: PermissionMode,
+    /// Whether an MCP server's questions to the user during the role's calls are declined at
+    /// once instead of put to the task's caller (`elicitation: decline`; Mew).
+    pub declines_questions: bool,
     /// Whether the role runs in the background.
     pub background: bool,
     /// Free-form tags (Mew).
@@ -491,6 +495,7 @@ fn parse(
         max_turns: count(get("maxTurns"), "maxTurns", warnings),
         max_running: count(get("maxRunning"), "maxRunning", warnings),
         permission_mode: permission_mode(get("permissionMode"), warnings),
+        declines_questions: elicitation(get("elicitation"), warnings),
         background: bool_field(get("background"), "background", false)?,
         tags: string_list(get("tags"), "tags")?,
         examples: examples(get("examples"))?,
@@ -732,6 +737,23 @@ fn permission_mode(value: Option<&Value>, warnings: &mut Vec<String>) -> Permiss
             ));
             PermissionMode::Default
         })
+}
+
+/// `elicitation`: `ask` (the default) or `decline`; whether the role declines MCP servers'
+/// questions.
+fn elicitation(value: Option<&Value>, warnings: &mut Vec<String>) -> bool {
+    match value.and_then(Value::as_str).map(str::trim) {
+        None if value.is_none() => false,
+        Some("ask") => false,
+        Some("decline") => true,
+        _ => {
+            warnings.push(format!(
+                "elicitation {} is invalid (expected ask or decline); using ask",
+                value.map(describe).unwrap_or_default()
+            ));
+            false
+        }
+    }
 }
 
 /// `remote`: `peer/role` (both valid role-style names) or an `http(s)://` URL.

@@ -529,6 +529,26 @@ fn bad_permission_mode_warns_and_defaults() {
     assert_eq!(parsed.warnings.len(), 1);
 }
 
+// --- elicitation ---
+
+#[test]
+fn elicitation_asks_by_default_and_decline_declines() {
+    assert!(!parse_fields("").definition.declines_questions);
+    let parsed = parse_fields("elicitation: ask\n");
+    assert!(!parsed.definition.declines_questions);
+    assert!(parsed.warnings.is_empty());
+    let parsed = parse_fields("elicitation: decline\n");
+    assert!(parsed.definition.declines_questions);
+    assert!(parsed.warnings.is_empty());
+    assert!(!parsed.definition.extra.contains_key("elicitation"));
+    let parsed = parse_fields("elicitation: never\n");
+    assert!(!parsed.definition.declines_questions);
+    assert_eq!(
+        warnings(&parsed),
+        ["agents/foo.md: elicitation \"never\" is invalid (expected ask or decline); using ask"]
+    );
+}
+
 // --- background and publish ---
 
 #[test]

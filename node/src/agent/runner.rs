@@ -764,7 +764,8 @@ impl Executor for ModelExecutor {
                 .into_context(),
                 call_id: None,
                 sampler: Some(sampler),
-                can_ask_user: true,
+                // A role may decline MCP servers' questions instead of asking its caller.
+                can_ask_user: !role.declines_questions,
                 principal: turn.owner.clone(),
                 news: Some(Arc::new(move |news: crate::tools::ToolNews| {
                     if let Some(queue) = news_reports.upgrade() {

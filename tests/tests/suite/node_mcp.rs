@@ -1009,3 +1009,45 @@ async fn the_next_process_remembers_a_server_that_spoke_2025_11_25_and_does_not_
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_role_that_declines_questions_gets_the_servers_answer_to_a_decline_at_once()
+-> anyhow::Result<()> {
+    let model = ScriptedModel::start(vec![
+        Step::tool_call("ask_1", "mcp__hermetic__ask", json!({})),
+        Step::text("It was declined.")
+            .expect_tool_results(["ask_1"])
+            .expect_last_user("you declined"),
+    ])?;
+    let mut node = MewNode::new()?;
+    node.write_config(&format!(
+        "{}permissions:\n  allow: [mcp__hermetic__ask]\nmcp_servers:\n  hermetic:\n    command: {}\n",
+        scripted_model_config(&model),
+        mew_tests::mcp::server_bin()?.display()
+    ))?;
+    node.write_role(
+        "quiet.md",
+        "---\nname: quiet\ndescription: Never asks.\ntools: [mcp__hermetic]\nelicitation: decline\n---\nUse the tools.\n",
+    )?;
+    node.launch().await?;
+    let agent = node.agent("/agents/quiet", Binding::JsonRpc).await?;
+    let task = match agent
+        .send_message(
+            &CallContext::default(),
+            SendMessageRequest::new(Message::user_text("greet whoever is there")),
+        )
+        .await?
+    {
+        SendMessageResponse::Task(task) => task,
+        other => bail!("expected a task, got {other:?}"),
+    };
+    // No INPUT_REQUIRED on the way: the question was declined by the role's setting.
+    ensure!(
+        task.status.state == TaskState::Completed && status_text(&task) == "It was declined.",
+        "{:?}: {}",
+        task.status.state,
+        status_text(&task)
+    );
+    model.assert_done();
+    Ok(())
+}
