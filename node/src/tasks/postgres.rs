@@ -214,6 +214,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const COLUMNS: &str =
     "id, role, owner, parent, created, status_time, task, private, attempts, generation";
 
+/// [`COLUMNS`] as a listing reads them: the private state left out (read as `null`), as
+/// [`TaskStore::list`] says.
+const LIST_COLUMNS: &str =
+    "id, role, owner, parent, created, status_time, task, 'null'::text, attempts, generation";
+
 /// How many columns [`COLUMNS`] names.
 const COLUMN_COUNT: usize = 10;
 
@@ -1044,7 +1049,7 @@ impl Listing<'_> {
         let states = on.push(Box::new(states.to_vec()));
         let fetch = on.push(self.fetch());
         let sql = format!(
-            "SELECT {COLUMNS} FROM tasks WHERE id IN (
+            "SELECT {LIST_COLUMNS} FROM tasks WHERE id IN (
                  SELECT arm.id FROM unnest({states}::integer[]) AS states (state),
                  LATERAL (SELECT t.status_time, t.id FROM tasks AS t{clause}
                           ORDER BY t.status_time DESC, t.id DESC LIMIT {fetch}) AS arm
@@ -1077,7 +1082,7 @@ impl Listing<'_> {
         let clause = page.clause();
         let fetch = page.push(self.fetch());
         let page = (
-            format!("SELECT {COLUMNS} FROM tasks{clause}{NEWEST_FIRST} LIMIT {fetch}"),
+            format!("SELECT {LIST_COLUMNS} FROM tasks{clause}{NEWEST_FIRST} LIMIT {fetch}"),
             page.args,
         );
         (count, page)

@@ -149,6 +149,11 @@ const MAX_IDLE_READERS: usize = 4;
 const COLUMNS: &str =
     "id, role, owner, parent, created, status_time, task, private, attempts, generation";
 
+/// [`COLUMNS`] as a listing reads them: the private state left out (read as `null`), as
+/// [`TaskStore::list`] says.
+const LIST_COLUMNS: &str =
+    "id, role, owner, parent, created, status_time, task, 'null', attempts, generation";
+
 /// The tasks of one context (`?1`) and one owner (`?2`, `NULL` for none), oldest first.
 const CONTEXT_SQL: &str = "SELECT id, role, owner, parent, created, status_time, task, private, \
      attempts, generation \
@@ -901,7 +906,7 @@ impl Listing {
             args.push(SqlValue::Integer(state));
             self.bound(&mut filters, &mut args, true);
             let columns = if states.len() == 1 {
-                COLUMNS
+                LIST_COLUMNS
             } else {
                 "rowid AS r, status_time, id"
             };
@@ -918,7 +923,7 @@ impl Listing {
         // page's end (SQLite reads no further into any range); then the page's rows.
         let merged = arms.join(" UNION ALL ");
         let sql = format!(
-            "SELECT {COLUMNS} FROM tasks WHERE rowid IN \
+            "SELECT {LIST_COLUMNS} FROM tasks WHERE rowid IN \
              (SELECT r FROM ({merged}{NEWEST_FIRST} LIMIT ?)){NEWEST_FIRST}"
         );
         (sql, args)
@@ -947,7 +952,7 @@ impl Listing {
             where_clause(&filters)
         );
         let page = format!(
-            "SELECT {COLUMNS} FROM tasks INDEXED BY tasks_by_context{}{NEWEST_FIRST} LIMIT ?",
+            "SELECT {LIST_COLUMNS} FROM tasks INDEXED BY tasks_by_context{}{NEWEST_FIRST} LIMIT ?",
             where_clause(&page_filters)
         );
         ((count, args), (page, page_args))

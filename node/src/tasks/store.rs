@@ -317,6 +317,9 @@ pub trait TaskStore: Send + Sync {
     /// counts the store keeps per owner, role and state in the same transaction as every
     /// task write. Two filters are counted over the tasks they match instead: a context
     /// (few tasks) and `status_after` (a range of the same indexes, as long as the range).
+    ///
+    /// Each task comes without its private state (`private` is `null`): a listing shows
+    /// tasks, and the private state (a model role's whole conversation) can be most of a row.
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError>;
 
     /// The tasks of a context that belong to `owner` (`None`: the tasks without an owner),

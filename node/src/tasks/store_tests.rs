@@ -45,6 +45,7 @@ on_every_store!(
     list_pages_through_equal_times_by_id,
     list_orders_by_status_time_then_id_across_pages,
     list_filters_and_counts,
+    list_leaves_the_private_state_out,
     list_pages_correctly_at_any_size,
     list_totals_stay_exact_through_creates_and_changes,
     context_lists_a_context_oldest_first,
@@ -370,6 +371,31 @@ async fn list_orders_by_status_time_then_id_across_pages(store: Arc<dyn TaskStor
         .collect();
     expected.extend((0..20).rev().map(|i| format!("task-{:02}", (i * 7) % 25)));
     assert_eq!(listed, expected);
+}
+
+async fn list_leaves_the_private_state_out(store: Arc<dyn TaskStore>) {
+    let mut task = stored("a", "c1", "coder", TaskState::Working, T0 + 1);
+    task.private = serde_json::json!({"session": {"messages": ["a long conversation"]}});
+    store.put(&task).await.unwrap();
+    for query in [
+        query(10),
+        TaskQuery {
+            context_id: Some("c1".into()),
+            ..query(10)
+        },
+        TaskQuery {
+            state: Some(TaskState::Working),
+            ..query(10)
+        },
+    ] {
+        let page = store.list(&query).await.unwrap();
+        assert_eq!(ids(&page.tasks), ["a"]);
+        assert_eq!(page.tasks[0].private, Value::Null, "{query:?}");
+        assert_eq!(page.tasks[0].task, task.task);
+    }
+    // Reading the task itself gives its private state.
+    let read = store.get(&"a".into()).await.unwrap().unwrap();
+    assert_eq!(read.private, task.private);
 }
 
 async fn list_filters_and_counts(store: Arc<dyn TaskStore>) {
