@@ -102,9 +102,10 @@ pub struct McpServerConfig {
     /// The handshake: probe with `server/discover` and fall back to `initialize` (the
     /// default), or one of them only.
     pub protocol: McpProtocol,
-    /// Whether the server may ask the task's model for a completion (MCP sampling): off
-    /// unless the entry says `sampling: true`.
-    pub sampling: bool,
+    /// Whether the server may ask the task's model for a completion (MCP sampling): the
+    /// task's caller is asked each time unless the entry trusts the server (`sampling: true`)
+    /// or forbids it (`sampling: false`).
+    pub sampling: McpSampling,
     /// Whether the server's questions (elicitation) go to the user or are declined.
     pub elicitation: McpElicitation,
     /// How Mew signs in to it when it asks for authorization (an http server).
@@ -144,7 +145,7 @@ impl Serialize for McpServerConfig {
             deny_tools: &'a [String],
             max_restarts: u32,
             protocol: McpProtocol,
-            sampling: bool,
+            sampling: McpSampling,
             elicitation: McpElicitation,
             #[serde(skip_serializing_if = "McpOAuth::is_default")]
             oauth: &'a McpOAuth,
@@ -385,6 +386,36 @@ impl fmt::Debug for McpOAuth {
 /// Serializes a secret masked.
 fn masked_secret<S: Serializer>(secret: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(secret.as_deref().map(mask).unwrap_or_default())
+}
+
+/// Whether an MCP server may ask the task's model for a completion (`sampling:` of its
+/// entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum McpSampling {
+    /// `ask` (the default): each request is put to the task's caller, who allows it or not.
+    #[default]
+    Ask,
+    /// `true`: a trusted server; its requests are answered without asking.
+    Allow,
+    /// `false`: its requests are refused.
+    Deny,
+}
+
+impl McpSampling {
+    /// Whether the server may ask at all (the capability is declared).
+    pub fn offered(self) -> bool {
+        self != Self::Deny
+    }
+}
+
+impl Serialize for McpSampling {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Ask => serializer.serialize_str("ask"),
+            Self::Allow => serializer.serialize_bool(true),
+            Self::Deny => serializer.serialize_bool(false),
+        }
+    }
 }
 
 /// What becomes of an MCP server's questions to the user (`elicitation:` of its entry).

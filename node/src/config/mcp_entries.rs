@@ -13,8 +13,8 @@ use serde_yaml_ng::{Mapping, Value};
 use super::check::{edit_distance, line_of};
 use super::mcp::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESTARTS, McpElicitation, McpIdp,
-    McpOAuth, McpOAuthGrant, McpProblem, McpProtocol, McpSecretSource, McpServerConfig,
-    McpTransport,
+    McpOAuth, McpOAuthGrant, McpProblem, McpProtocol, McpSampling, McpSecretSource,
+    McpServerConfig, McpTransport,
 };
 use super::merge::{key_name, singleton};
 use super::{ConfigError, LoadedConfig, Origin};
@@ -460,10 +460,16 @@ fn resolve_entry(
         },
     };
     let sampling = match field("sampling") {
-        None => false,
-        Some(value) => value
-            .as_bool()
-            .ok_or_else(|| "`sampling`: expected true or false".to_owned())?,
+        None => McpSampling::Ask,
+        Some(Value::Bool(true)) => McpSampling::Allow,
+        Some(Value::Bool(false)) => McpSampling::Deny,
+        Some(value) if value.as_str() == Some("ask") => McpSampling::Ask,
+        Some(_) => {
+            return Err(
+                "`sampling`: expected true (trusted), false (never) or ask (the caller decides)"
+                    .to_owned(),
+            );
+        }
     };
     let elicitation = match field("elicitation").map(|value| value.as_str()) {
         None => McpElicitation::Ask,

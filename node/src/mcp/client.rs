@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::connect::{self, Connection, Handler, describe_service_error};
 use super::tool::{adapt, server_name_problem};
 use super::{McpContext, ServerState, ServerStatus, content};
-use crate::config::mcp::{McpElicitation, McpOAuthGrant, McpServerConfig, McpTransport};
+use crate::config::mcp::{
+    McpElicitation, McpOAuthGrant, McpSampling, McpServerConfig, McpTransport,
+};
 use crate::tools::{Tool, ToolContext, ToolOutput};
 
 /// The wait before the first restart in a row; each further one waits twice as long.
@@ -164,13 +166,19 @@ impl Drop for RunningCall {
 /// The answers to an input-required result, or the question to put to the user first.
 enum Inputs {
     Answered(rmcp::model::InputResponses),
-    Ask {
-        key: String,
-        /// The elicitation's parameters (`message`, `requestedSchema`, or `mode: url`).
-        elicitation: Value,
-        /// The answers to the server's other requests of the round.
-        answered: rmcp::model::InputResponses,
-    },
+    Ask(Asked),
+}
+
+/// The question of a round of input to put to the user, and what the round has so far.
+struct Asked {
+    key: String,
+    /// The elicitation's parameters (`message`, `requestedSchema`, or `mode: url`).
+    elicitation: Value,
+    /// The answers to the server's other requests of the round.
+    answered: rmcp::model::InputResponses,
+    /// Set when the question asks whether the server's sampling request (these parameters)
+    /// may be answered by the task's model (`sampling: ask`).
+    sampling: Option<Value>,
 }
 
 /// What a call waiting for the user keeps, in the relay of its result: enough to make the
@@ -192,6 +200,10 @@ pub(super) struct Waiting {
     /// asked to sign in: the reply makes the call again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(super) sign_in: bool,
+    /// Set when the user was asked whether the server's sampling request (these parameters)
+    /// may be answered by the task's model: a yes answers it, then the call is made again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) sampling: Option<Value>,
 }
 
 /// The result of a call whose server asks the user: the question (the task asks it in
@@ -201,20 +213,19 @@ fn ask_user(
     server: &str,
     params: &CallToolRequestParams,
     required: &rmcp::model::InputRequiredResult,
-    key: String,
-    elicitation: &Value,
-    answered: rmcp::model::InputResponses,
+    asked: Asked,
 ) -> ToolOutput {
     let waiting = Waiting {
         arguments: params.arguments.clone(),
         request_state: required.request_state.clone(),
-        key,
+        key: asked.key,
         schema: Value::Null,
-        answered,
+        answered: asked.answered,
         parked: None,
         sign_in: false,
+        sampling: asked.sampling,
     };
-    put_question(name, server, elicitation, waiting)
+    put_question(name, server, &asked.elicitation, waiting)
 }
 
 /// The result of a call that waits for the user: `elicitation` as the task's question, and
@@ -270,6 +281,20 @@ fn put_question(name: &str, server: &str, elicitation: &Value, mut waiting: Wait
             "{name} failed: the MCP server {server} asked a question Mew cannot keep: {e}"
         )),
     }
+}
+
+/// The task's model's answer to a server's sampling request, through the call's sampler.
+pub(super) async fn sample(
+    ctx: &ToolContext,
+    request: crate::tools::SampleRequest,
+) -> Result<crate::tools::SampleAnswer, String> {
+    let sampler = ctx
+        .sampler
+        .clone()
+        .ok_or("the model of a task (sampling), and this call is not a task's")?;
+    sampler(request)
+        .await
+        .map_err(|why| format!("the task's model, which failed: {why}"))
 }
 
 /// The user's reply to an elicitation, as the server reads it: `decline` and `cancel` as
@@ -811,6 +836,7 @@ impl McpClient {
             answered: rmcp::model::InputResponses::new(),
             parked: None,
             sign_in: true,
+            sampling: None,
         };
         let message = format!(
             "The MCP server {server} asks you to sign in. Open {address} ; the task goes on \
@@ -1111,21 +1137,9 @@ impl McpClient {
                     params.request_state = required.request_state.clone();
                     running = self.start_call(&connection, params.clone(), name, ctx);
                 }
-                Ok(Inputs::Ask {
-                    key,
-                    elicitation,
-                    answered,
-                }) => {
+                Ok(Inputs::Ask(asked)) => {
                     self.answered(&connection);
-                    return ask_user(
-                        name,
-                        &self.name,
-                        &params,
-                        required,
-                        key,
-                        &elicitation,
-                        answered,
-                    );
+                    return ask_user(name, &self.name, &params, required, asked);
                 }
                 Err(why) => {
                     self.answered(&connection);
@@ -1236,6 +1250,7 @@ impl McpClient {
             answered: rmcp::model::InputResponses::new(),
             parked: Some(number),
             sign_in: false,
+            sampling: None,
         };
         let output = put_question(name, &self.name, &parked.question.elicitation, waiting);
         if output.relay.is_none() {
@@ -1524,25 +1539,46 @@ impl McpClient {
         use rmcp::model::InputRequest;
         let mut answers = rmcp::model::InputResponses::new();
         let mut question = None;
+        let mut sampling = None;
         for (key, request) in required.input_requests.iter().flatten() {
             let answer = match request {
                 InputRequest::CreateMessage(request) => {
-                    if !self.config.sampling {
+                    if self.config.sampling == McpSampling::Deny {
                         return Err(
-                            "the task's model (sampling), which its entry does not allow (set \
-                             `sampling: true`)"
+                            "the task's model (sampling), which its entry does not allow \
+                             (`sampling: false`)"
                                 .to_owned(),
                         );
                     }
-                    let sampler = ctx
-                        .sampler
-                        .clone()
-                        .ok_or("the model of a task (sampling), and this call is not a task's")?;
-                    let request = connect::sample_request(request.params.clone())
+                    if ctx.sampler.is_none() {
+                        return Err(
+                            "the model of a task (sampling), and this call is not a task's"
+                                .to_owned(),
+                        );
+                    }
+                    let asked = connect::sample_request(request.params.clone())
                         .map_err(|e| format!("a model call Mew cannot make: {}", e.message))?;
-                    let answer = sampler(request)
-                        .await
-                        .map_err(|why| format!("the task's model, which failed: {why}"))?;
+                    if self.config.sampling == McpSampling::Ask {
+                        // The task's caller decides first: one question at a time.
+                        if !ctx.can_ask_user {
+                            return Err("the task's model (sampling), and no one can be asked \
+                                 to allow it (the entry says `sampling: ask`)"
+                                .to_owned());
+                        }
+                        if question.is_some() {
+                            continue;
+                        }
+                        question = Some((
+                            key.clone(),
+                            Ok(connect::sampling_question(&self.name, &asked)),
+                        ));
+                        sampling = Some(
+                            serde_json::to_value(&request.params)
+                                .map_err(|e| format!("a request Mew cannot keep: {e}"))?,
+                        );
+                        continue;
+                    }
+                    let answer = sample(ctx, asked).await?;
                     serde_json::to_value(connect::sample_result(answer))
                 }
                 InputRequest::ListRoots(_) => {
@@ -1569,11 +1605,12 @@ impl McpClient {
             );
         }
         Ok(match question {
-            Some((key, elicitation)) => Inputs::Ask {
+            Some((key, elicitation)) => Inputs::Ask(Asked {
                 key,
                 elicitation: elicitation.map_err(|e| format!("a question Mew cannot read: {e}"))?,
                 answered: answers,
-            },
+                sampling,
+            }),
             None => Inputs::Answered(answers),
         })
     }

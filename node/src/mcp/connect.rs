@@ -36,7 +36,7 @@ use super::McpContext;
 use super::client::McpClient;
 use super::http::HttpClient;
 use super::stderr::StderrTail;
-use crate::config::mcp::{McpOAuthGrant, McpProtocol, McpServerConfig, McpTransport};
+use crate::config::mcp::{McpOAuthGrant, McpProtocol, McpSampling, McpServerConfig, McpTransport};
 use crate::process::{BASE_ENV, ProcessGroup, command, pass_env};
 
 /// The version asked for in the `server/discover` probe.
@@ -71,8 +71,8 @@ pub(super) struct Handler {
     /// The roots the client declares and lists: the project directory, as a `file://` URI.
     #[allow(deprecated)]
     pub(super) roots: Arc<[Root]>,
-    /// Whether the server may ask the task's model (`sampling: true` on its entry).
-    pub(super) sampling: bool,
+    /// Whether the server may ask the task's model: trusted, asking the caller, or never.
+    pub(super) sampling: McpSampling,
     /// Whether the server's questions are put to the user (`elicitation: ask`, the default).
     pub(super) elicitation: bool,
     /// Where an http server's last challenge (401, 403) is kept.
@@ -148,6 +148,54 @@ pub(super) fn sample_request(
     })
 }
 
+/// The question put to the task's caller before the model answers a server's sampling
+/// request (`sampling: ask`), as an elicitation: what the server asks the model, and a yes or
+/// no.
+pub(super) fn sampling_question(
+    server: &str,
+    request: &crate::tools::SampleRequest,
+) -> serde_json::Value {
+    let asked = request
+        .messages
+        .iter()
+        .rev()
+        .map(|message| message.text())
+        .find(|text| !text.trim().is_empty())
+        .unwrap_or_default();
+    let asked = crate::tools::cut_chars(&asked, 500);
+    serde_json::json!({
+        "message": format!(
+            "The MCP server {server} asks to use the task's model (sampling, up to {} tokens): \
+             \"{asked}\". Allow it? (yes or no)",
+            request.max_tokens
+        ),
+        "requestedSchema": {
+            "type": "object",
+            "properties": {
+                "allow": {
+                    "type": "boolean",
+                    "description": "yes to let the task's model answer the server"
+                }
+            },
+            "required": ["allow"]
+        }
+    })
+}
+
+/// Whether the caller's answer to [`sampling_question`] allows the request: accepted with
+/// `allow` true (or `yes`).
+pub(super) fn sampling_allowed(answer: &serde_json::Value) -> bool {
+    answer["action"] == "accept"
+        && match &answer["content"]["allow"] {
+            serde_json::Value::Bool(allow) => *allow,
+            serde_json::Value::String(text) => matches!(
+                text.trim().to_ascii_lowercase().as_str(),
+                "yes" | "y" | "true" | "allow"
+            ),
+            _ => false,
+        }
+}
+
 /// The task's model's answer as a sampling result.
 #[allow(deprecated)] // Sampling, see the imports.
 pub(super) fn sample_result(answer: crate::tools::SampleAnswer) -> CreateMessageResult {
@@ -177,7 +225,7 @@ impl ClientHandler for Handler {
         if !self.roots.is_empty() {
             capabilities.insert("roots".into(), serde_json::json!({"listChanged": false}));
         }
-        if self.sampling {
+        if self.sampling.offered() {
             capabilities.insert("sampling".into(), serde_json::json!({}));
         }
         if self.elicitation {
@@ -217,23 +265,55 @@ impl ClientHandler for Handler {
         _context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
         let server = &self.name;
-        if !self.sampling {
+        if self.sampling == McpSampling::Deny {
             return Err(ErrorData::invalid_request(
                 format!(
-                    "Mew does not let the MCP server {server} ask its model (sampling); its \
-                     entry can allow it with `sampling: true`"
+                    "Mew does not let the MCP server {server} ask its model (sampling): its \
+                     entry says `sampling: false`"
                 ),
                 None,
             ));
         }
-        let sampler = self
+        let client = self
             .server
             .upgrade()
-            .ok_or_else(|| ErrorData::internal_error("the client is shut down", None))?
+            .ok_or_else(|| ErrorData::internal_error("the client is shut down", None))?;
+        let sampler = client
             .followers
             .sampler()
             .map_err(|why| ErrorData::invalid_request(format!("cannot sample: {why}"), None))?;
         let request = sample_request(params)?;
+        if self.sampling == McpSampling::Ask {
+            // The task's caller decides, as for a question (the call waits, parked).
+            let refused = |why: &str| {
+                tracing::info!(server = %server, "refused the MCP server's sampling request: {why}");
+                Err(ErrorData::invalid_request(
+                    format!("Mew did not let the MCP server {server} ask its model: {why}"),
+                    None,
+                ))
+            };
+            if client.parked_full() {
+                return refused("too many of its calls wait for their user already");
+            }
+            let asks = match client.followers.questioner() {
+                Ok(asks) => asks,
+                Err(why) => return refused(&why),
+            };
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let elicitation = sampling_question(server, &request);
+            if asks
+                .send(super::news::Question { elicitation, reply })
+                .await
+                .is_err()
+            {
+                return refused("the call it asked for has ended");
+            }
+            match answer.await {
+                Ok(answer) if sampling_allowed(&answer) => {}
+                Ok(_) => return refused("the task's caller did not allow it"),
+                Err(_) => return refused("the call ended before the caller answered"),
+            }
+        }
         let answer = sampler(request)
             .await
             .map_err(|why| ErrorData::internal_error(why, None))?;

@@ -149,7 +149,7 @@ mod tests {
             deny_tools: Vec::new(),
             max_restarts: 1,
             protocol: Default::default(),
-            sampling: false,
+            sampling: Default::default(),
             elicitation: Default::default(),
             oauth: Default::default(),
             origin: String::new(),

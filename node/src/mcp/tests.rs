@@ -14,7 +14,7 @@ use tempfile::TempDir;
 use tokio::sync::Barrier;
 
 use super::*;
-use crate::config::mcp::{McpServerConfig, McpTransport};
+use crate::config::mcp::{McpSampling, McpServerConfig, McpTransport};
 use crate::conversation::ResultPart;
 use crate::tools::{Category, ToolContext, ToolOutput, test_support};
 
@@ -67,7 +67,7 @@ fn config(transport: McpTransport) -> McpServerConfig {
         deny_tools: Vec::new(),
         max_restarts: 5,
         protocol: Default::default(),
-        sampling: false,
+        sampling: Default::default(),
         elicitation: Default::default(),
         oauth: Default::default(),
         origin: "test".to_owned(),
@@ -1162,18 +1162,22 @@ async fn a_server_allowed_to_sample_asks_the_calling_tasks_model_and_others_are_
     let project = Project::new();
     let legacy = http_server(Protocol::Legacy).await;
     let modern = http_server(Protocol::Modern).await;
-    let allowed = |mut config: McpServerConfig| {
-        config.sampling = true;
+    let with = |sampling, mut config: McpServerConfig| {
+        config.sampling = sampling;
         config
     };
+    let allowed = |config| with(McpSampling::Allow, config);
     let manager = project
         .start(vec![
             ("stdio_legacy", allowed(stdio("legacy"))),
             ("http_legacy", allowed(http(legacy.url()))),
             ("stdio_modern", allowed(stdio("modern"))),
             ("http_modern", allowed(http(modern.url()))),
-            ("refused", stdio("legacy")),
-            ("refused_modern", stdio("modern")),
+            ("refused", with(McpSampling::Deny, stdio("legacy"))),
+            ("refused_modern", with(McpSampling::Deny, stdio("modern"))),
+            // The default: the caller is asked, and a call with no one to ask is refused.
+            ("asking", stdio("legacy")),
+            ("asking_modern", stdio("modern")),
         ])
         .await;
     let asked = Arc::new(Mutex::new(Vec::new()));
@@ -1220,16 +1224,30 @@ async fn a_server_allowed_to_sample_asks_the_calling_tasks_model_and_others_are_
             model_hints: vec!["haiku".to_owned()],
         }
     );
-    // Without `sampling: true` the server hears why, or the call fails saying so.
+    // With `sampling: false` the server hears why, or the call fails saying so.
     for name in ["refused", "refused_modern"] {
         let output = find(&manager, &format!("mcp__{name}__sample"))
             .call(json!({"prompt": "name a cat"}), &ctx)
             .await;
         assert!(
-            output.is_error && output.text_content().contains("sampling: true"),
+            output.is_error && output.text_content().contains("sampling: false"),
             "{name}: {output:?}"
         );
     }
+    // Asking, without a user to ask (this call cannot ask): refused, saying why.
+    for (name, why) in [
+        ("asking", "has no user to ask"),
+        ("asking_modern", "no one can be asked"),
+    ] {
+        let output = find(&manager, &format!("mcp__{name}__sample"))
+            .call(json!({"prompt": "name a cat"}), &ctx)
+            .await;
+        assert!(
+            output.is_error && output.text_content().contains(why),
+            "{name}: {output:?}"
+        );
+    }
+    assert_eq!(asked.len(), 4, "no refused request reached the model");
     manager.shutdown(PATIENCE).await;
 }
 

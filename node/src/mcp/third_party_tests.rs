@@ -175,7 +175,7 @@ fn server_config(transport: McpTransport, call_timeout: Duration) -> McpServerCo
         deny_tools: Vec::new(),
         max_restarts: 5,
         protocol: Default::default(),
-        sampling: false,
+        sampling: crate::config::mcp::McpSampling::Deny,
         elicitation: Default::default(),
         oauth: Default::default(),
         origin: "third_party_tests".to_owned(),

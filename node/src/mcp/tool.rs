@@ -192,7 +192,36 @@ impl Tool for McpTool {
                 .call(&self.name, &self.remote, input, None, ctx)
                 .await;
         }
-        let answer = super::client::elicitation_answer(reply, &waiting.schema);
+        let mut answer = super::client::elicitation_answer(reply, &waiting.schema);
+        if let Some(params) = &waiting.sampling {
+            // The user was asked whether the task's model may answer the server: a yes
+            // answers it now, and the call is made again with the model's answer.
+            if !super::connect::sampling_allowed(&answer) {
+                return ToolOutput::error(format!(
+                    "{} failed: the task's caller did not let the MCP server {} use the task's \
+                     model",
+                    self.name, self.server_name
+                ));
+            }
+            let sampled = async {
+                let params = serde_json::from_value(params.clone())
+                    .map_err(|e| format!("a kept request Mew cannot read: {e}"))?;
+                let request = super::connect::sample_request(params)
+                    .map_err(|e| format!("a model call Mew cannot make: {}", e.message))?;
+                let answer = super::client::sample(ctx, request).await?;
+                serde_json::to_value(super::connect::sample_result(answer))
+                    .map_err(|e| format!("an answer Mew cannot encode: {e}"))
+            };
+            answer = match sampled.await {
+                Ok(answer) => answer,
+                Err(why) => {
+                    return ToolOutput::error(format!(
+                        "{} failed: the MCP server {} asked for {why}",
+                        self.name, self.server_name
+                    ));
+                }
+            };
+        }
         let resumed = match waiting.parked {
             Some(parked) => super::client::Resumed::Parked { parked, answer },
             None => {

@@ -1051,3 +1051,88 @@ async fn a_role_that_declines_questions_gets_the_servers_answer_to_a_decline_at_
     model.assert_done();
     Ok(())
 }
+
+/// A node whose hermetic server speaks `protocol` and may ask the task's model after the
+/// caller allows it (`sampling` left at its default, ask): the caller is asked, says `reply`.
+async fn sampling_asks_the_caller(protocol: &str, reply: &str) -> anyhow::Result<()> {
+    let allowed = reply == "yes";
+    let mut steps = vec![Step::tool_call(
+        "call_1",
+        "mcp__hermetic__sample",
+        json!({"prompt": "name a cat"}),
+    )];
+    if allowed {
+        steps.push(
+            Step::text("Tom")
+                .expect_system("Answer in one word.")
+                .expect_last_user("name a cat"),
+        );
+    }
+    steps.push(
+        Step::text("Done.")
+            .expect_tool_results(["call_1"])
+            .expect_last_user(if allowed {
+                "model said: Tom"
+            } else {
+                "did not let"
+            }),
+    );
+    let model = ScriptedModel::start(steps)?;
+    let node = hermetic_node(
+        &model,
+        "mcp__hermetic__sample",
+        &format!("    args: [--protocol, {protocol}]\n"),
+        "mcp__hermetic",
+    )
+    .await?;
+    let agent = node.agent("/agents/toolsmith", Binding::JsonRpc).await?;
+    let asked = match agent
+        .send_message(
+            &CallContext::default(),
+            SendMessageRequest::new(Message::user_text("ask the server")),
+        )
+        .await?
+    {
+        SendMessageResponse::Task(task) => task,
+        other => bail!("expected a task, got {other:?}"),
+    };
+    let question = status_text(&asked);
+    ensure!(
+        asked.status.state == TaskState::InputRequired
+            && question.contains("asks to use the task's model")
+            && question.contains("name a cat"),
+        "{protocol}: {:?}: {question}",
+        asked.status.state
+    );
+    let mut answer = Message::user_text(reply);
+    answer.task_id = Some(asked.id.clone());
+    answer.context_id = Some(asked.context_id.clone());
+    let done = match agent
+        .send_message(&CallContext::default(), SendMessageRequest::new(answer))
+        .await?
+    {
+        SendMessageResponse::Task(task) => task,
+        other => bail!("expected a task, got {other:?}"),
+    };
+    ensure!(
+        done.status.state == TaskState::Completed && status_text(&done) == "Done.",
+        "{protocol}: {:?}: {}",
+        done.status.state,
+        status_text(&done)
+    );
+    model.assert_done();
+    Ok(())
+}
+
+#[tokio::test]
+async fn by_default_a_servers_sampling_request_waits_for_the_callers_yes_on_both_generations()
+-> anyhow::Result<()> {
+    for protocol in ["legacy", "modern"] {
+        sampling_asks_the_caller(protocol, "yes").await?;
+    }
+    // A no: the model is not asked, and the call says so.
+    for protocol in ["legacy", "modern"] {
+        sampling_asks_the_caller(protocol, "no").await?;
+    }
+    Ok(())
+}
