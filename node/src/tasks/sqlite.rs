@@ -1815,7 +1815,8 @@ mod tests {
             reason.starts_with("its private state is not valid JSON"),
             "{reason}"
         );
-        assert_eq!(corrupt_id(store.list(&query(10)).await.map(drop)).0, "odd");
+        // A listing reads no private state: the damaged task JSON is what it reports.
+        assert_eq!(corrupt_id(store.list(&query(10)).await.map(drop)).0, "bad");
         assert_eq!(
             corrupt_id(store.context(&"c".into(), None).await.map(drop)).0,
             "bad"
