@@ -109,6 +109,15 @@ fn problems(config: &Config) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Why `server` was skipped, among `problems`; the test fails when it was not.
+fn reason(problems: &[(String, String)], server: &str) -> String {
+    problems
+        .iter()
+        .find(|(name, _)| name == server)
+        .map(|(_, message)| message.clone())
+        .unwrap_or_else(|| panic!("{server} was not skipped: {problems:?}"))
+}
+
 #[test]
 fn no_servers_by_default() {
     let config = Dirs::new().resolve();
@@ -1190,13 +1199,7 @@ fn bad_oauth_settings_skip_the_entry_with_a_reason() {
          \x20 i: {url: 'https://i/mcp', oauth: {client_id: x, client_secret: y, grant: client_credentials, per_caller: true}}\n",
     );
     let problems = problems(&dirs.resolve());
-    let reason = |server: &str| {
-        problems
-            .iter()
-            .find(|(name, _)| name == server)
-            .map(|(_, message)| message.clone())
-            .unwrap_or_else(|| panic!("{server} was not skipped: {problems:?}"))
-    };
+    let reason = |server: &str| reason(&problems, server);
     assert!(
         reason("a").contains("needs the `client_id`"),
         "{}",
@@ -1311,13 +1314,7 @@ fn bad_unattended_grant_settings_skip_the_entry_with_a_reason() {
          \x20 i: {url: 'https://i/mcp', oauth: {assertion: t, grant: jwt_bearer, per_caller: true}}\n",
     );
     let problems = problems(&dirs.resolve());
-    let reason = |server: &str| {
-        problems
-            .iter()
-            .find(|(name, _)| name == server)
-            .map(|(_, message)| message.clone())
-            .unwrap_or_else(|| panic!("{server} was not skipped: {problems:?}"))
-    };
+    let reason = |server: &str| reason(&problems, server);
     for (server, expected) in [
         ("a", "expected a PEM private key"),
         ("b", "either its `client_secret` or its `private_key`"),

@@ -209,6 +209,27 @@ pub(super) fn sample_result(answer: crate::tools::SampleAnswer) -> CreateMessage
 }
 
 impl Handler {
+    /// Puts `elicitation` (a question's `message` and form) to the user of the running call:
+    /// the call waits, parked, while its task asks (INPUT_REQUIRED). The user's answer, `None`
+    /// when the call ended before one, or why no one can be asked.
+    async fn put_to_user(
+        &self,
+        elicitation: serde_json::Value,
+    ) -> Result<Option<serde_json::Value>, String> {
+        let asks = {
+            let client = self.server.upgrade().ok_or("the client is shut down")?;
+            if client.parked_full() {
+                return Err("too many of its calls wait for their user already".to_owned());
+            }
+            client.followers.questioner()?
+        };
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        asks.send(super::news::Question { elicitation, reply })
+            .await
+            .map_err(|_| "the call it asked for has ended".to_owned())?;
+        Ok(answer.await.ok())
+    }
+
     fn tool_list_changed(&self) {
         if let Some(server) = self.server.upgrade() {
             server.tools_changed(self.generation);
@@ -285,33 +306,18 @@ impl ClientHandler for Handler {
         let request = sample_request(params)?;
         if self.sampling == McpSampling::Ask {
             // The task's caller decides, as for a question (the call waits, parked).
-            let refused = |why: &str| {
+            let why = match self.put_to_user(sampling_question(server, &request)).await {
+                Ok(Some(answer)) if sampling_allowed(&answer) => None,
+                Ok(Some(_)) => Some("the task's caller did not allow it".to_owned()),
+                Ok(None) => Some("the call ended before the caller answered".to_owned()),
+                Err(why) => Some(why),
+            };
+            if let Some(why) = why {
                 tracing::info!(server = %server, "refused the MCP server's sampling request: {why}");
-                Err(ErrorData::invalid_request(
+                return Err(ErrorData::invalid_request(
                     format!("Mew did not let the MCP server {server} ask its model: {why}"),
                     None,
-                ))
-            };
-            if client.parked_full() {
-                return refused("too many of its calls wait for their user already");
-            }
-            let asks = match client.followers.questioner() {
-                Ok(asks) => asks,
-                Err(why) => return refused(&why),
-            };
-            let (reply, answer) = tokio::sync::oneshot::channel();
-            let elicitation = sampling_question(server, &request);
-            if asks
-                .send(super::news::Question { elicitation, reply })
-                .await
-                .is_err()
-            {
-                return refused("the call it asked for has ended");
-            }
-            match answer.await {
-                Ok(answer) if sampling_allowed(&answer) => {}
-                Ok(_) => return refused("the task's caller did not allow it"),
-                Err(_) => return refused("the call ended before the caller answered"),
+                ));
             }
         }
         let answer = sampler(request)
@@ -339,35 +345,16 @@ impl ClientHandler for Handler {
         if !self.elicitation {
             return declined("its entry declines questions (`elicitation: decline`)");
         }
-        let asks = {
-            let Some(client) = self.server.upgrade() else {
-                return declined("the client is shut down");
-            };
-            if client.parked_full() {
-                return declined("too many of its calls wait for their user already");
-            }
-            match client.followers.questioner() {
-                Ok(asks) => asks,
-                Err(why) => return declined(&why),
-            }
-        };
         let elicitation = serde_json::to_value(&request).map_err(|e| {
             ErrorData::internal_error(format!("cannot read the question: {e}"), None)
         })?;
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        if asks
-            .send(super::news::Question { elicitation, reply })
-            .await
-            .is_err()
-        {
-            return declined("the call it asked for has ended");
-        }
-        match answer.await {
-            Ok(answer) => serde_json::from_value(answer).map_err(|e| {
+        match self.put_to_user(elicitation).await {
+            Ok(Some(answer)) => serde_json::from_value(answer).map_err(|e| {
                 ErrorData::internal_error(format!("cannot encode the user's answer: {e}"), None)
             }),
             // The call ended (cancelled, timed out, or the question expired) before a reply.
-            Err(_) => Ok(ElicitResult::new(ElicitationAction::Cancel)),
+            Ok(None) => Ok(ElicitResult::new(ElicitationAction::Cancel)),
+            Err(why) => declined(&why),
         }
     }
 

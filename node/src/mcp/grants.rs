@@ -78,10 +78,7 @@ pub(super) async fn unattended(
     let token: OAuthTokenResponse = serde_json::from_value(answer)
         .map_err(|err| format!("the token endpoint's answer is not a token: {err}"))?;
     let granted = token_scopes(&token).unwrap_or(scopes);
-    let received = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
-    let credentials = StoredCredentials::new(client_id, Some(token), granted, Some(received))
+    let credentials = StoredCredentials::new(client_id, Some(token), granted, Some(now()))
         .with_issuer(metadata.issuer.clone());
     entry
         .save(credentials)

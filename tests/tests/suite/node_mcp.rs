@@ -848,17 +848,7 @@ async fn a_role_loads_an_mcp_servers_skill_and_its_file_and_a_forged_one_is_refu
         "---\nname: greeter\ndescription: Greets.\n---\nGreet people.\n",
     )?;
     node.launch().await?;
-    let agent = node.agent("/agents/greeter", Binding::JsonRpc).await?;
-    let task = match agent
-        .send_message(
-            &CallContext::default(),
-            SendMessageRequest::new(Message::user_text("greet the new crew member")),
-        )
-        .await?
-    {
-        SendMessageResponse::Task(task) => task,
-        other => bail!("expected a task, got {other:?}"),
-    };
+    let task = mew_tests::node::send_text(&node, "greeter", "greet the new crew member").await?;
     ensure!(
         task.status.state == TaskState::Completed,
         "{:?}: {}",
@@ -1030,17 +1020,7 @@ async fn a_role_that_declines_questions_gets_the_servers_answer_to_a_decline_at_
         "---\nname: quiet\ndescription: Never asks.\ntools: [mcp__hermetic]\nelicitation: decline\n---\nUse the tools.\n",
     )?;
     node.launch().await?;
-    let agent = node.agent("/agents/quiet", Binding::JsonRpc).await?;
-    let task = match agent
-        .send_message(
-            &CallContext::default(),
-            SendMessageRequest::new(Message::user_text("greet whoever is there")),
-        )
-        .await?
-    {
-        SendMessageResponse::Task(task) => task,
-        other => bail!("expected a task, got {other:?}"),
-    };
+    let task = mew_tests::node::send_text(&node, "quiet", "greet whoever is there").await?;
     // No INPUT_REQUIRED on the way: the question was declined by the role's setting.
     ensure!(
         task.status.state == TaskState::Completed && status_text(&task) == "It was declined.",
@@ -1085,17 +1065,7 @@ async fn sampling_asks_the_caller(protocol: &str, reply: &str) -> anyhow::Result
         "mcp__hermetic",
     )
     .await?;
-    let agent = node.agent("/agents/toolsmith", Binding::JsonRpc).await?;
-    let asked = match agent
-        .send_message(
-            &CallContext::default(),
-            SendMessageRequest::new(Message::user_text("ask the server")),
-        )
-        .await?
-    {
-        SendMessageResponse::Task(task) => task,
-        other => bail!("expected a task, got {other:?}"),
-    };
+    let asked = mew_tests::node::send_text(&node, "toolsmith", "ask the server").await?;
     let question = status_text(&asked);
     ensure!(
         asked.status.state == TaskState::InputRequired
@@ -1107,13 +1077,7 @@ async fn sampling_asks_the_caller(protocol: &str, reply: &str) -> anyhow::Result
     let mut answer = Message::user_text(reply);
     answer.task_id = Some(asked.id.clone());
     answer.context_id = Some(asked.context_id.clone());
-    let done = match agent
-        .send_message(&CallContext::default(), SendMessageRequest::new(answer))
-        .await?
-    {
-        SendMessageResponse::Task(task) => task,
-        other => bail!("expected a task, got {other:?}"),
-    };
+    let done = mew_tests::node::send(&node, "toolsmith", answer).await?;
     ensure!(
         done.status.state == TaskState::Completed && status_text(&done) == "Done.",
         "{protocol}: {:?}: {}",
