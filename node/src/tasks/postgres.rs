@@ -189,6 +189,14 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX tasks_by_role       ON tasks (role, state, status_time DESC, id DESC);
     CREATE INDEX tasks_by_owner      ON tasks (owner, state, status_time DESC, id DESC);
     CREATE INDEX tasks_by_owner_role ON tasks (owner, role, state, status_time DESC, id DESC);",
+    // 9: the SQLite store's version 6: the owner's indexes hold owned tasks only (a listing by
+    // owner names one), so a write of a task without an owner adds no entry to them.
+    "DROP INDEX tasks_by_owner;
+    DROP INDEX tasks_by_owner_role;
+    CREATE INDEX tasks_by_owner      ON tasks (owner, state, status_time DESC, id DESC)
+        WHERE owner IS NOT NULL;
+    CREATE INDEX tasks_by_owner_role ON tasks (owner, role, state, status_time DESC, id DESC)
+        WHERE owner IS NOT NULL;",
 ];
 
 /// The advisory lock key migrations run under ("mew" + "migr" in ASCII).
