@@ -302,10 +302,11 @@ impl TaskStore for Counting {
     async fn create(
         &self,
         task: &StoredTask,
+        events: &[StreamResponse],
         configs: &[mew_cards::TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError> {
-        self.inner.create(task, configs, outbox).await?;
+        self.inner.create(task, events, configs, outbox).await?;
         self.writes.lock().unwrap().push(task.clone());
         Ok(())
     }
@@ -478,7 +479,9 @@ fn kind(error: Error) -> ErrorKind {
 async fn a_task_runs_to_completion_and_is_stored_before_it_is_announced() {
     let f = fixture(Limits::default()).await;
     let (task, stream) = f.submit(Message::user_text("done result")).await.unwrap();
-    assert_eq!(task.status.state, TaskState::Submitted);
+    // A slot was free: the task was stored WORKING in the write that created it, and its
+    // stream still says it was SUBMITTED first.
+    assert_eq!(task.status.state, TaskState::Working);
     let events: Vec<StreamResponse> = stream.map(Result::unwrap).collect().await;
     let states: Vec<TaskState> = events
         .iter()
@@ -487,7 +490,9 @@ async fn a_task_runs_to_completion_and_is_stored_before_it_is_announced() {
             _ => None,
         })
         .collect();
-    assert!(matches!(events[0], StreamResponse::Task(_)));
+    assert!(
+        matches!(&events[0], StreamResponse::Task(t) if t.status.state == TaskState::Submitted)
+    );
     assert_eq!(states, [TaskState::Working, TaskState::Completed]);
     let stored = f.get(&task).await;
     assert_eq!(stored.task.artifacts[0].parts[0].as_text(), Some("result"));
@@ -1310,16 +1315,11 @@ async fn private_state_and_usage_are_written_with_the_next_event_not_on_their_ow
     let done = f.run("keep answer").await;
     assert_eq!(done.status.state, TaskState::Completed);
     let writes = f.store.writes_of(&done.id);
-    // SUBMITTED, WORKING, the artifact, COMPLETED: the private state and the usage
-    // annotation (a write each before) go with COMPLETED.
+    // SUBMITTED with WORKING (a slot was free), the artifact, COMPLETED: the private state
+    // and the usage annotation (a write each before) go with COMPLETED.
     assert_eq!(
         written_states(&writes),
-        [
-            TaskState::Submitted,
-            TaskState::Working,
-            TaskState::Working,
-            TaskState::Completed
-        ]
+        [TaskState::Working, TaskState::Working, TaskState::Completed]
     );
     let last = writes.last().unwrap();
     assert_eq!(last.private, serde_json::json!({ "kept": "answer" }));
@@ -1342,11 +1342,7 @@ async fn private_state_saved_before_a_question_is_stored_with_it_and_resumes_aft
     let writes = f.store.writes_of(&asked.id);
     assert_eq!(
         written_states(&writes),
-        [
-            TaskState::Submitted,
-            TaskState::Working,
-            TaskState::InputRequired
-        ]
+        [TaskState::Working, TaskState::InputRequired]
     );
     let kept = serde_json::json!({ "kept": "blue" });
     assert_eq!(writes.last().unwrap().private, kept);
@@ -1384,11 +1380,7 @@ async fn private_state_saved_last_in_a_turn_is_stored_however_the_turn_ends() {
     let writes = f.store.writes_of(&completed.id);
     assert_eq!(
         written_states(&writes),
-        [
-            TaskState::Submitted,
-            TaskState::Working,
-            TaskState::Completed
-        ]
+        [TaskState::Working, TaskState::Completed]
     );
     // The turn fails after the save: the FAILED write carries it.
     let failed = f.run("keep-fail b").await;
@@ -1422,11 +1414,10 @@ async fn an_appended_annotation_is_written_at_once_and_the_turn_reads_its_own() 
     let f = fixture(Limits::default()).await;
     let done = f.run("link x").await;
     let writes = f.store.writes_of(&done.id);
-    // SUBMITTED, WORKING, the link, the artifact (with the value set), COMPLETED.
+    // SUBMITTED with WORKING, the link, the artifact (with the value set), COMPLETED.
     assert_eq!(
         written_states(&writes),
         [
-            TaskState::Submitted,
             TaskState::Working,
             TaskState::Working,
             TaskState::Working,
@@ -1436,11 +1427,11 @@ async fn an_appended_annotation_is_written_at_once_and_the_turn_reads_its_own() 
     let mew = |w: &StoredTask| w.task.metadata.as_ref().unwrap()["mew"].clone();
     let x = serde_json::to_value(link("x")).unwrap();
     assert_eq!(
-        mew(&writes[2]),
+        mew(&writes[1]),
         serde_json::json!({ "role": "scripted", "children": [x] })
     );
     assert_eq!(
-        mew(&writes[3]),
+        mew(&writes[2]),
         serde_json::json!({ "role": "scripted", "children": [x], "usage": seven_tokens() })
     );
     assert_eq!(

@@ -1180,10 +1180,15 @@ impl TaskStore for PostgresStore {
     async fn create(
         &self,
         task: &StoredTask,
+        events: &[StreamResponse],
         configs: &[TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError> {
-        let row = Row::with_snapshot(task)?;
+        let row = if events.is_empty() {
+            Row::with_snapshot(task)?
+        } else {
+            Row::with_events(task, events)?
+        };
         let configs: Vec<ConfigRow> = configs
             .iter()
             .map(ConfigRow::encode)
@@ -1911,6 +1916,7 @@ mod tests {
         let task = stored("p1", "c", "r", TaskState::Working, T0);
         a.create(
             &task,
+            &[],
             &[hook("p1", "h")],
             &[for_config(event("p1", 0), "h")],
         )
@@ -1955,7 +1961,7 @@ mod tests {
         let c = PostgresStore::open(&url, None, replica("c")).await.unwrap();
         let mut task = stored("t1", "c1", "r", TaskState::Working, T0);
         task.generation = 1;
-        a.create(&task, &[], &[]).await.unwrap();
+        a.create(&task, &[], &[], &[]).await.unwrap();
 
         // Held and beating: nobody else gets it.
         assert!(b.take_over(10).await.unwrap().is_empty());
@@ -2001,7 +2007,7 @@ mod tests {
         let b = PostgresStore::open(&url, None, replica("b")).await.unwrap();
         let mut changes = a.changes().unwrap();
         let mut task = stored("t1", "c1", "r", TaskState::Working, T0);
-        a.create(&task, &[], &[]).await.unwrap();
+        a.create(&task, &[], &[], &[]).await.unwrap();
         task.task.status.state = TaskState::InputRequired;
         task.generation = 2;
         let event = StreamResponse::Task(task.task.clone());
@@ -2048,7 +2054,7 @@ mod tests {
         let b = PostgresStore::open(&url, None, replica("b")).await.unwrap();
         let id = TaskId::from("t1");
         let task = stored("t1", "c1", "r", TaskState::Submitted, T0);
-        a.create(&task, &[], &[]).await.unwrap();
+        a.create(&task, &[], &[], &[]).await.unwrap();
 
         // Offered: this process's own take-over leaves it (its turn waits for it here)...
         a.offer(&id).await.unwrap();
@@ -2071,7 +2077,7 @@ mod tests {
         let url = postgres_database().await;
         let a = PostgresStore::open(&url, None, replica("a")).await.unwrap();
         let task = stored("t1", "c1", "r", TaskState::Working, T0);
-        a.create(&task, &[], &[]).await.unwrap();
+        a.create(&task, &[], &[], &[]).await.unwrap();
         // As while a lease is being taken: written, not yet among those it holds.
         let held = std::mem::take(&mut *a.held());
         assert!(a.take_over(10).await.unwrap().is_empty());

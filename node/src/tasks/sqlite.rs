@@ -371,10 +371,15 @@ impl TaskStore for SqliteStore {
     async fn create(
         &self,
         task: &StoredTask,
+        events: &[StreamResponse],
         configs: &[TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError> {
-        let row = Row::with_snapshot(task)?;
+        let row = if events.is_empty() {
+            Row::with_snapshot(task)?
+        } else {
+            Row::with_events(task, events)?
+        };
         let configs = configs
             .iter()
             .map(ConfigRow::encode)
@@ -1899,7 +1904,8 @@ mod tests {
         let dir = TempDir::new().unwrap();
         let path = db_path(&dir);
         let raw = Connection::open(&path).unwrap();
-        raw.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+        raw.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
         drop(raw);
 
         let text = error_text(SqliteStore::open(&path));

@@ -237,8 +237,10 @@ pub trait TaskStore: Send + Sync {
     async fn put(&self, task: &StoredTask) -> Result<(), StoreError>;
 
     /// Stores a new task with its push `configs` and the notifications of its first
-    /// snapshot (`outbox`), and logs that snapshot as the task's event number
-    /// `task.generation`, in one transaction, unless its context belongs to someone else:
+    /// events (`outbox`), and logs `events` (what made the task, in order: its first snapshot,
+    /// then, for a task that started at once, WORKING) as its event numbers up to
+    /// `task.generation`, or, when `events` is empty, the task as it is as its event number
+    /// `task.generation`; in one transaction, unless its context belongs to someone else:
     /// a context belongs to the owner of its tasks, so when the context holds a task of
     /// another owner nothing is written and the answer is [`StoreError::ForeignContext`].
     /// The check and the write are atomic: two principals naming one new context at once
@@ -246,6 +248,7 @@ pub trait TaskStore: Send + Sync {
     async fn create(
         &self,
         task: &StoredTask,
+        events: &[StreamResponse],
         configs: &[TaskPushNotificationConfig],
         outbox: &[OutboxRow],
     ) -> Result<(), StoreError>;

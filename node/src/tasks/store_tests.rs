@@ -58,6 +58,7 @@ on_every_store!(
     events_are_logged_with_their_snapshot_and_read_back_in_order,
     an_event_number_is_logged_once,
     several_events_are_logged_in_one_write_under_consecutive_numbers,
+    a_task_created_with_its_events_logs_them_from_number_one,
     tasks_that_cannot_be_stored_are_refused_before_the_writer,
     the_push_outbox_depth_is_counted_up_to_its_limit,
 );
@@ -704,7 +705,7 @@ async fn list_totals_stay_exact_through_creates_and_changes(store: Arc<dyn TaskS
         );
         task.owner = owners[(i / 4) % 3].map(str::to_owned);
         task.generation = 1;
-        store.create(&task, &[], &[]).await.unwrap();
+        store.create(&task, &[], &[], &[]).await.unwrap();
         tasks.push(task);
     }
     check(&tasks).await;
@@ -771,7 +772,7 @@ async fn a_new_task_in_another_owners_context_is_refused_and_not_written(
     store: Arc<dyn TaskStore>,
 ) {
     let first = owned(stored("a1", "c", "r", TaskState::Completed, T0), "alice");
-    store.create(&first, &[], &[]).await.unwrap();
+    store.create(&first, &[], &[], &[]).await.unwrap();
     assert!(
         store
             .context_admits(&"c".into(), Some("alice"))
@@ -797,6 +798,7 @@ async fn a_new_task_in_another_owners_context_is_refused_and_not_written(
     let refused = store
         .create(
             &intruder,
+            &[],
             &[hook("b1", "h")],
             &[for_config(event("b1", 0), "h")],
         )
@@ -810,12 +812,12 @@ async fn a_new_task_in_another_owners_context_is_refused_and_not_written(
     assert_eq!(store.push_heads(10).await.unwrap(), []);
     // An anonymous task too; Alice's own second task is welcome.
     let anonymous = stored("n1", "c", "r", TaskState::Submitted, T0 + 2);
-    assert!(store.create(&anonymous, &[], &[]).await.is_err());
+    assert!(store.create(&anonymous, &[], &[], &[]).await.is_err());
     let second = owned(
         stored("a2", "c", "r", TaskState::Submitted, T0 + 3),
         "alice",
     );
-    store.create(&second, &[], &[]).await.unwrap();
+    store.create(&second, &[], &[], &[]).await.unwrap();
     let tasks = store.context(&"c".into(), Some("alice")).await.unwrap();
     assert_eq!(ids(&tasks), ["a1", "a2"]);
 }
@@ -828,7 +830,7 @@ async fn principals_racing_for_one_new_context_get_it_once(store: Arc<dyn TaskSt
             owner,
         );
         let store = store.clone();
-        async move { (owner, store.create(&task, &[], &[]).await) }
+        async move { (owner, store.create(&task, &[], &[], &[]).await) }
     });
     let results = futures_util::future::join_all(creates).await;
     let admitted: std::collections::HashSet<&str> = results
@@ -949,7 +951,7 @@ fn working(id: &str) -> StreamResponse {
 async fn events_are_logged_with_their_snapshot_and_read_back_in_order(store: Arc<dyn TaskStore>) {
     let mut task = stored("t", "c", "r", TaskState::Submitted, T0);
     task.generation = 1;
-    store.create(&task, &[], &[]).await.unwrap();
+    store.create(&task, &[], &[], &[]).await.unwrap();
     let first = store.events(&"t".into(), 0, 10).await.unwrap();
     assert_eq!(first, [(1, StreamResponse::Task(task.task.clone()))]);
 
@@ -982,7 +984,7 @@ async fn several_events_are_logged_in_one_write_under_consecutive_numbers(
 ) {
     let mut task = stored("t", "c", "r", TaskState::Working, T0);
     task.generation = 1;
-    store.create(&task, &[], &[]).await.unwrap();
+    store.create(&task, &[], &[], &[]).await.unwrap();
     let (first, second) = (working("t"), working("t"));
     task.generation = 3;
     store
@@ -1002,10 +1004,39 @@ async fn several_events_are_logged_in_one_write_under_consecutive_numbers(
     assert_eq!(store.get(&"t".into()).await.unwrap().unwrap().generation, 3);
 }
 
+/// A task that starts at once is created WORKING, with its SUBMITTED snapshot and its WORKING
+/// event logged under numbers 1 and 2; more events than numbers are refused.
+async fn a_task_created_with_its_events_logs_them_from_number_one(store: Arc<dyn TaskStore>) {
+    let submitted = stored("t", "c", "r", TaskState::Submitted, T0);
+    let mut task = submitted.clone();
+    task.task.status = TaskStatus::new(TaskState::Working);
+    task.generation = 2;
+    let opening = [StreamResponse::Task(submitted.task.clone()), working("t")];
+    store.create(&task, &opening, &[], &[]).await.unwrap();
+    assert_eq!(
+        store.events(&"t".into(), 0, 10).await.unwrap(),
+        [(1, opening[0].clone()), (2, opening[1].clone())]
+    );
+    let again = store.get(&"t".into()).await.unwrap().unwrap();
+    assert_eq!(
+        (again.task.status.state, again.generation),
+        (TaskState::Working, 2)
+    );
+
+    let mut other = stored("u", "c", "r", TaskState::Working, T0);
+    other.generation = 1;
+    let refused = store.create(&other, &opening, &[], &[]).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(store.get(&"u".into()).await.unwrap(), None);
+}
+
 async fn an_event_number_is_logged_once(store: Arc<dyn TaskStore>) {
     let mut task = stored("t", "c", "r", TaskState::Submitted, T0);
     task.generation = 1;
-    store.create(&task, &[hook("t", "a")], &[]).await.unwrap();
+    store
+        .create(&task, &[], &[hook("t", "a")], &[])
+        .await
+        .unwrap();
     task.generation = 2;
     task.task.status = TaskStatus::new(TaskState::Working);
     let first = working("t");
@@ -1044,7 +1075,7 @@ async fn the_push_outbox_depth_is_counted_up_to_its_limit(store: Arc<dyn TaskSto
     let task = stored("p1", "c", "r", TaskState::Working, T0);
     let waiting: Vec<OutboxRow> = (0..3).map(|n| for_config(event("p1", n), "h")).collect();
     store
-        .create(&task, &[hook("p1", "h")], &waiting)
+        .create(&task, &[], &[hook("p1", "h")], &waiting)
         .await
         .unwrap();
     assert_eq!(store.push_depth(10).await.unwrap(), 3);

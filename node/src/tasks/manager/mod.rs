@@ -414,14 +414,6 @@ impl TaskManager {
         self: &Arc<Self>,
         submission: Submission,
     ) -> Result<(Task, EventStream), Error> {
-        let queued = self.queued.fetch_add(1, Ordering::SeqCst);
-        if queued >= self.limits.max_queued {
-            self.queued.fetch_sub(1, Ordering::SeqCst);
-            return Err(protocol(
-                ErrorKind::Internal,
-                format!("the node has {queued} tasks waiting already; try again later"),
-            ));
-        }
         // A task delegated by a task running on this node runs on its parent's slot; a
         // caller naming someone else's task as its parent waits like anyone.
         let parent_runs_here = submission.parent.as_ref().is_some_and(|parent| {
@@ -429,32 +421,69 @@ impl TaskManager {
                 .get(parent)
                 .is_some_and(|live| live.owner == submission.owner)
         });
+        // A task that finds a slot free starts at once: it is stored WORKING in the write that
+        // creates it (its SUBMITTED logged before), one write and one commit fewer before its
+        // answer. Otherwise it takes its place in the queue now, before its first write.
         let slot = if parent_runs_here {
             Slot::Parents
         } else {
-            Slot::Wait
+            match self
+                .slots
+                .take(&submission.role.name, self.role_limit(&submission.role))
+            {
+                Ok(place) => Slot::Taken(place),
+                Err(waiting) => Slot::Queued(waiting),
+            }
         };
+        // Only a task that waits counts against the queue's bound (one refused here leaves
+        // its place in the queue as its `Waiting` drops).
+        let waits = !matches!(slot, Slot::Taken(_));
+        if waits {
+            let queued = self.queued.fetch_add(1, Ordering::SeqCst);
+            if queued >= self.limits.max_queued {
+                self.queued.fetch_sub(1, Ordering::SeqCst);
+                return Err(protocol(
+                    ErrorKind::Internal,
+                    format!("the node has {queued} tasks waiting already; try again later"),
+                ));
+            }
+        }
         // A context made here has no earlier tasks: its first turn need not read them.
         let fresh_context = submission.message.context_id.is_none();
         let role = submission.role.clone();
-        let (stored, message, push) = new_task(submission);
+        let (mut stored, message, push) = new_task(submission);
         let id = stored.task.id.clone();
+        let mut events = Vec::new();
+        if matches!(slot, Slot::Taken(_)) {
+            let working = status_event(&stored.task, TaskStatus::new(TaskState::Working));
+            events.push(StreamResponse::Task(stored.task.clone()));
+            stored.task.apply(&working);
+            stored.generation += 1;
+            events.push(working);
+        }
         // The webhook's first notification is the task as it starts; a context of another
         // principal is refused in the same write.
         let outbox = if push.is_empty() {
             Ok(Vec::new())
-        } else {
+        } else if events.is_empty() {
             outbox_rows(&push, &StreamResponse::Task(stored.task.clone()))
+        } else {
+            events.iter().try_fold(Vec::new(), |mut rows, event| {
+                rows.extend(outbox_rows(&push, event)?);
+                Ok(rows)
+            })
         };
         let written = match outbox {
-            Ok(outbox) => self.store.create(&stored, &push, &outbox).await,
+            Ok(outbox) => self.store.create(&stored, &events, &push, &outbox).await,
             Err(e) => Err(e),
         };
         if written.is_ok() && !push.is_empty() {
             self.push_wake.notify_one();
         }
         if let Err(e) = written {
-            self.queued.fetch_sub(1, Ordering::SeqCst);
+            if waits {
+                self.queued.fetch_sub(1, Ordering::SeqCst);
+            }
             return Err(store_error(e));
         }
         let live = self.new_live(stored, push);
@@ -463,7 +492,7 @@ impl TaskManager {
             let mut state = live.state.lock().await;
             state.turn = 1;
             state.busy = true;
-            let stream = self.watch(&live, &state, StreamResponse::ends_stream);
+            let stream = self.watch_opening(&live, &state, StreamResponse::ends_stream, events);
             (state.stored.task.clone(), stream)
         };
         let start = TurnStart {
@@ -489,7 +518,7 @@ impl TaskManager {
             ..submission
         });
         self.store
-            .create(&stored, &[], &[])
+            .create(&stored, &[], &[], &[])
             .await
             .map_err(store_error)?;
         let refusal = agent_message(&stored.task, reason.to_owned());
@@ -668,19 +697,26 @@ impl TaskManager {
         let traced = turn_span(&live, &role.name, turn);
         self.tracker.spawn(
             async move {
+                // A turn that holds its slot already was never counted as waiting.
+                let waited = !matches!(slot, Slot::Taken(_));
                 let permit = match slot {
-                    Slot::Wait => match manager.slot_or_offer(&live, &role).await {
-                        Waited::Slot(permit) => Some(Some(permit)),
-                        Waited::Cancelled => None,
-                        Waited::Elsewhere => {
-                            manager.queued.fetch_sub(1, Ordering::SeqCst);
-                            return;
+                    Slot::Taken(place) => (!live.cancel.is_cancelled()).then_some(Some(place)),
+                    Slot::Wait | Slot::Queued(_) => {
+                        match manager.slot_or_offer(&live, &role, slot).await {
+                            Waited::Slot(permit) => Some(Some(permit)),
+                            Waited::Cancelled => None,
+                            Waited::Elsewhere => {
+                                manager.queued.fetch_sub(1, Ordering::SeqCst);
+                                return;
+                            }
                         }
-                    },
+                    }
                     // Its parent holds a slot and waits for it: waiting too could deadlock.
                     Slot::Parents => (!live.cancel.is_cancelled()).then_some(None),
                 };
-                manager.queued.fetch_sub(1, Ordering::SeqCst);
+                if waited {
+                    manager.queued.fetch_sub(1, Ordering::SeqCst);
+                }
                 if let Some(_permit) = permit {
                     manager.run_turn(&live, role, message, start, turn).await;
                 }
@@ -696,14 +732,18 @@ impl TaskManager {
     /// first with room takes it, and this replica follows it instead. Only a task that has not
     /// started is offered: a continuation's turn has begun (WORKING), and taking it over
     /// would count as a lost replica's work.
-    async fn slot_or_offer(self: &Arc<Self>, live: &Arc<Live>, role: &RoleDefinition) -> Waited {
-        let limit = match usize::try_from(role.max_running) {
-            Ok(0) | Err(_) => self.limits.max_running_per_role,
-            Ok(own) => own,
-        };
-        let mut waiting = match self.slots.take(&role.name, limit) {
-            Ok(place) => return Waited::Slot(place),
-            Err(waiting) => waiting,
+    async fn slot_or_offer(
+        self: &Arc<Self>,
+        live: &Arc<Live>,
+        role: &RoleDefinition,
+        slot: Slot,
+    ) -> Waited {
+        let mut waiting = match slot {
+            Slot::Queued(waiting) => waiting,
+            _ => match self.slots.take(&role.name, self.role_limit(role)) {
+                Ok(place) => return Waited::Slot(place),
+                Err(waiting) => waiting,
+            },
         };
         let offered = self.store.shared()
             && self.others_alive().await
@@ -721,6 +761,15 @@ impl TaskManager {
         let waited = self.wait_offered(live, &mut waiting, offered).await;
         live.offered.store(false, Ordering::SeqCst);
         waited
+    }
+
+    /// How many turns of `role` may run at once: its own `maxRunning`, or the node's limit per
+    /// role.
+    fn role_limit(&self, role: &RoleDefinition) -> usize {
+        match usize::try_from(role.max_running) {
+            Ok(0) | Err(_) => self.limits.max_running_per_role,
+            Ok(own) => own,
+        }
     }
 
     /// Whether other replicas are alive: as the last heartbeat found, or, when it found none,
@@ -1208,10 +1257,13 @@ enum Waited {
 }
 
 /// Whether a turn waits for a slot of its own.
-#[derive(Clone, Copy, Debug)]
 enum Slot {
     /// It takes one of the node's slots, in order.
     Wait,
+    /// It waits in its role's queue already.
+    Queued(Waiting),
+    /// It holds one of the node's slots already.
+    Taken(Place),
     /// It runs on the slot of its parent, a task running on this node.
     Parents,
 }

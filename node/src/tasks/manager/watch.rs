@@ -190,6 +190,57 @@ impl TaskManager {
         self.watch_after(live, state, ends, None)
     }
 
+    /// [`Self::watch`] for a task just created from `opening`, the events that made it (its
+    /// SUBMITTED snapshot, then WORKING when it started at once), which stand in for the
+    /// snapshot: the stream says each state the task went through.
+    pub(super) fn watch_opening(
+        &self,
+        live: &Arc<Live>,
+        state: &LiveState,
+        ends: fn(&StreamResponse) -> bool,
+        opening: Vec<StreamResponse>,
+    ) -> EventStream {
+        let generation = state.stored.generation;
+        let count = u64::try_from(opening.len()).unwrap_or(u64::MAX);
+        if count == 0 || count > generation {
+            return self.watch(live, state, ends);
+        }
+        let first = generation + 1 - count;
+        let start = futures_util::stream::iter(
+            (first..)
+                .zip(opening)
+                .map(|(seq, event)| Ok((Some(seq), event))),
+        );
+        let rest = futures_util::stream::unfold(
+            self.watch_state(live, state, ends, generation, 0),
+            WatchState::next,
+        );
+        EventStream::numbered(futures_util::StreamExt::chain(start, rest))
+    }
+
+    /// A subscription's state, after the event `seq`; with the events up to `behind` to
+    /// read back from the log first.
+    fn watch_state(
+        &self,
+        live: &Arc<Live>,
+        state: &LiveState,
+        ends: fn(&StreamResponse) -> bool,
+        seq: u64,
+        behind: u64,
+    ) -> WatchState {
+        WatchState {
+            rx: state.events.subscribe(),
+            seq,
+            behind,
+            live: live.clone(),
+            store: self.store.clone(),
+            pending: VecDeque::new(),
+            batch: READ_BACK_BATCH,
+            ends,
+            done: false,
+        }
+    }
+
     /// [`Self::watch`], or with `after` no older than the task, a subscription that starts
     /// with the events after that number instead of a snapshot.
     fn watch_after(
@@ -199,23 +250,10 @@ impl TaskManager {
         ends: fn(&StreamResponse) -> bool,
         after: Option<u64>,
     ) -> EventStream {
-        let rx = state.events.subscribe();
         let generation = state.stored.generation;
-        let live = live.clone();
-        let watch = |seq, behind| WatchState {
-            rx,
-            seq,
-            behind,
-            live,
-            store: self.store.clone(),
-            pending: VecDeque::new(),
-            batch: READ_BACK_BATCH,
-            ends,
-            done: false,
-        };
         if let Some(after) = after.filter(|after| *after <= generation) {
             return EventStream::numbered(futures_util::stream::unfold(
-                watch(after, generation),
+                self.watch_state(live, state, ends, after, generation),
                 WatchState::next,
             ));
         }
@@ -225,7 +263,10 @@ impl TaskManager {
         if over {
             return EventStream::numbered(start);
         }
-        let rest = futures_util::stream::unfold(watch(generation, 0), WatchState::next);
+        let rest = futures_util::stream::unfold(
+            self.watch_state(live, state, ends, generation, 0),
+            WatchState::next,
+        );
         EventStream::numbered(futures_util::StreamExt::chain(start, rest))
     }
 
