@@ -834,8 +834,13 @@ impl TaskManager {
         if taken_back {
             return permit.map_or(Waited::Cancelled, Waited::Slot);
         }
-        // Another replica runs it: this one follows it for whoever waits here.
-        if cancelled && let Err(e) = self.store.request_cancel(&live.id).await {
+        // Another replica runs it: this one follows it for whoever waits here. A cancel is
+        // passed on to it, but not this node's shutdown (which also ends the wait): that
+        // task goes on where it runs.
+        if cancelled
+            && !self.shutdown.is_cancelled()
+            && let Err(e) = self.store.request_cancel(&live.id).await
+        {
             warn!(task_id = %live.id, error = %e, "cannot pass a cancel on to the replica running the task");
         }
         live.state.lock().await.busy = false;
