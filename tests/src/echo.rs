@@ -12,12 +12,15 @@
 //! | `message <text>` | a direct agent message, no task |
 //! | anything else | like `echo <whole text>` |
 //!
+//! It holds at most [`EchoAgent::RETAINED_TASKS`] tasks: past that, the oldest finished ones
+//! are forgotten, so its memory stays bounded under any load.
+//!
 //! Every task runs on its own tokio task and publishes its events on a bounded
 //! broadcast channel, after storing them in the task. Streams are subscribers:
 //! dropping one never stops the work, and one that lags gets a fresh task
 //! snapshot instead of the events it missed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
@@ -51,7 +54,41 @@ pub struct EchoAgent {
 struct Inner {
     card: AgentCard,
     capacity: usize,
-    tasks: RwLock<HashMap<TaskId, Arc<Slot>>>,
+    tasks: RwLock<Tasks>,
+}
+
+/// The tasks the agent holds: every running one, and the newest finished ones up to
+/// [`EchoAgent::RETAINED_TASKS`] in all, so that its memory stays bounded under load.
+#[derive(Default)]
+struct Tasks {
+    map: HashMap<TaskId, Arc<Slot>>,
+    /// The ids in `map`, oldest first.
+    order: VecDeque<TaskId>,
+}
+
+impl Tasks {
+    /// Holds `slot`; past [`EchoAgent::RETAINED_TASKS`], forgets the oldest finished tasks
+    /// (a running one keeps its place and is passed over).
+    fn insert(&mut self, id: TaskId, slot: Arc<Slot>) {
+        self.map.insert(id.clone(), slot);
+        self.order.push_back(id);
+        let mut passed = 0;
+        while self.map.len() > EchoAgent::RETAINED_TASKS && passed < self.order.len() {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            let finished = self
+                .map
+                .get(&oldest)
+                .is_none_or(|slot| slot.lock().task.status.state.is_terminal());
+            if finished {
+                self.map.remove(&oldest);
+            } else {
+                self.order.push_back(oldest);
+                passed += 1;
+            }
+        }
+    }
 }
 
 /// One task: its immutable ids, its state, and the channel of its events.
@@ -106,7 +143,7 @@ impl EchoAgent {
             inner: Arc::new(Inner {
                 card,
                 capacity: capacity.max(1),
-                tasks: RwLock::new(HashMap::new()),
+                tasks: RwLock::new(Tasks::default()),
             }),
         }
     }
@@ -145,9 +182,13 @@ impl EchoAgent {
         }
     }
 
-    /// How many tasks the agent holds (tasks are never evicted).
+    /// How many finished and running tasks the agent holds at most; past that, the oldest
+    /// finished ones are forgotten (GetTask then says they are not found).
+    pub const RETAINED_TASKS: usize = 10_000;
+
+    /// How many tasks the agent holds (at most [`EchoAgent::RETAINED_TASKS`] unless more run).
     pub fn task_count(&self) -> usize {
-        self.inner.read_tasks().len()
+        self.inner.read_tasks().map.len()
     }
 
     /// Validates a send and starts (or resumes) its work; the stream follows it.
@@ -257,17 +298,18 @@ impl fmt::Debug for EchoAgent {
 }
 
 impl Inner {
-    fn read_tasks(&self) -> std::sync::RwLockReadGuard<'_, HashMap<TaskId, Arc<Slot>>> {
+    fn read_tasks(&self) -> std::sync::RwLockReadGuard<'_, Tasks> {
         self.tasks.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write_tasks(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<TaskId, Arc<Slot>>> {
+    fn write_tasks(&self) -> std::sync::RwLockWriteGuard<'_, Tasks> {
         self.tasks.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The task's slot, or TaskNotFound.
     fn slot(&self, id: &TaskId) -> Result<Arc<Slot>, A2aError> {
         self.read_tasks()
+            .map
             .get(id)
             .cloned()
             .ok_or_else(|| A2aError::task_not_found(id))
@@ -275,7 +317,7 @@ impl Inner {
 
     /// Every slot, so that no map lock is held while slots are read.
     fn all_slots(&self) -> Vec<Arc<Slot>> {
-        self.read_tasks().values().cloned().collect()
+        self.read_tasks().map.values().cloned().collect()
     }
 }
 
@@ -1234,6 +1276,37 @@ mod tests {
             kind(agent.cancel_task(&ctx(), unknown).await),
             ErrorKind::TaskNotFound
         );
+    }
+
+    #[tokio::test]
+    async fn past_its_retention_the_oldest_finished_tasks_are_forgotten_and_running_ones_kept() {
+        let agent = agent();
+        let running = send_task(&agent, immediately("wait")).await;
+        let first = send_task(&agent, send("echo first")).await;
+        for i in 0..EchoAgent::RETAINED_TASKS {
+            send_task(&agent, send(&format!("echo {i}"))).await;
+        }
+        let newest = send_task(&agent, send("echo newest")).await;
+        assert_eq!(agent.task_count(), EchoAgent::RETAINED_TASKS);
+        assert_eq!(newest.status.state, TaskState::Completed);
+        assert_eq!(get(&agent, &newest.id).await.id, newest.id);
+        let forgotten = agent
+            .get_task(
+                &ctx(),
+                GetTaskRequest {
+                    id: first.id.clone(),
+                    ..GetTaskRequest::default()
+                },
+            )
+            .await;
+        assert_eq!(kind(forgotten), ErrorKind::TaskNotFound);
+        // The oldest task of all still runs: it is kept, and can still be canceled.
+        let cancel = CancelTaskRequest {
+            id: running.id.clone(),
+            ..CancelTaskRequest::default()
+        };
+        let canceled = agent.cancel_task(&ctx(), cancel).await.unwrap();
+        assert_eq!(canceled.status.state, TaskState::Canceled);
     }
 
     #[tokio::test]
