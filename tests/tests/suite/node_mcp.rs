@@ -45,6 +45,19 @@ async fn hermetic_node(
     entry: &str,
     tools: &str,
 ) -> anyhow::Result<MewNode> {
+    let role = format!(
+        "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [{tools}]\n---\nUse the tools.\n"
+    );
+    hermetic_node_with_role(model, allow, entry, ("toolsmith.md", &role)).await
+}
+
+/// [`hermetic_node`] with a role file of the test's own, `(file name, contents)`.
+async fn hermetic_node_with_role(
+    model: &ScriptedModel,
+    allow: &str,
+    entry: &str,
+    (file, role): (&str, &str),
+) -> anyhow::Result<MewNode> {
     let config = format!(
         "{}permissions:\n  allow: [{allow}]\nmcp_servers:\n  hermetic:\n    command: {}\n{entry}",
         scripted_model_config(model),
@@ -52,12 +65,7 @@ async fn hermetic_node(
     );
     let mut node = MewNode::new()?;
     node.write_config(&config)?;
-    node.write_role(
-        "toolsmith.md",
-        &format!(
-            "---\nname: toolsmith\ndescription: Uses MCP tools.\ntools: [{tools}]\n---\nUse the tools.\n"
-        ),
-    )?;
+    node.write_role(file, role)?;
     node.launch().await?;
     Ok(node)
 }
@@ -1009,17 +1017,16 @@ async fn a_role_that_declines_questions_gets_the_servers_answer_to_a_decline_at_
             .expect_tool_results(["ask_1"])
             .expect_last_user("you declined"),
     ])?;
-    let mut node = MewNode::new()?;
-    node.write_config(&format!(
-        "{}permissions:\n  allow: [mcp__hermetic__ask]\nmcp_servers:\n  hermetic:\n    command: {}\n",
-        scripted_model_config(&model),
-        mew_tests::mcp::server_bin()?.display()
-    ))?;
-    node.write_role(
-        "quiet.md",
-        "---\nname: quiet\ndescription: Never asks.\ntools: [mcp__hermetic]\nelicitation: decline\n---\nUse the tools.\n",
-    )?;
-    node.launch().await?;
+    let node = hermetic_node_with_role(
+        &model,
+        "mcp__hermetic__ask",
+        "",
+        (
+            "quiet.md",
+            "---\nname: quiet\ndescription: Never asks.\ntools: [mcp__hermetic]\nelicitation: decline\n---\nUse the tools.\n",
+        ),
+    )
+    .await?;
     let task = mew_tests::node::send_text(&node, "quiet", "greet whoever is there").await?;
     // No INPUT_REQUIRED on the way: the question was declined by the role's setting.
     ensure!(
