@@ -14,4 +14,6 @@ pub mod python;
 pub mod tls;
 
 mod echo;
+mod fixed;
 pub use echo::EchoAgent;
+pub use fixed::FixedAgent;
