@@ -223,12 +223,16 @@ async fn sleeper_pid(pid_file: &Path) -> anyhow::Result<u32> {
             .and_then(|text| text.trim().parse().ok()))
     })
     .await?;
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    ensure!(
-        cmdline.starts_with(b"sleep\0"),
-        "pid {pid} is not the background sleep: {:?}",
-        String::from_utf8_lossy(&cmdline)
-    );
+    // The shell knows `$!` as soon as it has forked: the child may not run `sleep` yet.
+    poll_until(
+        &format!("pid {pid} runs the background sleep"),
+        WAIT,
+        || async {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            Ok(cmdline.starts_with(b"sleep\0").then_some(()))
+        },
+    )
+    .await?;
     Ok(pid)
 }
 
