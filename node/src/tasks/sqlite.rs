@@ -6,7 +6,9 @@
 //! only then acknowledges each command: a caller that awaited `put` knows its
 //! task is on disk, and many concurrent writers share one commit. Reads run on
 //! the blocking pool with their own connections, which WAL lets run beside the
-//! writer.
+//! writer. Checkpoints, which copy the WAL back into the database file, run on a
+//! thread of their own when the writer asks ([`WalLimits`]), so that no write
+//! waits for one.
 //!
 //! Durability: `synchronous=NORMAL`. In WAL mode a commit then survives a crash
 //! of the process at once, and a crash of the machine once the WAL is synced
