@@ -670,7 +670,7 @@ fn first_text(message: &Message) -> &str {
 }
 
 /// The checks the SDK's field validation makes on an incoming message.
-fn validate(message: &Message) -> Result<(), A2aError> {
+pub(crate) fn validate(message: &Message) -> Result<(), A2aError> {
     if message.message_id.is_empty() {
         return Err(A2aError::invalid_params("message.messageId is required"));
     }
@@ -687,7 +687,7 @@ fn validate(message: &Message) -> Result<(), A2aError> {
 }
 
 /// `historyLength` as given, refusing negative values.
-fn checked_history(history_length: Option<i32>) -> Result<Option<i32>, A2aError> {
+pub(crate) fn checked_history(history_length: Option<i32>) -> Result<Option<i32>, A2aError> {
     match history_length {
         Some(n) if n < 0 => Err(A2aError::invalid_params(
             "historyLength must not be negative",

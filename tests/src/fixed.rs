@@ -11,12 +11,13 @@
 use async_trait::async_trait;
 use mew_cards::{
     A2aError, AgentCard, Artifact, CancelTaskRequest, ContextId, GetTaskRequest, ListTasksRequest,
-    ListTasksResponse, Part, Role, SendMessageRequest, SendMessageResponse, StreamResponse,
+    ListTasksResponse, Part, SendMessageRequest, SendMessageResponse, StreamResponse,
     SubscribeToTaskRequest, Task, TaskId, TaskState, TaskStatus,
 };
 use mew_transport::{AgentTransport, CallContext, Error, EventStream};
 
 use crate::EchoAgent;
+use crate::echo;
 
 /// An agent that completes every message at once and remembers nothing.
 #[derive(Debug, Clone)]
@@ -37,22 +38,10 @@ impl FixedAgent {
 
     /// The completed task that answers `request`.
     fn answer(request: SendMessageRequest) -> Result<Task, A2aError> {
-        if request.history_length().is_some_and(|n| n < 0) {
-            return Err(A2aError::invalid_params(
-                "historyLength must not be negative",
-            ));
-        }
-        let history_length = request.history_length();
+        // The echo agent's checks, so that both refuse the same requests.
+        let history_length = echo::checked_history(request.history_length())?;
         let mut message = request.message;
-        if message.message_id.is_empty() {
-            return Err(A2aError::invalid_params("message.messageId is required"));
-        }
-        if message.role != Role::User {
-            return Err(A2aError::invalid_params(format!(
-                "message.role must be ROLE_USER, got {}",
-                message.role
-            )));
-        }
+        echo::validate(&message)?;
         if let Some(id) = &message.task_id {
             // It keeps no task, so there is none to continue.
             return Err(A2aError::task_not_found(id));
@@ -141,7 +130,7 @@ impl AgentTransport for FixedAgent {
 #[cfg(test)]
 mod tests {
     use futures_util::StreamExt;
-    use mew_cards::{ErrorKind, Message, SendMessageConfiguration};
+    use mew_cards::{ErrorKind, Message, Role, SendMessageConfiguration};
 
     use super::*;
 
