@@ -54,6 +54,9 @@ pub const WINDOW_SIZE: (u32, u32) = (1280, 900);
 /// What chromedriver prints on stdout once it listens, before its port.
 const LISTENING: &str = "ChromeDriver was started successfully on port ";
 
+/// How many times chromedriver is started when the port it picked is taken.
+const DRIVER_STARTS: u32 = 3;
+
 /// The key of a web element reference in WebDriver's JSON (W3C WebDriver, "Elements").
 const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 
@@ -227,23 +230,32 @@ impl Browser {
         // passes on) goes to a file, quoted when the start fails. HOME and the XDG
         // directories are the temporary directory's, or Chromium would keep crash reports
         // and caches in the user's.
-        let mut cmd = command(&chromedriver);
-        cmd.arg("--port=0")
-            .arg(format!(
-                "--log-path={}",
-                dir.path().join("chromedriver.log").display()
-            ))
-            .env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("XDG_CACHE_HOME", home.join(".cache"))
-            .env("XDG_DATA_HOME", home.join(".local/share"))
-            .stderr(Stdio::from(std::fs::File::create(
-                dir.path().join("stderr.log"),
-            )?));
-        let started = ChildProcess::spawn_until("chromedriver", cmd, LISTENING, START_TIMEOUT)
-            .await
-            .with_context(|| failed_start(dir.path()));
-        let (driver, port) = started?;
+        let mut attempt = 1;
+        let (driver, port) = loop {
+            // Each start's own log, so that only its own failure is read.
+            let _ = std::fs::remove_file(dir.path().join("chromedriver.log"));
+            let mut cmd = command(&chromedriver);
+            cmd.arg("--port=0")
+                .arg(format!(
+                    "--log-path={}",
+                    dir.path().join("chromedriver.log").display()
+                ))
+                .env("HOME", &home)
+                .env("XDG_CONFIG_HOME", home.join(".config"))
+                .env("XDG_CACHE_HOME", home.join(".cache"))
+                .env("XDG_DATA_HOME", home.join(".local/share"))
+                .stderr(Stdio::from(std::fs::File::create(
+                    dir.path().join("stderr.log"),
+                )?));
+            match ChildProcess::spawn_until("chromedriver", cmd, LISTENING, START_TIMEOUT).await {
+                Ok(started) => break started,
+                // Given port 0, the driver now and then fails its own bind ("Address already in
+                // use", seen once in a full run of the suite) and exits at once; a new start
+                // binds again.
+                Err(_) if attempt < DRIVER_STARTS && address_in_use(dir.path()) => attempt += 1,
+                Err(e) => return Err(e.context(failed_start(dir.path()))),
+            }
+        };
         let port: u16 = port
             .trim_end_matches('.')
             .parse()
@@ -821,6 +833,12 @@ fn string(value: Value, what: &str) -> anyhow::Result<String> {
 }
 
 /// What a failed start says: the end of what chromedriver (and Chromium) wrote.
+/// Whether chromedriver's log in `dir` says it could not bind its port.
+fn address_in_use(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("chromedriver.log"))
+        .is_ok_and(|log| log.contains("ERR_ADDRESS_IN_USE"))
+}
+
 fn failed_start(dir: &Path) -> String {
     let mut said = String::new();
     for name in ["stderr.log", "chromedriver.log"] {
