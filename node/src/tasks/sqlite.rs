@@ -319,7 +319,7 @@ impl SqliteStore {
             .map_err(|e| sql_error(path, "cannot watch the task store's WAL", e))?;
         let checkpoint_conn = open_connection(path, Access::Write)?;
         let checkpointer = std::thread::Builder::new()
-            .name("mew-task-checkpoint".to_owned())
+            .name("mew-checkpoint".to_owned())
             .spawn({
                 let checkpoints = Arc::clone(&checkpoints);
                 move || run_checkpointer(&checkpoint_conn, &checkpoints)
