@@ -224,13 +224,7 @@ impl EchoAgent {
         push: Option<TaskPushNotificationConfig>,
         history_length: Option<i32>,
     ) -> Result<EventStream, A2aError> {
-        let id = TaskId::generate();
-        let context_id = message
-            .context_id
-            .clone()
-            .unwrap_or_else(ContextId::generate);
-        message.task_id = Some(id.clone());
-        message.context_id = Some(context_id.clone());
+        let (id, context_id) = new_task_ids(&mut message);
         let task = Task {
             id: id.clone(),
             context_id: context_id.clone(),
@@ -658,6 +652,19 @@ fn direct_reply(message: &Message, text: String) -> EventStream {
             .unwrap_or_else(ContextId::generate),
     );
     EventStream::once(Ok(StreamResponse::Message(reply)))
+}
+
+/// Fresh ids for the new task `message` starts: a task id, and the message's context or a new
+/// one; the message is marked with both.
+pub(crate) fn new_task_ids(message: &mut Message) -> (TaskId, ContextId) {
+    let id = TaskId::generate();
+    let context_id = message
+        .context_id
+        .clone()
+        .unwrap_or_else(ContextId::generate);
+    message.task_id = Some(id.clone());
+    message.context_id = Some(context_id.clone());
+    (id, context_id)
 }
 
 /// The text of the first text part, or "".

@@ -10,9 +10,9 @@
 
 use async_trait::async_trait;
 use mew_cards::{
-    A2aError, AgentCard, Artifact, CancelTaskRequest, ContextId, GetTaskRequest, ListTasksRequest,
+    A2aError, AgentCard, Artifact, CancelTaskRequest, GetTaskRequest, ListTasksRequest,
     ListTasksResponse, Part, SendMessageRequest, SendMessageResponse, StreamResponse,
-    SubscribeToTaskRequest, Task, TaskId, TaskState, TaskStatus,
+    SubscribeToTaskRequest, Task, TaskState, TaskStatus,
 };
 use mew_transport::{AgentTransport, CallContext, Error, EventStream};
 
@@ -52,13 +52,7 @@ impl FixedAgent {
             .find_map(Part::as_text)
             .ok_or_else(|| A2aError::invalid_params("message.parts must hold a text part"))?;
         let text = text.strip_prefix("echo ").unwrap_or(text).to_owned();
-        let id = TaskId::generate();
-        let context_id = message
-            .context_id
-            .clone()
-            .unwrap_or_else(ContextId::generate);
-        message.task_id = Some(id.clone());
-        message.context_id = Some(context_id.clone());
+        let (id, context_id) = echo::new_task_ids(&mut message);
         let mut task = Task {
             id,
             context_id,
@@ -130,7 +124,7 @@ impl AgentTransport for FixedAgent {
 #[cfg(test)]
 mod tests {
     use futures_util::StreamExt;
-    use mew_cards::{ErrorKind, Message, Role, SendMessageConfiguration};
+    use mew_cards::{ErrorKind, Message, Role, SendMessageConfiguration, TaskId};
 
     use super::*;
 

@@ -1,6 +1,7 @@
 //! Shared support for the end-to-end tests: reference agents, peers, a headless browser and
 //! process helpers.
 
+pub mod bench_server;
 pub mod browser;
 pub mod example;
 pub mod mcp;

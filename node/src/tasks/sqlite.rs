@@ -2025,6 +2025,19 @@ mod tests {
         bytes.saturating_sub(32) / (24 + 4096)
     }
 
+    /// The tasks a store opened again at `path` lists on one page, and its total.
+    async fn tasks_after_reopen(path: &Path) -> (usize, usize) {
+        let page = SqliteStore::open(path)
+            .unwrap()
+            .list(&TaskQuery {
+                limit: 5000,
+                ..TaskQuery::default()
+            })
+            .await
+            .unwrap();
+        (page.tasks.len(), page.total)
+    }
+
     /// Writes `count` tasks one at a time, numbered from `first`; returns the most frames the
     /// WAL file held after any of them.
     async fn put_one_by_one(store: &SqliteStore, path: &Path, first: i128, count: i128) -> u64 {
@@ -2090,15 +2103,13 @@ mod tests {
         );
         store.close().await.unwrap();
 
-        let reopened = SqliteStore::open(&path).unwrap();
-        let page = reopened
-            .list(&TaskQuery {
-                limit: 500,
-                ..TaskQuery::default()
-            })
-            .await
-            .unwrap();
-        assert_eq!(page.tasks.len(), usize::try_from(written).unwrap());
+        assert_eq!(
+            tasks_after_reopen(&path).await,
+            (
+                usize::try_from(written).unwrap(),
+                usize::try_from(written).unwrap()
+            )
+        );
     }
 
     #[tokio::test]
@@ -2122,16 +2133,7 @@ mod tests {
         assert_eq!(store.inner.wal.1.finished.load(Ordering::Relaxed), 0);
         store.close().await.unwrap();
 
-        let reopened = SqliteStore::open(&path).unwrap();
-        let page = reopened
-            .list(&TaskQuery {
-                limit: 5000,
-                ..TaskQuery::default()
-            })
-            .await
-            .unwrap();
-        assert_eq!(page.tasks.len(), 3000);
-        assert_eq!(page.total, 3000);
+        assert_eq!(tasks_after_reopen(&path).await, (3000, 3000));
     }
 
     #[test]

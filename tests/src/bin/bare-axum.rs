@@ -21,27 +21,19 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let port: u16 = std::env::args()
-        .nth(1)
-        .map(|p| p.parse())
-        .transpose()?
-        .unwrap_or(0);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    let base_url = format!("http://{}", listener.local_addr()?);
-    let card = serde_json::to_string(&EchoAgent::default_card(&base_url))?;
-    let app = Router::new()
-        .route(
-            "/.well-known/agent-card.json",
-            get(move || async move { ([(header::CONTENT_TYPE, "application/json")], card) }),
-        )
-        .route(
-            "/",
-            post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], ANSWER) }),
-        );
-    println!("READY {base_url}");
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, app).await?;
-    Ok(())
+    mew_tests::bench_server::serve(mew_tests::bench_server::port_argument()?, |base_url| {
+        let card = serde_json::to_string(&EchoAgent::default_card(base_url))?;
+        Ok(Router::new()
+            .route(
+                "/.well-known/agent-card.json",
+                get(move || async move { ([(header::CONTENT_TYPE, "application/json")], card) }),
+            )
+            .route(
+                "/",
+                post(|_body: Bytes| async {
+                    ([(header::CONTENT_TYPE, "application/json")], ANSWER)
+                }),
+            ))
+    })
+    .await
 }

@@ -14,18 +14,8 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let port: u16 = std::env::args()
-        .nth(1)
-        .map(|p| p.parse())
-        .transpose()?
-        .unwrap_or(0);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    let base_url = format!("http://{}", listener.local_addr()?);
-    let router = mew_transport::router(Arc::new(EchoAgent::new(&base_url)));
-    println!("READY {base_url}");
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router).await?;
-    Ok(())
+    mew_tests::bench_server::serve(mew_tests::bench_server::port_argument()?, |base_url| {
+        Ok(mew_transport::router(Arc::new(EchoAgent::new(base_url))))
+    })
+    .await
 }
