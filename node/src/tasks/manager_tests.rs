@@ -35,6 +35,8 @@ struct Script {
     starts: Mutex<Vec<(bool, serde_json::Value)>>,
     /// Poked when a `keep-wait` turn has saved its private state.
     saved: tokio::sync::Notify,
+    /// Poked when a `wait` turn has started waiting: a task is WORKING before its runner is called.
+    waiting: tokio::sync::Notify,
 }
 
 #[async_trait]
@@ -144,6 +146,7 @@ impl Executor for Script {
                 .await
                 .map_err(closed),
             "wait" => {
+                self.waiting.notify_one();
                 turn.cancel.cancelled().await;
                 Err(ExecError("canceled".into()))
             }
@@ -600,7 +603,7 @@ async fn tasks_wait_in_submitted_for_a_slot_in_order() {
     };
     let f = fixture(limits).await;
     let (first, _s1) = f.submit(Message::user_text("wait")).await.unwrap();
-    f.wait_for(&first, TaskState::Working).await;
+    f.script.waiting.notified().await;
     let (second, s2) = f.submit(Message::user_text("done second")).await.unwrap();
     let (third, s3) = f.submit(Message::user_text("done third")).await.unwrap();
     // The slot is taken: the others stay SUBMITTED while the first runs.
@@ -628,7 +631,7 @@ async fn the_queue_is_bounded_and_queued_tasks_can_be_canceled() {
     };
     let f = fixture(limits).await;
     let (running, _s) = f.submit(Message::user_text("wait")).await.unwrap();
-    f.wait_for(&running, TaskState::Working).await;
+    f.script.waiting.notified().await;
     let (queued, _q) = f.submit(Message::user_text("done never")).await.unwrap();
     let refused = f
         .submit(Message::user_text("done too many"))
