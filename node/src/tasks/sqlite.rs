@@ -1393,16 +1393,50 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
         .unwrap_or("no message")
 }
 
-/// Applies a batch in one transaction; one outcome per command, in order.
+/// Commits `batch` in one transaction: the outcome of each of its writes, in order.
+///
+/// A batch is first written with no savepoint around its writes. A savepoint makes SQLite copy
+/// every page a write touches into its sub-journal first, so that the write alone can be undone
+/// if it fails, which almost never happens. When one does fail, the whole transaction is rolled
+/// back and the batch written again with each write in a savepoint of its own, so that only the
+/// failing write is refused and the rest of the batch stands.
 fn commit(conn: &mut Connection, batch: &[Command]) -> Vec<Result<Vec<TaskId>, StoreError>> {
-    let fail_all = |reason: String| {
-        batch
-            .iter()
-            .map(|_| Err(StoreError::Backend(reason.clone())))
-            .collect()
-    };
+    write_batch(conn, batch, Undo::Transaction)
+        .or_else(|Retry| write_batch(conn, batch, Undo::Savepoint))
+        // Written with savepoints, a batch never asks to be written again.
+        .unwrap_or_else(|Retry| fail_all(batch, "a write failed twice".to_owned()))
+}
+
+/// How a write that fails half-way is undone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Undo {
+    /// By rolling back the whole transaction: the batch is then written again.
+    Transaction,
+    /// By a savepoint around each write: only the failing write is undone.
+    Savepoint,
+}
+
+/// A batch written with [`Undo::Transaction`] had a write fail: nothing of it stands.
+#[derive(Debug)]
+struct Retry;
+
+fn fail_all(batch: &[Command], reason: String) -> Vec<Result<Vec<TaskId>, StoreError>> {
+    batch
+        .iter()
+        .map(|_| Err(StoreError::Backend(reason.clone())))
+        .collect()
+}
+
+fn write_batch(
+    conn: &mut Connection,
+    batch: &[Command],
+    undo: Undo,
+) -> Result<Vec<Result<Vec<TaskId>, StoreError>>, Retry> {
     if let Err(e) = run(conn, "BEGIN IMMEDIATE") {
-        return fail_all(format!("cannot start a write transaction: {e}"));
+        return Ok(fail_all(
+            batch,
+            format!("cannot start a write transaction: {e}"),
+        ));
     }
     let mut outcomes = Vec::with_capacity(batch.len());
     for command in batch {
@@ -1410,26 +1444,34 @@ fn commit(conn: &mut Connection, batch: &[Command]) -> Vec<Result<Vec<TaskId>, S
             // SQLite rolled the whole transaction back (disk full, I/O error):
             // nothing of this batch stands.
             let _ = run(conn, "ROLLBACK");
-            return fail_all(
+            return Ok(fail_all(
+                batch,
                 "a write failed and SQLite rolled back the whole transaction".to_owned(),
-            );
+            ));
         }
-        outcomes.push(apply(conn, &command.op));
+        let outcome = apply(conn, &command.op, undo);
+        if outcome.is_err() && undo == Undo::Transaction {
+            if !conn.is_autocommit() {
+                let _ = run(conn, "ROLLBACK");
+            }
+            return Err(Retry);
+        }
+        outcomes.push(outcome);
     }
     if let Err(e) = run(conn, "COMMIT") {
         if !conn.is_autocommit() {
             let _ = run(conn, "ROLLBACK");
         }
-        return fail_all(format!("cannot commit: {e}"));
+        return Ok(fail_all(batch, format!("cannot commit: {e}")));
     }
-    outcomes
+    Ok(outcomes)
 }
 
 fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(drop)
 }
 
-fn apply(conn: &Connection, op: &Op) -> Result<Vec<TaskId>, StoreError> {
+fn apply(conn: &Connection, op: &Op, undo: Undo) -> Result<Vec<TaskId>, StoreError> {
     match op {
         // One statement: if it fails, SQLite undoes just it.
         Op::Put(row) => put(conn, row).map(|()| vec![TaskId::from(row.id.as_str())]),
@@ -1437,7 +1479,7 @@ fn apply(conn: &Connection, op: &Op) -> Result<Vec<TaskId>, StoreError> {
             row,
             configs,
             outbox,
-        } => in_savepoint(conn, "store a new task", || {
+        } => undoable(conn, undo, "store a new task", || {
             let foreign = foreign_owner(conn, &row.context_id, row.owner.as_deref())
                 .map_err(|e| write_error(&format!("check the context of task {}", row.id), e))?;
             if foreign {
@@ -1458,7 +1500,7 @@ fn apply(conn: &Connection, op: &Op) -> Result<Vec<TaskId>, StoreError> {
             row,
             configs,
             outbox,
-        } => in_savepoint(conn, "store a task", || {
+        } => undoable(conn, undo, "store a task", || {
             put(conn, row)?;
             for config in configs {
                 put_config(conn, config)?;
@@ -1470,7 +1512,7 @@ fn apply(conn: &Connection, op: &Op) -> Result<Vec<TaskId>, StoreError> {
         }),
         Op::PutConfig(config) => put_config(conn, config).map(|()| Vec::new()),
         Op::Ping => Ok(Vec::new()),
-        Op::DeleteConfig { task_id, id } => in_savepoint(conn, "delete a push config", || {
+        Op::DeleteConfig { task_id, id } => undoable(conn, undo, "delete a push config", || {
             let fail = |e| write_error(&format!("delete push config {id} of task {task_id}"), e);
             conn.prepare_cached("DELETE FROM push_configs WHERE task_id = ?1 AND id = ?2")
                 .and_then(|mut stmt| stmt.execute(params![task_id, id]))
@@ -1502,13 +1544,18 @@ fn apply(conn: &Connection, op: &Op) -> Result<Vec<TaskId>, StoreError> {
     }
 }
 
-/// Runs `write` inside a savepoint: if it fails, everything it did is undone, and the rest of
-/// the batch stands.
-fn in_savepoint(
+/// Runs `write`, which may fail after some of its statements: with [`Undo::Savepoint`] inside
+/// a savepoint, so that if it fails everything it did is undone and the rest of the batch
+/// stands; with [`Undo::Transaction`] as it is, the caller rolling back if it fails.
+fn undoable(
     conn: &Connection,
+    undo: Undo,
     what: &str,
     write: impl FnOnce() -> Result<Vec<TaskId>, StoreError>,
 ) -> Result<Vec<TaskId>, StoreError> {
+    if undo == Undo::Transaction {
+        return write();
+    }
     let fail = |e| write_error(what, e);
     run(conn, "SAVEPOINT write").map_err(fail)?;
     let outcome = write();
@@ -2174,6 +2221,86 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get(0))
             .unwrap();
         assert_eq!(count, 300);
+    }
+
+    #[test]
+    fn a_write_that_fails_half_way_is_undone_and_the_rest_of_its_batch_stands() {
+        let dir = TempDir::new().unwrap();
+        let path = db_path(&dir);
+        // Task `x` is WORKING, its events logged under 1 and 2.
+        let mut x = stored("x", "c", "r", TaskState::Working, T0);
+        x.generation = 2;
+        let mut row = Row::with_snapshot(&x).unwrap();
+        row.events.push(row.events[0].clone());
+        drop(SqliteStore::open(&path).unwrap());
+        let conn = open_connection(&path, Access::Write).unwrap();
+        put(&conn, &row).unwrap();
+
+        // A batch whose middle write updates `x` and then logs an event under a number it
+        // already has: its second statement fails after its first one wrote.
+        let mut done = x.clone();
+        done.task.status.state = TaskState::Completed;
+        let rival = Row::with_snapshot(&done).unwrap();
+        let ops = [
+            Op::Put(Row::encode(&stored("a", "c", "r", TaskState::Working, T0)).unwrap()),
+            Op::PutWithEvents {
+                row: rival,
+                configs: Vec::new(),
+                outbox: Vec::new(),
+            },
+            Op::Put(Row::encode(&stored("b", "c", "r", TaskState::Working, T0)).unwrap()),
+        ];
+        let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
+        let acks: Vec<_> = ops
+            .into_iter()
+            .map(|op| {
+                let (ack, done) = oneshot::channel();
+                sender
+                    .try_send(Command { op, ack })
+                    .unwrap_or_else(|_| panic!("queue full"));
+                done
+            })
+            .collect();
+        drop(sender);
+        let stopped = Mutex::new(None);
+        let wal = Checkpointing {
+            limits: WalLimits::DEFAULT,
+            frames: Arc::new(AtomicI32::new(0)),
+            checkpoints: Arc::new(Checkpoints::default()),
+        };
+        assert_eq!(run_writer(conn, receiver, &stopped, &wal), 1, "one batch");
+        let outcomes: Vec<bool> = acks
+            .into_iter()
+            .map(|mut done| done.try_recv().unwrap().is_ok())
+            .collect();
+        assert_eq!(outcomes, [true, false, true]);
+
+        let raw = Connection::open(&path).unwrap();
+        let states: Vec<(String, i64, i64)> = raw
+            .prepare("SELECT id, state, generation FROM tasks ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let working = i64::from(row.state);
+        assert_eq!(
+            states,
+            [
+                ("a".to_owned(), working, 0),
+                ("b".to_owned(), working, 0),
+                ("x".to_owned(), working, 2),
+            ],
+            "x is as it was; a and b are written"
+        );
+        let counted: Vec<(i64, i64)> = raw
+            .prepare("SELECT state, n FROM task_counts WHERE n > 0 ORDER BY state")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(counted, [(working, 3)], "the counts did not see x complete");
     }
 
     #[tokio::test]
