@@ -596,6 +596,34 @@ async fn a_new_task_in_a_context_sees_the_earlier_conversation() {
 }
 
 #[tokio::test]
+async fn a_message_that_cannot_start_a_task_is_refused_with_what_is_wrong() {
+    let f = fixture(Limits::default()).await;
+    let mut agent = Message::agent_text("hello");
+    agent.message_id = "m1".into();
+    let mut no_id = Message::user_text("hello");
+    no_id.message_id = String::new().into();
+    let mut no_parts = Message::user_text("hello");
+    no_parts.parts.clear();
+    for (message, expected) in [
+        (Message::default(), "message is required"),
+        (no_parts, "message.parts must not be empty"),
+        (no_id, "message.messageId is required"),
+        (agent, "message.role must be ROLE_USER, not ROLE_AGENT"),
+    ] {
+        let error = f.submit(message).await.err().unwrap();
+        assert!(error.to_string().contains(expected), "{error}");
+        assert_eq!(kind(error), ErrorKind::InvalidParams);
+    }
+    assert_eq!(f.script.runs.load(Ordering::SeqCst), 0);
+    let page = f
+        .manager
+        .list(&ListTasksRequest::default(), &Scope::default())
+        .await
+        .unwrap();
+    assert_eq!(page.total_size, 0, "no task was made");
+}
+
+#[tokio::test]
 async fn tasks_wait_in_submitted_for_a_slot_in_order() {
     let limits = Limits {
         max_running: 1,

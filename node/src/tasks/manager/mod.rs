@@ -1548,6 +1548,10 @@ fn own_history_before(history: &[Message], id: &MessageId) -> Vec<Message> {
 }
 
 fn validate_message(message: &Message) -> Result<(), Error> {
+    // A request without `message` reads as an empty one (proto3 JSON): say what is missing.
+    if message.parts.is_empty() && message.message_id.is_empty() {
+        return Err(protocol(ErrorKind::InvalidParams, "message is required"));
+    }
     if message.parts.is_empty() {
         return Err(protocol(
             ErrorKind::InvalidParams,
