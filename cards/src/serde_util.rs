@@ -1,5 +1,6 @@
 //! Serde helpers for the ProtoJSON conventions: omitted defaults, empty-as-absent, enums by name or number.
 
+use serde::de::Visitor;
 use serde::{Deserialize, Deserializer};
 
 /// True for a type's default value, which ProtoJSON leaves out of the output.
@@ -143,6 +144,29 @@ where
         .map_err(|_| D::Error::custom(format!("{value} is out of range for int32")))
 }
 
+/// Reads a struct from an object only. Serde's derive also reads a struct from an array of its
+/// fields in order (`[]` as a message with every field absent); ProtoJSON writes a message as
+/// an object, and its parsers refuse anything else.
+pub(crate) struct ObjectOnly<D>(pub(crate) D);
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for ObjectOnly<D> {
+    type Error = D::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.0.deserialize_map(visitor)
+    }
+
+    fn is_human_readable(&self) -> bool {
+        self.0.is_human_readable()
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum identifier
+        ignored_any
+    }
+}
+
 /// Whether a field declares the alias ProtoJSON parsers accept: its proto (snake_case) name,
 /// exactly when the name has an underscore (otherwise it equals the JSON name).
 pub(crate) const fn proto_alias_ok(field: &str, aliases: &[&str]) -> bool {
@@ -251,8 +275,22 @@ macro_rules! proto_message {
     (@field [$name:ident $($meta:tt)*] [$($done:tt)*] [$([$field:ident $($alias:literal)?])*]) => {
         $($meta)*
         #[derive(serde::Serialize, serde::Deserialize)]
-        #[serde(rename_all = "camelCase")]
+        #[serde(rename_all = "camelCase", remote = "Self")]
         pub struct $name { $($done)* }
+
+        // The derive (as `remote = "Self"`) gives inherent functions; the traits call them,
+        // reading through `ObjectOnly`.
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                $name::deserialize($crate::serde_util::ObjectOnly(deserializer))
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                $name::serialize(self, serializer)
+            }
+        }
 
         const _: () = {
             $(assert!(
@@ -268,3 +306,31 @@ macro_rules! proto_message {
 }
 
 pub(crate) use proto_message;
+
+#[cfg(test)]
+mod tests {
+    use crate::{Message, SendMessageRequest};
+
+    #[test]
+    fn a_message_is_read_from_an_object_only() {
+        let message: Message = serde_json::from_str(r#"{"messageId": "m"}"#).unwrap();
+        assert_eq!(message.message_id.as_str(), "m");
+        let from_value: Message = serde_json::from_value(serde_json::json!({"messageId": "m"}))
+            .expect("a Value's object reads as well");
+        assert_eq!(from_value, message);
+        let refusals = [
+            serde_json::from_str::<Message>("[]").map(drop),
+            serde_json::from_str::<Message>(r#"["m"]"#).map(drop),
+            serde_json::from_str::<SendMessageRequest>("[]").map(drop),
+            serde_json::from_str::<SendMessageRequest>(r#"{"message": []}"#).map(drop),
+            serde_json::from_str::<SendMessageRequest>(
+                r#"{"message": {"messageId": "m"}, "configuration": [true]}"#,
+            )
+            .map(drop),
+        ];
+        for (i, refused) in refusals.into_iter().enumerate() {
+            let error = refused.unwrap_err().to_string();
+            assert!(error.starts_with("invalid type: sequence"), "{i}: {error}");
+        }
+    }
+}

@@ -94,6 +94,17 @@ async fn jsonrpc_wrong_envelopes_are_invalid_requests() {
         let answer = call(rpc(body.to_string())).await;
         assert_eq!(rpc_code(&answer), -32600, "{body}: {}", answer.body);
     }
+    // An array is a batch, which is not supported, whatever it holds: even the envelope's
+    // fields in order, which a lenient reader would take for an envelope.
+    for body in [
+        json!([{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t"}}]),
+        json!(["2.0", 1, "GetTask", {"id": "t"}]),
+    ] {
+        let answer = call(rpc(format!("  {body}"))).await;
+        assert_eq!(rpc_code(&answer), -32600, "{body}: {}", answer.body);
+        let message = answer.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("batches"), "{message}");
+    }
     let answer = call(rpc(
         json!({"jsonrpc": "1.0", "id": "abc", "method": "GetTask"}).to_string(),
     ))
@@ -365,6 +376,24 @@ async fn rest_errors_use_http_statuses_and_error_info() {
         (answer.status, rest_reason(&answer)),
         (StatusCode::BAD_REQUEST, "INVALID_PARAMS")
     );
+    // A ProtoJSON message is an object: an array is not read as its fields in order.
+    let message = r#"{"role": "ROLE_USER", "messageId": "m", "parts": [{"text": "hi"}]}"#;
+    for body in [
+        "[]".to_owned(),
+        format!("[{message}]"),
+        r#"{"message": []}"#.to_owned(),
+        format!(r#"{{"message": {message}, "configuration": [true]}}"#),
+    ] {
+        let answer = call(rest("POST", "/message:send", Some(&body))).await;
+        assert_eq!(
+            (answer.status, rest_reason(&answer)),
+            (StatusCode::BAD_REQUEST, "INVALID_PARAMS"),
+            "{body}: {}",
+            answer.body
+        );
+        let text = answer.body["error"]["message"].as_str().unwrap();
+        assert!(text.contains("invalid type: sequence"), "{body}: {text}");
+    }
 
     let answer = call(rest("GET", "/tasks/no-such-task", None)).await;
     assert_eq!(

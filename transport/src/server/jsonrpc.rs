@@ -138,6 +138,15 @@ pub(crate) async fn handle(
             return error_response(StatusCode::OK, &null, &error);
         }
     };
+    // A batch is an array of requests; serde would also read an array as the envelope's fields
+    // in order, so it is turned away before.
+    if text.trim_start().starts_with('[') {
+        let error = A2aError::new(
+            ErrorKind::InvalidRequest,
+            "JSON-RPC batches (an array of requests) are not supported: send each request alone",
+        );
+        return error_response(StatusCode::OK, &null, &error);
+    }
     let envelope: Envelope<'_> = match serde_json::from_str(text) {
         Ok(envelope) => envelope,
         Err(e) if e.is_syntax() || e.is_eof() => {
