@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 use mew_transport::Binding;
 
 use super::Context;
+use super::remote::remote_error;
 use crate::bench::{BenchOptions, run};
 
 /// A protocol binding, as the command line names it.
@@ -36,13 +37,13 @@ pub(crate) struct BenchArgs {
     /// The agent's base URL (where /.well-known/agent-card.json is)
     pub(crate) url: String,
     /// Requests in flight at once
-    #[arg(short, long, default_value_t = 32)]
+    #[arg(short, long, default_value_t = 32, value_parser = at_least_one)]
     pub(crate) concurrency: usize,
     /// How long to run, like 10s or 1m (the default when --count is not given: 10s)
     #[arg(short, long, value_parser = duration)]
     pub(crate) duration: Option<Duration>,
     /// Stop after this many requests
-    #[arg(short = 'n', long)]
+    #[arg(short = 'n', long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) count: Option<u64>,
     /// Streaming sends instead of blocking ones
     #[arg(long)]
@@ -65,7 +66,18 @@ pub(crate) struct BenchArgs {
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
-    crate::duration::parse(text)
+    match crate::duration::parse(text)? {
+        Duration::ZERO => Err("a run must last longer than 0s".to_owned()),
+        duration => Ok(duration),
+    }
+}
+
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("at least 1 request must be in flight".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Runs the benchmark and prints the report (JSON with `--json`).
@@ -93,7 +105,12 @@ pub(crate) async fn bench(args: BenchArgs, context: &Context) -> anyhow::Result<
             elapsed.as_secs_f64()
         );
     })
-    .await?;
+    .await
+    // An agent that cannot be reached or resolved: said as the other client commands say it.
+    .map_err(|error| match error.downcast::<mew_transport::Error>() {
+        Ok(error) => remote_error(error),
+        Err(error) => error,
+    })?;
     let mut out = std::io::stdout().lock();
     if context.json {
         serde_json::to_writer_pretty(&mut out, &report)?;

@@ -270,6 +270,15 @@ impl Cli {
         home: Option<PathBuf>,
     ) -> anyhow::Result<Sources> {
         let project = self.project_dir()?;
+        // A mistyped --project would otherwise become a new, empty project (its task store
+        // made there); only `mew init` makes one.
+        if self.global.project.is_some() && !project.is_dir() {
+            anyhow::bail!(
+                "the project directory {} does not exist (`mew init --project {}` makes one)",
+                project.display(),
+                project.display()
+            );
+        }
         let config_file = match &self.global.config {
             Some(file) => Some(
                 std::path::absolute(file)

@@ -157,6 +157,18 @@ fn bad_command_lines_are_usage_errors() {
         (&["up", "--log-format", "xml"], ErrorKind::ValueValidation),
         (&["up", "--origins"], ErrorKind::UnknownArgument),
         (&["up", "extra"], ErrorKind::UnknownArgument),
+        (
+            &["bench", "http://a", "-d", "0s"],
+            ErrorKind::ValueValidation,
+        ),
+        (
+            &["bench", "http://a", "-c", "0"],
+            ErrorKind::ValueValidation,
+        ),
+        (
+            &["bench", "http://a", "-n", "0"],
+            ErrorKind::ValueValidation,
+        ),
     ] {
         let error = parse(args).unwrap_err();
         assert_eq!(error.kind(), kind, "{args:?}: {error}");
@@ -185,10 +197,18 @@ fn sources_make_paths_absolute_and_carry_the_flags() {
     assert_eq!(sources.env, env);
     assert_eq!(sources.flags.port, Some(1));
 
-    let cli = parse(&["--project", "/srv/project", "up"]).unwrap();
+    let project = TempDir::new().unwrap();
+    let cli = parse(&["--project", project.path().to_str().unwrap(), "up"]).unwrap();
     let sources = cli.sources(HashMap::new(), None).unwrap();
-    assert_eq!(sources.project, Path::new("/srv/project"));
+    assert_eq!(sources.project, project.path());
     assert_eq!(sources.config_file, None);
+
+    // A project that is not there is an error, not a new project.
+    let missing = project.path().join("missing");
+    let cli = parse(&["--project", missing.to_str().unwrap(), "up"]).unwrap();
+    let error = cli.sources(HashMap::new(), None).unwrap_err().to_string();
+    assert!(error.contains("does not exist"), "{error}");
+    assert!(!missing.exists(), "nothing was made");
 }
 
 /// Runs `mew <args>` (a `config` subcommand) against `project` and returns what it prints.
