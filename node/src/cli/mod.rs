@@ -273,6 +273,9 @@ impl Cli {
         // A mistyped --project would otherwise become a new, empty project (its task store
         // made there); only `mew init` makes one.
         if self.global.project.is_some() && !project.is_dir() {
+            if project.exists() {
+                anyhow::bail!("the project {} is not a directory", project.display());
+            }
             anyhow::bail!(
                 "the project directory {} does not exist (`mew init --project {}` makes one)",
                 project.display(),

@@ -209,6 +209,11 @@ fn sources_make_paths_absolute_and_carry_the_flags() {
     let error = cli.sources(HashMap::new(), None).unwrap_err().to_string();
     assert!(error.contains("does not exist"), "{error}");
     assert!(!missing.exists(), "nothing was made");
+    let file = project.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let cli = parse(&["--project", file.to_str().unwrap(), "up"]).unwrap();
+    let error = cli.sources(HashMap::new(), None).unwrap_err().to_string();
+    assert!(error.contains("is not a directory"), "{error}");
 }
 
 /// Runs `mew <args>` (a `config` subcommand) against `project` and returns what it prints.
