@@ -2183,38 +2183,55 @@ mod tests {
         assert_eq!(tasks_after_reopen(&path).await, (3000, 3000));
     }
 
+    /// Queues `ops` and runs the writer on `conn` until it has written them all, with no WAL
+    /// hook and no checkpointer (the WAL is checkpointed when the file closes). Returns the
+    /// number of batches and each write's outcome, in order.
+    fn write_queued(
+        conn: Connection,
+        ops: impl IntoIterator<Item = Op>,
+    ) -> (u64, Vec<Result<Vec<TaskId>, StoreError>>) {
+        let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
+        let acks: Vec<_> = ops
+            .into_iter()
+            .map(|op| {
+                let (ack, done) = oneshot::channel();
+                sender
+                    .try_send(Command { op, ack })
+                    .unwrap_or_else(|_| panic!("queue full"));
+                done
+            })
+            .collect();
+        drop(sender);
+        let stopped = Mutex::new(None);
+        let wal = Checkpointing {
+            limits: WalLimits::DEFAULT,
+            frames: Arc::new(AtomicI32::new(0)),
+            checkpoints: Arc::new(Checkpoints::default()),
+        };
+        let batches = run_writer(conn, receiver, &stopped, &wal);
+        assert_eq!(*stopped.lock().unwrap(), None);
+        let outcomes = acks
+            .into_iter()
+            .map(|mut done| done.try_recv().unwrap())
+            .collect();
+        (batches, outcomes)
+    }
+
     #[test]
     fn the_writer_commits_what_is_queued_in_one_transaction_per_batch() {
         let dir = TempDir::new().unwrap();
         let path = db_path(&dir);
         drop(SqliteStore::open(&path).unwrap());
         let conn = open_connection(&path, Access::Write).unwrap();
-        let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
-        let mut acks = Vec::new();
         // More than one batch holds: 300 = 256 + 44.
-        for i in 0..300 {
+        let ops = (0..300).map(|i| {
             let task = stored(&format!("t{i:03}"), "c", "r", TaskState::Working, T0);
-            let (ack, done) = oneshot::channel();
-            let op = Op::Put(Row::encode(&task).unwrap());
-            sender
-                .try_send(Command { op, ack })
-                .unwrap_or_else(|_| panic!("queue full"));
-            acks.push(done);
-        }
-        drop(sender);
-
-        let stopped = Mutex::new(None);
-        // No WAL hook and no checkpointer: the WAL is checkpointed when the file closes.
-        let wal = Checkpointing {
-            limits: WalLimits::DEFAULT,
-            frames: Arc::new(AtomicI32::new(0)),
-            checkpoints: Arc::new(Checkpoints::default()),
-        };
-        assert_eq!(run_writer(conn, receiver, &stopped, &wal), 2);
-        assert_eq!(*stopped.lock().unwrap(), None);
-        for (i, mut done) in acks.into_iter().enumerate() {
-            let written = done.try_recv().unwrap().unwrap();
-            assert_eq!(written, [TaskId::from(format!("t{i:03}"))]);
+            Op::Put(Row::encode(&task).unwrap())
+        });
+        let (batches, outcomes) = write_queued(conn, ops);
+        assert_eq!(batches, 2);
+        for (i, outcome) in outcomes.into_iter().enumerate() {
+            assert_eq!(outcome.unwrap(), [TaskId::from(format!("t{i:03}"))]);
         }
         let raw = Connection::open(&path).unwrap();
         let count: i64 = raw
@@ -2250,29 +2267,9 @@ mod tests {
             },
             Op::Put(Row::encode(&stored("b", "c", "r", TaskState::Working, T0)).unwrap()),
         ];
-        let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
-        let acks: Vec<_> = ops
-            .into_iter()
-            .map(|op| {
-                let (ack, done) = oneshot::channel();
-                sender
-                    .try_send(Command { op, ack })
-                    .unwrap_or_else(|_| panic!("queue full"));
-                done
-            })
-            .collect();
-        drop(sender);
-        let stopped = Mutex::new(None);
-        let wal = Checkpointing {
-            limits: WalLimits::DEFAULT,
-            frames: Arc::new(AtomicI32::new(0)),
-            checkpoints: Arc::new(Checkpoints::default()),
-        };
-        assert_eq!(run_writer(conn, receiver, &stopped, &wal), 1, "one batch");
-        let outcomes: Vec<bool> = acks
-            .into_iter()
-            .map(|mut done| done.try_recv().unwrap().is_ok())
-            .collect();
+        let (batches, outcomes) = write_queued(conn, ops);
+        assert_eq!(batches, 1, "one batch");
+        let outcomes: Vec<bool> = outcomes.iter().map(Result::is_ok).collect();
         assert_eq!(outcomes, [true, false, true]);
 
         let raw = Connection::open(&path).unwrap();
